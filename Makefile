@@ -1,0 +1,32 @@
+# Every documented way to run, test and check attachstore goes through these targets.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: run test lint bench venv clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+run: $(STAMP)  ## start the daemon on 127.0.0.1:8731 with the default data dir
+	$(BIN)/attachstore serve $(ARGS)
+
+test: $(STAMP)  ## the whole test suite
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)  ## format check, lint, strict typing
+	$(BIN)/ruff format --check attachstore tests
+	$(BIN)/ruff check attachstore tests
+	$(BIN)/mypy
+
+bench: $(STAMP)  ## throughput and latency against baselines measured in the same run
+	$(BIN)/python -m tests.bench $(ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -1,0 +1,80 @@
+"""Reading request bodies under a cap, without buffering past it."""
+
+from __future__ import annotations
+
+from aiohttp import BodyPartReader, web
+
+from ..config import Limits
+from ..errors import InvalidRequest, PayloadTooLarge
+from ..service import Upload
+
+_CHUNK = 1 << 16
+_TEXT_FIELDS = ("source", "route", "session")
+_MAX_TEXT_FIELD = 1024
+UNDECLARED = ("", "application/octet-stream")
+
+
+def _too_large(cap: int) -> PayloadTooLarge:
+    return PayloadTooLarge(
+        f"the request body is larger than {cap} bytes",
+        hint="send fewer or smaller images per request",
+    )
+
+
+async def read_capped(request: web.Request, cap: int) -> bytes:
+    """The whole body, refused with 413 as soon as it is known to exceed `cap`."""
+    if request.content_length is not None and request.content_length > cap:
+        raise _too_large(cap)
+    buf = bytearray()
+    async for chunk in request.content.iter_chunked(_CHUNK):
+        buf += chunk
+        if len(buf) > cap:
+            raise _too_large(cap)
+    return bytes(buf)
+
+
+async def read_multipart(request: web.Request, cap: int, limits: Limits) -> tuple[dict[str, str], list[Upload]]:
+    """Text fields `source`, `route`, `session`, and one image per file part, in order.
+
+    A part over `max_image_bytes` is counted to its end but not kept: the gate rejects it by its size, and
+    the batch checks still see the true total."""
+    if request.content_length is not None and request.content_length > cap:
+        raise _too_large(cap)
+    fields: dict[str, str] = {}
+    uploads: list[Upload] = []
+    total = 0
+    reader = await request.multipart()
+    while (part := await reader.next()) is not None:
+        if not isinstance(part, BodyPartReader):
+            raise InvalidRequest("nested multipart bodies are not accepted")
+        if part.filename is None and part.name in _TEXT_FIELDS:
+            value = await part.read(decode=True)
+            total += len(value)
+            if len(value) > _MAX_TEXT_FIELD:
+                raise InvalidRequest(f"form field {part.name!r} is too long")
+            try:
+                fields[part.name] = value.decode("utf-8")
+            except UnicodeDecodeError:
+                raise InvalidRequest(f"form field {part.name!r} is not UTF-8") from None
+            continue
+        kept = bytearray()
+        size = 0
+        while chunk := await part.read_chunk(_CHUNK):
+            size += len(chunk)
+            total += len(chunk)
+            if total > cap:
+                raise _too_large(cap)
+            if size <= limits.max_image_bytes:
+                kept += chunk
+            elif len(kept) > 64:
+                del kept[64:]  # keep the head for the type checks; the size check decides anyway
+        declared = part.headers.get("Content-Type", "")
+        uploads.append(
+            Upload(
+                bytes(kept),
+                size,
+                None if declared.split(";")[0].strip().lower() in UNDECLARED else declared,
+                part.filename,
+            )
+        )
+    return fields, uploads

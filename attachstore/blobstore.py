@@ -1,0 +1,287 @@
+"""Local blob store: bytes under names derived from their reference, written with a complete fsync discipline.
+
+It knows nothing of images or of the index. Its contract:
+
+- `put(ref, data)` returns only once `data` is durable at the path of `ref`; an intact existing object is kept,
+  a damaged or missing one is replaced atomically from `data` (the damaged copy goes to quarantine/).
+- `read(ref, size)` returns the object's bytes only if their hash is `ref` and their length is `size`.
+- Nothing here ever leaves a partially written file at an object path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import secrets
+import time
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+from .errors import AttachstoreError, Corrupt, Missing, StorageFull, StorageUnavailable
+from .refs import Ref, hasher
+
+OBJECT_MODE = 0o444
+STAGING_MODE = 0o600
+_READ_CHUNK = 1 << 20
+
+
+class FileOps:
+    """The system calls of the write path, one method each, so that tests can record them and inject faults."""
+
+    def open_exclusive(self, path: Path) -> int:
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, STAGING_MODE)
+
+    def write(self, fd: int, data: memoryview) -> int:
+        return os.write(fd, data)
+
+    def fsync(self, fd: int) -> None:
+        os.fsync(fd)
+
+    def fchmod(self, fd: int, mode: int) -> None:
+        os.fchmod(fd, mode)
+
+    def close(self, fd: int) -> None:
+        os.close(fd)
+
+    def mkdir(self, path: Path) -> None:
+        os.mkdir(path, 0o755)
+
+    def link(self, src: Path, dst: Path) -> None:
+        os.link(src, dst)
+
+    def rename(self, src: Path, dst: Path) -> None:
+        os.rename(src, dst)
+
+    def fsync_dir(self, path: Path) -> None:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def unlink(self, path: Path) -> None:
+        os.unlink(path)
+
+
+class Put(Enum):
+    EXISTED = "existed"  # an intact copy was already there
+    CREATED = "created"
+    HEALED = "healed"  # a damaged or missing copy was replaced
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectFile:
+    path: Path
+    size: int
+    mtime: float
+
+
+def storage_error(e: OSError, doing: str) -> AttachstoreError:
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return StorageFull(f"the store is full ({doing}): {e.strerror}")
+    return StorageUnavailable(f"storage I/O error while {doing}: {e.strerror or e}")
+
+
+class LocalBlobStore:
+    def __init__(self, root: Path, ops: FileOps | None = None) -> None:
+        self.root = root
+        self.objects = root / "objects"
+        self.staging = root / "tmp"
+        self.quarantine_dir = root / "quarantine"
+        self.ops = ops or FileOps()
+
+    def create_layout(self) -> None:
+        for d in (self.root, self.objects, self.staging, self.quarantine_dir):
+            d.mkdir(mode=0o755, parents=True, exist_ok=True)
+
+    def path(self, ref: Ref) -> Path:
+        """Pure function of an already validated `Ref`: objects/<alg>/<hex[0:2]>/<hex[2:4]>/<hex>."""
+        d = ref.digest
+        return self.objects / ref.algorithm / d[0:2] / d[2:4] / d
+
+    # -- async surface: every file-system call runs off the event loop ---------------------------------
+
+    async def put(self, ref: Ref, data: bytes) -> Put:
+        return await asyncio.to_thread(self.put_sync, ref, data)
+
+    async def read(self, ref: Ref, size: int) -> bytes:
+        return await asyncio.to_thread(self.read_sync, ref, size)
+
+    async def quarantine(self, ref: Ref) -> bool:
+        return await asyncio.to_thread(self.quarantine_sync, ref)
+
+    async def discard(self, ref: Ref) -> None:
+        await asyncio.to_thread(self.discard_sync, ref)
+
+    def stat(self, ref: Ref) -> ObjectFile | None:
+        path = self.path(ref)
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return None
+        return ObjectFile(path, st.st_size, st.st_mtime)
+
+    # -- write path ------------------------------------------------------------------------------------
+
+    def put_sync(self, ref: Ref, data: bytes) -> Put:
+        final = self.path(ref)
+        state = self._check(ref, final, len(data))
+        if state == "intact":
+            return Put.EXISTED
+        try:
+            staging = self._stage(data)
+        except OSError as e:
+            raise storage_error(e, "writing a staging file") from e
+        try:
+            created = self._make_parents(final.parent)
+            if state == "missing":
+                try:
+                    self.ops.link(staging, final)
+                    outcome = Put.CREATED
+                except FileExistsError:
+                    # A concurrent writer published first: keep its copy if it is intact.
+                    if self._check(ref, final, len(data)) == "intact":
+                        return Put.EXISTED
+                    self._keep_damaged(final)
+                    self.ops.rename(staging, final)
+                    outcome = Put.HEALED
+            else:
+                self._keep_damaged(final)
+                self.ops.rename(staging, final)
+                outcome = Put.HEALED
+            # The new name is durable only once its directory is; a new directory only once its parent is.
+            for directory in [final.parent, *(d.parent for d in created)]:
+                self.ops.fsync_dir(directory)
+            return outcome
+        except OSError as e:
+            raise storage_error(e, "publishing an object") from e
+        finally:
+            self._remove_quietly(staging)
+
+    def _stage(self, data: bytes) -> Path:
+        path = self.staging / f"{secrets.token_hex(16)}.tmp"
+        fd = self.ops.open_exclusive(path)
+        try:
+            view = memoryview(data)
+            while view:
+                written = self.ops.write(fd, view)
+                if written <= 0:
+                    raise OSError(errno.EIO, "short write")
+                view = view[written:]
+            self.ops.fsync(fd)
+            self.ops.fchmod(fd, OBJECT_MODE)
+        except BaseException:
+            self.ops.close(fd)
+            self._remove_quietly(path)
+            raise
+        self.ops.close(fd)
+        return path
+
+    def _make_parents(self, directory: Path) -> list[Path]:
+        """mkdir -p that returns the directories it created, shallowest first."""
+        missing: list[Path] = []
+        d = directory
+        while not d.exists():
+            missing.append(d)
+            d = d.parent
+        created: list[Path] = []
+        for d in reversed(missing):
+            try:
+                self.ops.mkdir(d)
+                created.append(d)
+            except FileExistsError:
+                pass
+        return created
+
+    def _check(self, ref: Ref, path: Path, size: int) -> str:
+        """'intact', 'missing' or 'damaged': size and a full hash, never trusting the name."""
+        try:
+            return "intact" if self._hash_file(ref, path, size) else "damaged"
+        except FileNotFoundError:
+            return "missing"
+        except OSError as e:
+            raise storage_error(e, "verifying an existing object") from e
+
+    def _hash_file(self, ref: Ref, path: Path, size: int) -> bool:
+        with open(path, "rb") as f:
+            if os.fstat(f.fileno()).st_size != size:
+                return False
+            h = hasher(ref.algorithm)
+            while chunk := f.read(_READ_CHUNK):
+                h.update(chunk)
+        return h.hexdigest() == ref.digest
+
+    def _keep_damaged(self, path: Path) -> None:
+        """Keep a copy of damaged bytes for inspection before they are replaced."""
+        target = self._quarantine_name(path)
+        try:
+            self.ops.link(path, target)
+        except FileNotFoundError:
+            return
+        self.ops.fsync_dir(self.quarantine_dir)
+
+    def _quarantine_name(self, path: Path) -> Path:
+        algorithm = path.parent.parent.parent.name
+        return self.quarantine_dir / f"{algorithm}-{path.name}.{time.time_ns()}"
+
+    def _remove_quietly(self, path: Path) -> None:
+        try:
+            self.ops.unlink(path)
+        except OSError:
+            pass
+
+    # -- read path -------------------------------------------------------------------------------------
+
+    def read_sync(self, ref: Ref, size: int) -> bytes:
+        path = self.path(ref)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            raise Missing(f"the bytes of {ref} are missing from the store") from None
+        except OSError as e:
+            raise storage_error(e, "reading an object") from e
+        if len(data) != size or not ref.matches(data):
+            raise Corrupt(f"the stored bytes of {ref} do not match their reference")
+        return data
+
+    def quarantine_sync(self, ref: Ref) -> bool:
+        """Move a damaged object out of its path. False if it turned out intact (healed meanwhile)."""
+        path = self.path(ref)
+        target = self._quarantine_name(path)
+        try:
+            self.ops.rename(path, target)
+        except FileNotFoundError:
+            return True
+        except OSError as e:
+            raise storage_error(e, "quarantining an object") from e
+        with open(target, "rb") as f:
+            intact = ref.matches(f.read())
+        if intact:
+            try:
+                self.ops.link(target, path)
+            except FileExistsError:
+                pass
+            self.ops.unlink(target)
+        self.ops.fsync_dir(path.parent)
+        self.ops.fsync_dir(self.quarantine_dir)
+        return not intact
+
+    def discard_sync(self, ref: Ref) -> None:
+        """Remove an object file that no index row publishes (the caller holds the index write lock)."""
+        path = self.path(ref)
+        try:
+            self.ops.unlink(path)
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            raise storage_error(e, "removing an unpublished object") from e
+        self.ops.fsync_dir(path.parent)
+
+    def probe_writable(self) -> None:
+        path = self.staging / f"ready-{secrets.token_hex(8)}.tmp"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, STAGING_MODE)
+        os.close(fd)
+        os.unlink(path)

@@ -1,0 +1,176 @@
+"""Configuration: one TOML file, then environment variables, then flags (SPEC section 12)."""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta
+
+from .errors import ConfigError
+
+Positive = Annotated[int, Meta(gt=0)]
+Duration = Annotated[str, Meta(pattern=r"^([0-9]+(\.[0-9]+)?(ms|s|m|h|d))+$")]
+HashName = Literal["sha256", "blake3"]
+Provider = Literal["openai-chat", "openai-responses", "anthropic", "gemini"]
+
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def duration_seconds(text: str) -> float:
+    """'24h' -> 86400.0; '1h30m' -> 5400.0. The pattern on `Duration` has already checked the form."""
+    return sum(float(n) * _UNIT_SECONDS[u] for n, u in _DURATION_PART.findall(text))
+
+
+class _Section(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    pass
+
+
+class Limits(_Section):
+    max_image_bytes: Positive = 3_670_016
+    max_side: Positive = 2000
+    max_pixels: Positive = 4_000_000
+    max_frames: Positive = 64
+    max_animation_pixels: Positive = 50_000_000
+    max_batch_images: Positive = 16
+    max_batch_bytes: Positive = 33_554_432
+
+
+class Admission(_Section):
+    decode_workers: Annotated[int, Meta(ge=0)] = 0  # 0: one per core
+    decode_timeout: Duration = "10s"
+
+    @property
+    def decode_timeout_seconds(self) -> float:
+        return duration_seconds(self.decode_timeout)
+
+    @property
+    def workers(self) -> int:
+        return self.decode_workers or (os.cpu_count() or 1)
+
+
+class Http(_Section):
+    max_body_bytes: Positive | None = None  # default: sized from the batch limits
+
+    def body_cap(self, limits: Limits) -> int:
+        if self.max_body_bytes is not None:
+            return self.max_body_bytes
+        # base64 grows 4/3; leave room for the JSON or multipart framing around the images.
+        return limits.max_batch_bytes * 4 // 3 + 1_048_576
+
+
+class Gc(_Section):
+    grace: Duration = "24h"
+
+    @property
+    def grace_seconds(self) -> float:
+        return duration_seconds(self.grace)
+
+
+class Route(_Section):
+    input_modalities: list[Literal["text", "image"]] = msgspec.field(default_factory=lambda: ["text"])
+    provider: Provider | None = None
+    max_request_image_bytes: Positive | None = None
+
+
+class Tenant(_Section):
+    name: Annotated[str, Meta(pattern=r"^[A-Za-z0-9._-]{1,64}$")]
+    token_sha256: Annotated[str, Meta(pattern=r"^[0-9a-f]{64}$")]
+
+
+Listen = Annotated[str, Meta(pattern=r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):[0-9]{1,5}$")]
+
+
+class Config(_Section):
+    data_dir: str = ""  # empty: the XDG default, filled in by load()
+    listen: Listen = "127.0.0.1:8731"
+    unix_socket: str | None = None
+    hash: HashName = "sha256"
+    limits: Limits = Limits()
+    admission: Admission = Admission()
+    http: Http = Http()
+    gc: Gc = Gc()
+    routes: dict[str, Route] = msgspec.field(default_factory=dict)
+    tenants: list[Tenant] = msgspec.field(default_factory=list)
+
+    @property
+    def data_path(self) -> Path:
+        return Path(self.data_dir)
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        host, _, port = self.listen.rpartition(":")
+        return host.strip("[]"), int(port)
+
+
+ENV_KEYS = {
+    "ATTACHSTORE_DATA_DIR": "data_dir",
+    "ATTACHSTORE_LISTEN": "listen",
+    "ATTACHSTORE_UNIX_SOCKET": "unix_socket",
+    "ATTACHSTORE_HASH": "hash",
+}
+
+
+def default_data_dir(env: Mapping[str, str]) -> str:
+    base = env.get("XDG_DATA_HOME") or str(Path(env.get("HOME", "~")).expanduser() / ".local" / "share")
+    return str(Path(base) / "attachstore")
+
+
+def load(
+    path: str | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Config:
+    """Read the file (`path`, else $ATTACHSTORE_CONFIG, else none), apply the environment, then `overrides`."""
+    env = os.environ if env is None else env
+    path = path or env.get("ATTACHSTORE_CONFIG") or None
+    raw: dict[str, Any] = {}
+    source = "configuration"
+    if path:
+        source = path
+        try:
+            with open(path, "rb") as f:
+                raw = tomllib.load(f)
+        except OSError as e:
+            raise ConfigError(f"{path}: cannot read the configuration file: {e.strerror}") from None
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{path}: not valid TOML: {e}") from None
+    for var, key in ENV_KEYS.items():
+        if env.get(var):
+            raw[key] = env[var]
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            raw[key] = value
+    try:
+        config = msgspec.convert(raw, Config)
+    except msgspec.ValidationError as e:
+        raise ConfigError(f"{source}: {_name_the_key(str(e))}") from None
+    if not config.data_dir:
+        config = msgspec.structs.replace(config, data_dir=default_data_dir(env))
+    if config.tenants:
+        raise ConfigError(
+            f"{source}: tenants: bearer-token tenants are not supported by this version yet; "
+            "remove the [[tenants]] entries and serve on loopback or a Unix socket"
+        )
+    return config
+
+
+def _name_the_key(message: str) -> str:
+    """msgspec says '... - at `$.limits.max_side`'; operators want 'limits.max_side: ...'."""
+    match = re.match(r"^(.*?)(?: - at `\$(.*)`)?$", message, re.S)
+    if match is None:  # pragma: no cover - the pattern matches every string
+        return message
+    text, where = match.group(1), (match.group(2) or "").lstrip(".")
+    unknown = re.match(r"Object contains unknown field `(.+)`", text)
+    if unknown:
+        key = f"{where}.{unknown.group(1)}" if where else unknown.group(1)
+        return f"unknown key {key!r}"
+    where = re.sub(r"\[(\d+)\]", r"[\1]", where)
+    return f"bad value for {where or 'the top level'!r}: {text}"

@@ -1,0 +1,90 @@
+"""Errors are data: a stable code, an HTTP status, a one-line message, and where it helps a hint."""
+
+from __future__ import annotations
+
+
+class AttachstoreError(Exception):
+    """Base of every error a client or operator can see. `code` is stable API."""
+
+    code = "INTERNAL"
+    status = 500
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        index: int | None = None,
+        hint: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+        self.message = message
+        self.index = index
+        self.hint = hint
+
+    def at(self, index: int) -> AttachstoreError:
+        """The same error, naming the batch member it belongs to."""
+        self.index = index
+        return self
+
+
+class InvalidRequest(AttachstoreError):
+    code = "INVALID_REQUEST"
+    status = 400
+
+
+class InvalidRef(AttachstoreError):
+    code = "INVALID_ATTACHMENT_REF"
+    status = 400
+
+
+class NotFound(AttachstoreError):
+    code = "ATTACHMENT_NOT_FOUND"
+    status = 404
+
+
+class PayloadTooLarge(AttachstoreError):
+    code = "PAYLOAD_TOO_LARGE"
+    status = 413
+
+
+class UnsupportedMediaType(AttachstoreError):
+    code = "UNSUPPORTED_MEDIA_TYPE"
+    status = 415
+
+
+class Rejected(AttachstoreError):
+    """An admission check failed (SPEC section 4); `code` names which one."""
+
+    status = 422
+
+    def __init__(self, code: str, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message, code=code, hint=hint)
+        if code == "INVALID_IMAGE_BASE64":
+            self.status = 400
+
+
+class Corrupt(AttachstoreError):
+    code = "ATTACHMENT_CORRUPT"
+    status = 500
+
+
+class Missing(AttachstoreError):
+    code = "ATTACHMENT_MISSING"
+    status = 500
+
+
+class StorageFull(AttachstoreError):
+    code = "STORAGE_FULL"
+    status = 507
+
+
+class StorageUnavailable(AttachstoreError):
+    code = "STORAGE_UNAVAILABLE"
+    status = 503
+
+
+class ConfigError(Exception):
+    """A bad configuration; the message names the key. Stops start-up."""

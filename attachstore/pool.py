@@ -1,0 +1,96 @@
+"""A bounded pool of decode workers (see worker.py) with a time bound per image."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+
+from .config import Limits
+from .errors import AttachstoreError, Rejected
+from .worker import LENGTH, Failed, Job, Outcome, Passed, job_encoder, outcome_decoder
+
+_STREAM_LIMIT = 1 << 16
+
+
+class _Worker:
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+
+    async def ask(self, job: Job) -> Outcome:
+        stdin, stdout = self.proc.stdin, self.proc.stdout
+        if stdin is None or stdout is None:  # pragma: no cover - created with both pipes
+            raise RuntimeError("worker without pipes")
+        body = job_encoder.encode(job)
+        stdin.write(LENGTH.pack(len(body)))
+        stdin.write(body)
+        await stdin.drain()
+        (length,) = LENGTH.unpack(await stdout.readexactly(LENGTH.size))
+        return outcome_decoder.decode(await stdout.readexactly(length))
+
+    async def stop(self) -> None:
+        if self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+        await self.proc.wait()
+
+
+class DecodePool:
+    """At most `size` images decode at once; each gets `timeout` seconds before its worker is killed."""
+
+    def __init__(self, size: int, timeout: float) -> None:
+        self.size = size
+        self.timeout = timeout
+        self._slots = asyncio.Semaphore(size)
+        self._idle: list[_Worker] = []
+        self._closed = False
+
+    async def inspect(self, data: bytes, declared: str | None, limits: Limits, algorithm: str) -> Passed:
+        """Run the deep checks; raise `Rejected` with the gate's code, or INVALID_IMAGE past the time bound."""
+        async with self._slots:
+            if self._closed:
+                raise AttachstoreError("the decode pool is closed")
+            worker = self._idle.pop() if self._idle else await self._spawn()
+            try:
+                outcome = await asyncio.wait_for(
+                    worker.ask(Job(data, declared, limits, algorithm)), self.timeout
+                )
+            except TimeoutError:
+                await worker.stop()
+                raise Rejected(
+                    "INVALID_IMAGE",
+                    f"decoding took longer than {self.timeout:g} s and was stopped",
+                    hint="the image is pathologically expensive to decode; re-encode it",
+                ) from None
+            except (asyncio.IncompleteReadError, ConnectionError) as e:
+                await worker.stop()
+                raise Rejected("INVALID_IMAGE", "the image decoder failed on this image") from e
+            except BaseException:
+                await worker.stop()
+                raise
+            if self._closed:
+                await worker.stop()
+            else:
+                self._idle.append(worker)
+        if isinstance(outcome, Failed):
+            raise Rejected(outcome.code, outcome.message, hint=outcome.hint)
+        return outcome
+
+    async def _spawn(self) -> _Worker:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "attachstore.worker",
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                limit=_STREAM_LIMIT,
+            )
+        except OSError as e:
+            raise AttachstoreError(f"cannot start a decode worker: {e}") from e
+        return _Worker(proc)
+
+    async def close(self) -> None:
+        self._closed = True
+        idle, self._idle = self._idle, []
+        await asyncio.gather(*(w.stop() for w in idle))

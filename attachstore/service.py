@@ -1,0 +1,246 @@
+"""The service: the one place that owns the order of operations. Edges (HTTP, CLI) call it; it calls the
+gate (through the decode pool), the blob store and the index."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from . import gate
+from .blobstore import FileOps, LocalBlobStore, Put
+from .config import Config
+from .errors import AttachstoreError, Corrupt, Missing, NotFound, Rejected
+from .index import Index, ObjectRow
+from .pool import DecodePool
+from .probe import probe_header
+from .refs import Ref
+from .worker import Passed
+
+SOURCES = ("user", "tool", "mcp", "command")
+MAX_NAME_LENGTH = 255
+_PUBLISH_ATTEMPTS = 3
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+@dataclass(frozen=True, slots=True)
+class Upload:
+    """One image handed to admission: base64 text (JSON) or raw bytes (multipart, CLI).
+
+    `size` is the decoded size; an edge that stopped buffering an oversized part passes its full size here."""
+
+    payload: str | bytes
+    size: int
+    media_type: str | None = None
+    name: str | None = None
+
+    @classmethod
+    def of_bytes(cls, data: bytes, media_type: str | None = None, name: str | None = None) -> Upload:
+        return cls(data, len(data), media_type, name)
+
+    @classmethod
+    def of_base64(cls, text: str, media_type: str | None = None, name: str | None = None) -> Upload:
+        return cls(text, gate.base64_decoded_size(text), media_type, name)
+
+
+@dataclass(frozen=True, slots=True)
+class ImageRef:
+    ref: str
+    media_type: str
+    bytes: int
+    width: int
+    height: int
+    frames: int
+    name: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Admitted:
+    ref: Ref
+    data: bytes
+    inspection: Passed
+
+
+class _FileGone(Exception):
+    """An object file vanished between its write and the commit that publishes it."""
+
+
+def display_name(name: str | None) -> str | None:
+    """Keep only the last path component, without control characters, at most 255 characters."""
+    if name is None:
+        return None
+    base = _CONTROL.sub("", name.replace("\\", "/").rsplit("/", 1)[-1]).strip()
+    return base[:MAX_NAME_LENGTH] or None
+
+
+def image_ref(row: ObjectRow, name: str | None = None) -> ImageRef:
+    return ImageRef(row.ref, row.media_type, row.bytes, row.width, row.height, row.frames, name or row.name)
+
+
+class Store:
+    def __init__(self, config: Config, blobs: LocalBlobStore, index: Index, pool: DecodePool) -> None:
+        self.config = config
+        self.blobs = blobs
+        self.index = index
+        self.pool = pool
+
+    @classmethod
+    async def open(cls, config: Config, ops: FileOps | None = None, workers: int | None = None) -> Store:
+        blobs = LocalBlobStore(config.data_path, ops)
+        await asyncio.to_thread(blobs.create_layout)
+        index = await Index.open(config.data_path / "index.sqlite3")
+        pool = DecodePool(workers or config.admission.workers, config.admission.decode_timeout_seconds)
+        return cls(config, blobs, index, pool)
+
+    async def close(self) -> None:
+        await self.pool.close()
+        await self.index.close()
+
+    # -- admission -------------------------------------------------------------------------------------
+
+    async def admit(self, uploads: Sequence[Upload], source: str) -> list[ImageRef]:
+        """Validate every member, then store every member, then publish all rows in one transaction."""
+        if source not in SOURCES:
+            raise AttachstoreError(f"unknown source {source!r}", code="INVALID_REQUEST")
+        admitted = await self._validate(uploads)
+        await self._store(admitted)
+        return [
+            ImageRef(
+                str(a.ref),
+                a.inspection.media_type,
+                len(a.data),
+                a.inspection.width,
+                a.inspection.height,
+                a.inspection.frames,
+                display_name(u.name),
+            )
+            for a, u in zip(admitted, uploads, strict=True)
+        ]
+
+    async def _validate(self, uploads: Sequence[Upload]) -> list[_Admitted]:
+        """The gate of SPEC section 4. The first failure in input order decides, exactly as if the images were
+        checked one after another; the expensive checks of the images before it run concurrently."""
+        limits = self.config.limits
+        gate.check_batch([u.size for u in uploads], limits)
+        ready: list[tuple[bytes, str | None]] = []
+        cheap_failure: Rejected | None = None
+        for i, u in enumerate(uploads):
+            try:
+                data = gate.decode_base64(u.payload) if isinstance(u.payload, str) else u.payload
+                gate.precheck(u.size, data[:64], u.media_type, limits)
+            except Rejected as e:
+                cheap_failure = e
+                cheap_failure.at(i)
+                break
+            ready.append((data, u.media_type))
+        results = await asyncio.gather(
+            *(self.pool.inspect(data, declared, limits, self.config.hash) for data, declared in ready),
+            return_exceptions=True,
+        )
+        for i, result in enumerate(results):
+            if isinstance(result, Rejected):
+                raise result.at(i)
+            if isinstance(result, BaseException):
+                raise result
+        if cheap_failure is not None:
+            raise cheap_failure
+        return [
+            _Admitted(Ref(self.config.hash, r.digest), data, r)
+            for (data, _), r in zip(ready, results, strict=True)
+            if isinstance(r, Passed)
+        ]
+
+    async def _store(self, admitted: Sequence[_Admitted]) -> None:
+        unique = {a.ref: a for a in admitted}
+        for attempt in range(_PUBLISH_ATTEMPTS):
+            try:
+                await self._store_once(list(unique.values()))
+                return
+            except _FileGone:
+                if attempt == _PUBLISH_ATTEMPTS - 1:
+                    raise AttachstoreError("an object kept disappearing while it was being published") from None
+            except BaseException:
+                # Publish nothing: remove the files this attempt may have put in place that no row publishes.
+                await self.index.discard_unpublished(
+                    [str(a.ref) for a in unique.values()], lambda ref: self.blobs.discard_sync(Ref.parse(ref))
+                )
+                raise
+
+    async def _store_once(self, admitted: Sequence[_Admitted]) -> None:
+        now = time.time()
+        # Renew first: from here on a concurrent GC leaves these objects alone; then verify or (re)write.
+        existing = await self.index.renew([str(a.ref) for a in admitted], now)
+        await asyncio.gather(*(self.blobs.put(a.ref, a.data) for a in admitted))
+        rows = [
+            ObjectRow(
+                ref=str(a.ref),
+                media_type=a.inspection.media_type,
+                bytes=len(a.data),
+                width=a.inspection.width,
+                height=a.inspection.height,
+                frames=a.inspection.frames,
+                name=None,
+                created_at=existing[str(a.ref)].created_at if str(a.ref) in existing else now,
+                lease_at=now,
+            )
+            for a in admitted
+        ]
+
+        def files_still_there() -> None:
+            for a in admitted:
+                found = self.blobs.stat(a.ref)
+                if found is None or found.size != len(a.data):
+                    raise _FileGone(str(a.ref))
+
+        await self.index.publish(rows, files_still_there)
+
+    # -- reads -----------------------------------------------------------------------------------------
+
+    async def _row(self, text: str) -> tuple[Ref, ObjectRow]:
+        ref = Ref.parse(text)
+        row = await self.index.get(str(ref))
+        if row is None:
+            raise NotFound(f"no attachment {ref}")
+        if row.state == "quarantined":
+            raise Corrupt(f"the stored bytes of {ref} failed verification and were quarantined")
+        return ref, row
+
+    async def meta(self, text: str) -> ImageRef:
+        _, row = await self._row(text)
+        return image_ref(row)
+
+    async def exists(self, text: str) -> bool:
+        try:
+            await self._row(text)
+        except NotFound:
+            return False
+        return True
+
+    async def read(self, text: str) -> tuple[ImageRef, bytes]:
+        """Verified bytes: the whole object re-hashed, its header checked against the index."""
+        ref, row = await self._row(text)
+        try:
+            data = await self.blobs.read(ref, row.bytes)
+        except Missing:
+            await self.index.set_state(row.ref, "missing")
+            raise
+        except Corrupt:
+            if await self.blobs.quarantine(ref):
+                await self.index.set_state(row.ref, "quarantined")
+            raise
+        header = probe_header(data)
+        if header is None or (header.media_type, header.width, header.height) != (
+            row.media_type,
+            row.width,
+            row.height,
+        ):
+            # The bytes are the admitted ones (the hash matched), so the row is what is wrong: do not serve,
+            # do not quarantine good bytes; admitting them again rewrites the row.
+            raise Corrupt(f"the index entry of {ref} does not match its bytes")
+        return image_ref(row), data
+
+    async def ready(self) -> None:
+        await self.index.ping()
+        await asyncio.to_thread(self.blobs.probe_writable)

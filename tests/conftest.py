@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from aiohttp.test_utils import TestClient
+
+from attachstore.api import make_app
+from attachstore.blobstore import FileOps
+from attachstore.config import Config
+
+MakeConfig = Callable[..., Config]
+MakeClient = Callable[..., Awaitable[TestClient[Any, Any]]]
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    return tmp_path / "data"
+
+
+@pytest.fixture
+def make_config(data_dir: Path) -> MakeConfig:
+    """A Config on a temporary data dir with one decode worker; keyword arguments are config sections."""
+
+    def make(**sections: Any) -> Config:
+        raw = _merge({"data_dir": str(data_dir), "admission": {"decode_workers": 1}}, sections)
+        return msgspec.convert(raw, Config)
+
+    return make
+
+
+@pytest.fixture
+def make_client(aiohttp_client: Any, make_config: MakeConfig) -> MakeClient:
+    async def make(file_ops: FileOps | None = None, **sections: Any) -> TestClient[Any, Any]:
+        client: TestClient[Any, Any] = await aiohttp_client(make_app(make_config(**sections), file_ops=file_ops))
+        return client
+
+    return make
+
+
+@pytest.fixture
+async def client(make_client: MakeClient) -> TestClient[Any, Any]:
+    return await make_client()

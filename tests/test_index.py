@@ -1,0 +1,77 @@
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from attachstore.index import SCHEMA_VERSION, Index, IndexUnusable, ObjectRow
+
+
+def row(ref: str = "sha256:" + "a" * 64, name: str | None = "a.png", at: float = 100.0) -> ObjectRow:
+    return ObjectRow(ref, "image/png", 10, 2, 3, 1, name, at, at)
+
+
+async def test_schema_is_versioned_and_wal(tmp_path: Path) -> None:
+    index = await Index.open(tmp_path / "index.sqlite3")
+    await index.close()
+    db = sqlite3.connect(tmp_path / "index.sqlite3")
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    db.close()
+    reopened = await Index.open(tmp_path / "index.sqlite3")  # migrations are idempotent
+    await reopened.close()
+
+
+async def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
+    db = sqlite3.connect(tmp_path / "index.sqlite3")
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    db.close()
+    with pytest.raises(IndexUnusable, match="newer"):
+        await Index.open(tmp_path / "index.sqlite3")
+
+
+async def test_publish_renew_and_state(tmp_path: Path) -> None:
+    index = await Index.open(tmp_path / "index.sqlite3")
+    try:
+        await index.publish([row()], lambda: None)
+        assert await index.get(row().ref) == row()
+        renewed = await index.renew([row().ref, "sha256:" + "b" * 64], now=200.0)
+        assert list(renewed) == [row().ref]
+        got = await index.get(row().ref)
+        assert got is not None
+        assert (got.created_at, got.lease_at) == (100.0, 200.0)
+        # A second publication keeps the first display name and created time, refreshes the lease.
+        await index.publish([row(name="b.png", at=300.0)], lambda: None)
+        got = await index.get(row().ref)
+        assert got is not None
+        assert (got.name, got.lease_at) == ("a.png", 300.0)
+        await index.set_state(row().ref, "quarantined")
+        got = await index.get(row().ref)
+        assert got is not None
+        assert got.state == "quarantined"
+    finally:
+        await index.close()
+
+
+async def test_a_failed_check_commits_nothing(tmp_path: Path) -> None:
+    index = await Index.open(tmp_path / "index.sqlite3")
+
+    def gone() -> None:
+        raise FileNotFoundError
+
+    try:
+        with pytest.raises(FileNotFoundError):
+            await index.publish([row()], gone)
+        assert await index.get(row().ref) is None
+    finally:
+        await index.close()
+
+
+async def test_discard_unpublished_spares_published_refs(tmp_path: Path) -> None:
+    index = await Index.open(tmp_path / "index.sqlite3")
+    removed: list[str] = []
+    try:
+        await index.publish([row()], lambda: None)
+        await index.discard_unpublished([row().ref, "sha256:" + "c" * 64], removed.append)
+        assert removed == ["sha256:" + "c" * 64]
+    finally:
+        await index.close()
