@@ -1,0 +1,396 @@
+"""The admission gate's image checks (SPEC section 4), as pure functions.
+
+They run inside a decode worker process (worker.py): no asyncio and no I/O. The time bound on decoding is the
+pool's job, which kills a worker that takes too long. Checks run cheapest first and the first failure decides
+the code, so the order of the statements below is the order in the SPEC's tables.
+"""
+
+from __future__ import annotations
+
+import binascii
+import re
+import struct
+import warnings
+import zlib
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from io import BytesIO
+from math import sqrt
+
+from PIL import Image, ImageFile, UnidentifiedImageError
+
+from .config import Limits
+from .errors import InvalidRequest, Rejected
+from .probe import MEDIA_TYPES, probe_header, sniff
+
+_NAMES = {"image/png": "PNG", "image/jpeg": "JPEG", "image/gif": "GIF", "image/webp": "WebP"}
+# Pillow's format names. MPO comes out of the JPEG plugin and APNG out of the PNG one.
+_DECODED_TYPE = {name.upper(): media_type for media_type, name in _NAMES.items()} | {"MPO": "image/jpeg"}
+# Names clients use for the four formats: refused (the SPEC allows four exact types) but named in the hint.
+_ALIASES = {"image/jpg": "image/jpeg", "image/pjpeg": "image/jpeg", "image/mpo": "image/jpeg"}
+_ALIASES |= {"image/apng": "image/png", "image/x-png": "image/png"}
+# Formats people try to send, named in the UNSUPPORTED_IMAGE_TYPE message.
+_OTHER_MAGIC = ((b"BM", "BMP"), (b"II*\x00", "TIFF"), (b"MM\x00*", "TIFF"), (b"%PDF", "PDF"))
+_CONVERT = "convert it to PNG, JPEG, GIF or WebP and read it again"
+_NOT_BASE64 = re.compile(r"[^A-Za-z0-9+/=]")
+
+_PNG_CHUNK = struct.Struct(">I4s")
+_U32BE = struct.Struct(">I")
+
+
+def decode_base64(text: str) -> bytes:
+    """Bytes from canonical base64 only: the standard alphabet, '=' padding, no whitespace, no data: URL, and
+    zero bits after the last character, so that re-encoding gives back the identical text."""
+    if text[:5].lower() == "data:":
+        raise _bad_base64(
+            "the image is a data: URL, not bare base64",
+            "send only the base64 text after the comma, and the media type in its own field",
+        )
+    if not text:
+        raise _bad_base64("the base64 text is empty")
+    try:
+        data = binascii.a2b_base64(text, strict_mode=True)
+    except ValueError:  # binascii.Error, or a str that is not ASCII
+        raise _base64_problem(text) from None
+    # Strict mode has checked the alphabet and the padding. It lets through nonzero bits in the unused low
+    # bits before '=', which only the last 4 characters can hold: re-encoding those is re-encoding it all.
+    tail = 3 - _padding(text)
+    if binascii.b2a_base64(data[-tail:], newline=False) != text[-4:].encode("ascii"):
+        raise _bad_base64("the base64 text is not canonical: the bits left over before the '=' are not zero")
+    return data
+
+
+def base64_decoded_size(text: str) -> int:
+    """The byte count `text` decodes to, from its length and padding alone; exact for canonical base64, an
+    estimate otherwise (decode_base64 refuses those later)."""
+    return max(0, len(text) * 3 // 4 - _padding(text))
+
+
+def _padding(text: str) -> int:
+    return 2 if text.endswith("==") else 1 if text.endswith("=") else 0
+
+
+def check_batch(sizes: Sequence[int], limits: Limits) -> None:
+    """The batch checks that come before anything is decoded; `sizes` are the images' byte counts."""
+    if not sizes:
+        raise InvalidRequest("images: at least one image is required")
+    if len(sizes) > limits.max_batch_images:
+        raise Rejected(
+            "TOO_MANY_IMAGES",
+            f"{len(sizes)} images in one request; the limit is {limits.max_batch_images}",
+            hint=f"send at most {limits.max_batch_images} images per request",
+        )
+    total = sum(sizes)
+    if total > limits.max_batch_bytes:
+        raise Rejected(
+            "IMAGES_TOO_LARGE",
+            f"the images total {total:,} bytes; the limit for a request is {limits.max_batch_bytes:,} bytes",
+            hint="send fewer or smaller images per request",
+        )
+
+
+def precheck(size: int, head: bytes, declared: str | None, limits: Limits) -> str:
+    """The cheap checks on one image; returns its sniffed media type. `head` is at least its first 64 bytes.
+
+    A declared type is lower-cased and stripped of parameters ('image/PNG; x=y' is image/png), then must be
+    one of the four exactly: aliases such as image/jpg or image/apng are refused with a hint naming the
+    right type, because providers accept only the four names and the declared type may be passed on.
+    """
+    if size > limits.max_image_bytes:
+        raise Rejected(
+            "IMAGE_TOO_LARGE",
+            f"the image is {size:,} bytes; the limit is {limits.max_image_bytes:,} bytes",
+            hint=f"the limit is {limits.max_image_bytes:,} bytes and this image is {size:,} bytes; "
+            f"shrink it to at most {limits.max_image_bytes:,} bytes and read it again",
+        )
+    wanted = None if declared is None else declared.partition(";")[0].strip().lower()
+    if wanted is not None and wanted not in MEDIA_TYPES:
+        alias = _ALIASES.get(wanted)
+        raise Rejected(
+            "UNSUPPORTED_IMAGE_TYPE",
+            f"the declared media type {declared!r} is not supported; use image/png, image/jpeg, image/gif "
+            "or image/webp",
+            hint=f"declare it as {alias}" if alias else _CONVERT,
+        )
+    sniffed = sniff(head)
+    if sniffed is None:
+        raise Rejected(
+            "UNSUPPORTED_IMAGE_TYPE",
+            f"the bytes are {_describe(head)}; only PNG, JPEG, GIF and WebP are supported",
+            hint=_CONVERT,
+        )
+    if wanted is not None and wanted != sniffed:
+        raise Rejected(
+            "IMAGE_TYPE_MISMATCH",
+            f"the image is declared as {wanted} but its bytes are {_NAMES[sniffed]} ({sniffed})",
+            hint=f"declare it as {sniffed}",
+        )
+    return sniffed
+
+
+@dataclass(frozen=True, slots=True)
+class Inspection:
+    media_type: str
+    width: int
+    height: int
+    frames: int
+
+
+def inspect(data: bytes, declared: str | None, limits: Limits) -> Inspection:
+    """Every per-image check of the gate, ending in a full decode of every frame; raises Rejected.
+
+    Not thread-safe: it sets Pillow's process-wide limits while it runs (a decode worker runs one at a time).
+    The size reported is the header's (for GIF the logical screen, for MPO the first picture)."""
+    media_type = precheck(len(data), data, declared, limits)
+    header = probe_header(data)
+    if header is None:
+        raise _invalid(media_type, "the header is truncated or malformed")
+    width, height = header.width, header.height
+    if max(width, height) > limits.max_side:
+        raise Rejected(
+            "IMAGE_DIMENSION_TOO_LARGE",
+            f"the image is {width}x{height} pixels; the limit is {limits.max_side} pixels a side",
+            hint=f"the limit is {limits.max_side} pixels a side and this image is {width}x{height}; "
+            f"shrink it to at most {_fit(width, height, limits)} and read it again",
+        )
+    if width * height > limits.max_pixels:
+        raise Rejected(
+            "IMAGE_TOO_MANY_PIXELS",
+            f"the image is {width}x{height} = {width * height:,} pixels; the limit is {limits.max_pixels:,}",
+            hint=f"the limit is {limits.max_pixels:,} pixels and this image has {width * height:,}; "
+            f"shrink it to at most {_fit(width, height, limits)} and read it again",
+        )
+    with _strict_pillow(limits):
+        frames, decoded_type = _decode(data, media_type, (width, height), limits)
+    if decoded_type != media_type:  # cannot happen while one plugin is tried per type; kept as a backstop
+        raise Rejected(
+            "IMAGE_TYPE_MISMATCH",
+            f"the bytes start like {media_type} but decode as {decoded_type}",
+            hint="re-encode the image and read it again",
+        )
+    return Inspection(media_type, width, height, frames)
+
+
+def _decode(data: bytes, media_type: str, size: tuple[int, int], limits: Limits) -> tuple[int, str | None]:
+    """Open, count frames, walk the container, then decode every frame; returns (frames, decoded type)."""
+    try:
+        # Only the sniffed format's plugin may open it: no other decoder ever sees the bytes.
+        im = Image.open(BytesIO(data), formats=[_NAMES[media_type].upper()])
+    except Exception as e:  # Pillow raises many types; a bad file must never surface as anything but a code
+        # Where Pillow says only "cannot identify image file", the container walk can say what is wrong.
+        raise _invalid(media_type, _structure_problem(data, media_type) or _reason(e)) from None
+    where = ""
+    with im:
+        try:
+            if im.size != size:  # e.g. a GIF whose first frame lies outside the logical screen
+                raise _Damaged(
+                    f"the header says {size[0]}x{size[1]} but the decoder sees {im.width}x{im.height}"
+                )
+            frames = getattr(im, "n_frames", 1)
+            if frames < 1:
+                raise _Damaged("it has no frames")
+            _check_frames(frames, size, limits)
+            if problem := _structure_problem(data, media_type):
+                raise _Damaged(problem)
+            decoded = 0  # pixels of the frames decoded so far
+            for index in range(frames):
+                where = f"frame {index + 1} of {frames}: " if frames > 1 else ""
+                im.seek(index)
+                _check_extent(im, decoded, limits)  # a GIF frame can grow the canvas as it is sought
+                im.load()
+                _check_extent(im, decoded, limits)
+                decoded += im.width * im.height
+            return frames, _DECODED_TYPE.get(im.format or "")
+        except Rejected:
+            raise
+        except Exception as e:  # _Damaged, or whatever Pillow raised
+            raise _invalid(media_type, where + _reason(e)) from None
+
+
+def _check_frames(frames: int, size: tuple[int, int], limits: Limits) -> None:
+    hint = "send a still image or fewer, smaller frames"
+    if frames > limits.max_frames:
+        raise Rejected(
+            "TOO_MANY_FRAMES", f"the image has {frames:,} frames; the limit is {limits.max_frames}", hint=hint
+        )
+    total = frames * size[0] * size[1]
+    if total > limits.max_animation_pixels:
+        raise Rejected(
+            "TOO_MANY_FRAMES",
+            f"{frames} frames of {size[0]}x{size[1]} make {total:,} pixels; the limit for all frames is "
+            f"{limits.max_animation_pixels:,}",
+            hint=hint,
+        )
+
+
+def _check_extent(im: Image.Image, decoded: int, limits: Limits) -> None:
+    # GIF frames may lie outside the logical screen (Pillow grows the canvas) and MPO frames have sizes of
+    # their own, so each frame is held to the per-image limits again and the running sum to the animation one.
+    width, height = im.size
+    if max(width, height) > limits.max_side or width * height > limits.max_pixels:
+        raise _Damaged(
+            f"the frame grows the image to {width}x{height}, past the limits of "
+            f"{limits.max_side} pixels a side and {limits.max_pixels:,} pixels"
+        )
+    if decoded + width * height > limits.max_animation_pixels:
+        raise _Damaged(
+            f"the frames grow to {decoded + width * height:,} pixels, past the "
+            f"limit of {limits.max_animation_pixels:,} for all frames"
+        )
+
+
+def _structure_problem(data: bytes, media_type: str) -> str | None:
+    """What is wrong with the container, for the formats where Pillow is too lenient to tell."""
+    if media_type == "image/png":
+        return _png_problem(data)
+    if media_type == "image/gif":
+        return _gif_problem(data)
+    return None  # JPEG and WebP decoders stop at a missing end marker or a short RIFF themselves
+
+
+def _png_problem(data: bytes) -> str | None:
+    """The first structural fault in a PNG: a chunk that is cut off or has a bad type or CRC, no IEND, or an
+    acTL that comes after IDAT or whose frame count disagrees with the fcTL chunks. Pillow's verify() skips
+    the IEND CRC and Pillow leaves frames past the acTL count undecoded, so the gate walks the chunks itself.
+    Bytes after IEND are ignored."""
+    view = memoryview(data)
+    pos, declared, controls, image_data = 8, None, 0, False
+    while True:
+        if pos + 12 > len(data):
+            return "the file is truncated: it ends before the IEND chunk"
+        length, kind = _PNG_CHUNK.unpack_from(data, pos)
+        name = kind.decode("latin-1")
+        end = pos + 12 + length
+        if not kind.isalpha():
+            return f"malformed chunk type {name!r} at offset {pos}"
+        if length > 0x7FFFFFFF or end > len(data):
+            return f"the file is truncated: chunk {name} at offset {pos} runs past the end"
+        if zlib.crc32(view[pos + 4 : end - 4]) != _U32BE.unpack_from(data, end - 4)[0]:
+            return f"bad CRC in chunk {name} at offset {pos}"
+        if kind == b"acTL":
+            if declared is not None or length != 8 or image_data:
+                return f"misplaced, malformed or repeated acTL chunk at offset {pos}"
+            declared = _U32BE.unpack_from(data, pos + 8)[0]
+        elif kind == b"IDAT":
+            image_data = True
+        elif kind == b"fcTL":
+            controls += 1
+        elif kind == b"IEND":
+            break
+        pos = end
+    if declared is not None and declared != controls:
+        return f"the acTL chunk declares {declared:,} frames but there are {controls} fcTL chunks"
+    return None
+
+
+def _gif_problem(data: bytes) -> str | None:
+    """The first structural fault in a GIF: a block that is cut off or unknown, or no trailer. Pillow takes a
+    GIF that stops between two frames for a complete, shorter animation; the trailer tells them apart."""
+    flags, end = data[10], len(data)
+    pos = 13 + (3 << ((flags & 7) + 1) if flags & 0x80 else 0)  # past the global colour table
+    while pos < end:
+        block = data[pos]
+        if block == 0x3B:  # trailer; bytes after it are ignored
+            return None
+        if block == 0x21:  # extension: introducer and label, then sub-blocks
+            pos += 2
+        elif block == 0x2C:  # image: descriptor, local colour table, LZW code size, then sub-blocks
+            if pos + 10 > end:
+                break
+            flags = data[pos + 9]
+            pos += 11 + (3 << ((flags & 7) + 1) if flags & 0x80 else 0)
+        else:
+            return f"unknown block {block:#04x} at offset {pos}"
+        while pos < end and data[pos]:  # sub-blocks: a length byte, then that many bytes; 0 ends them
+            pos += data[pos] + 1
+        pos += 1
+    return "the file is truncated: it ends before the trailer"
+
+
+@contextmanager
+def _strict_pillow(limits: Limits) -> Iterator[None]:
+    """Pillow's process-wide knobs, set for one inspection (a worker runs one at a time) and then restored."""
+    saved = Image.MAX_IMAGE_PIXELS, ImageFile.LOAD_TRUNCATED_IMAGES
+    Image.MAX_IMAGE_PIXELS = limits.max_pixels  # Pillow's own bomb check agrees with ours
+    ImageFile.LOAD_TRUNCATED_IMAGES = False  # a truncated image must fail, not decode to grey
+    try:
+        with warnings.catch_warnings():
+            # Pillow warns about metadata it skips (EXIF, an MPO index it falls back from): the pixels are
+            # unaffected, so those pass. A bomb warning fails. (An acTL Pillow warns about and ignores is
+            # caught by the chunk walk, which compares it with the frames that are there.)
+            warnings.simplefilter("ignore")
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            yield
+    finally:
+        Image.MAX_IMAGE_PIXELS, ImageFile.LOAD_TRUNCATED_IMAGES = saved
+
+
+class _Damaged(Exception):
+    """A fault the gate found itself while decoding; becomes INVALID_IMAGE with the frame it was found in."""
+
+
+def _reason(e: BaseException) -> str:
+    if isinstance(e, _Damaged):
+        return str(e)
+    if isinstance(e, (Image.DecompressionBombError, Image.DecompressionBombWarning)):
+        return "decoding would exceed the pixel limit (a decompression bomb)"
+    if isinstance(e, UnidentifiedImageError):
+        return "the decoder cannot read its header"
+    if isinstance(e, MemoryError):
+        return "the decoder ran out of memory"
+    text = " ".join(str(e).split())[:200]  # one line, bounded
+    if text == "could not create decoder object":  # Pillow's words for libwebp refusing the file
+        return "libwebp cannot parse it: the file is truncated or malformed"
+    if isinstance(e, (OSError, SyntaxError, ValueError, EOFError)) and text:
+        return text  # Pillow's own messages: "image file is truncated", "broken PNG file", ...
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+def _invalid(media_type: str, problem: str) -> Rejected:
+    return Rejected("INVALID_IMAGE", f"the {_NAMES[media_type]} image is damaged: {problem}")
+
+
+def _bad_base64(message: str, hint: str | None = None) -> Rejected:
+    return Rejected("INVALID_IMAGE_BASE64", message, hint=hint)
+
+
+def _base64_problem(text: str) -> Rejected:
+    bad = _NOT_BASE64.search(text)
+    if bad is not None:
+        char, at = bad.group(), bad.start()
+        if char in "-_":
+            return _bad_base64(
+                f"the base64 text uses the URL-safe alphabet ({char!r} at offset {at:,})",
+                "use the standard alphabet ('+' and '/' rather than '-' and '_') with '=' padding",
+            )
+        if char.isspace():
+            return _bad_base64(
+                f"the base64 text contains whitespace at offset {at:,}", "remove all line breaks and spaces"
+            )
+        return _bad_base64(f"the base64 text contains {char!r} at offset {at:,}, which is not base64")
+    if len(text) % 4:
+        return _bad_base64(
+            f"the base64 text is {len(text):,} characters, not a multiple of 4: its '=' padding is wrong"
+        )
+    return _bad_base64("the base64 text has '=' padding before its end")
+
+
+def _describe(head: bytes) -> str:
+    for magic, name in _OTHER_MAGIC:
+        if head.startswith(magic):
+            return name
+    if head[4:8] == b"ftyp":
+        return "an ISO media file (HEIC, AVIF or video)"
+    if head[:64].lstrip()[:1] == b"<":
+        return "text markup (SVG, XML or HTML)"
+    return "not a recognised image format"
+
+
+def _fit(width: int, height: int, limits: Limits) -> str:
+    """The largest size of the same aspect ratio within max_side and max_pixels, as 'WxH'."""
+    scale = min(1.0, limits.max_side / max(width, height), sqrt(limits.max_pixels / (width * height)))
+    w, h = max(1, int(width * scale)), max(1, int(height * scale))
+    while max(w, h) > limits.max_side or w * h > limits.max_pixels:  # float rounding can land one over
+        w, h = (w - 1, h) if w >= h else (w, h - 1)
+    return f"{w}x{h}"
