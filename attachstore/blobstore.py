@@ -2,8 +2,8 @@
 
 It knows nothing of images or of the index. Its contract:
 
-- `put(ref, data)` returns only once `data` is durable at the path of `ref`; an intact existing object is kept,
-  a damaged or missing one is replaced atomically from `data` (the damaged copy goes to quarantine/).
+- `put(ref, data)` returns only once `data` is durable at the path of `ref`; an intact existing object is
+  kept, a damaged or missing one is replaced atomically from `data` (the damaged copy goes to quarantine/).
 - `read(ref, size)` returns the object's bytes only if their hash is `ref` and their length is `size`.
 - Nothing here ever leaves a partially written file at an object path.
 """
@@ -11,6 +11,7 @@ It knows nothing of images or of the index. Its contract:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import os
 import secrets
@@ -28,7 +29,7 @@ _READ_CHUNK = 1 << 20
 
 
 class FileOps:
-    """The system calls of the write path, one method each, so that tests can record them and inject faults."""
+    """The system calls of the write path, one method each, so tests can record them and inject faults."""
 
     def open_exclusive(self, path: Path) -> int:
         return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, STAGING_MODE)
@@ -95,6 +96,8 @@ class LocalBlobStore:
     def create_layout(self) -> None:
         for d in (self.root, self.objects, self.staging, self.quarantine_dir):
             d.mkdir(mode=0o755, parents=True, exist_ok=True)
+        for d in (self.root.parent, self.root):
+            self.ops.fsync_dir(d)
 
     def path(self, ref: Ref) -> Path:
         """Pure function of an already validated `Ref`: objects/<alg>/<hex[0:2]>/<hex[2:4]>/<hex>."""
@@ -109,7 +112,7 @@ class LocalBlobStore:
     async def read(self, ref: Ref, size: int) -> bytes:
         return await asyncio.to_thread(self.read_sync, ref, size)
 
-    async def quarantine(self, ref: Ref) -> bool:
+    async def quarantine(self, ref: Ref) -> str:
         return await asyncio.to_thread(self.quarantine_sync, ref)
 
     async def discard(self, ref: Ref) -> None:
@@ -129,36 +132,57 @@ class LocalBlobStore:
         final = self.path(ref)
         state = self._check(ref, final, len(data))
         if state == "intact":
+            # Another writer may have linked it without having made the name durable yet.
+            try:
+                self._sync_chain(final)
+            except OSError as e:
+                raise storage_error(e, "syncing an existing object") from e
             return Put.EXISTED
         try:
             staging = self._stage(data)
         except OSError as e:
             raise storage_error(e, "writing a staging file") from e
         try:
-            created = self._make_parents(final.parent)
+            self._make_parents(final.parent)
+            outcome = Put.CREATED if state == "missing" else Put.HEALED
             if state == "missing":
                 try:
                     self.ops.link(staging, final)
-                    outcome = Put.CREATED
                 except FileExistsError:
                     # A concurrent writer published first: keep its copy if it is intact.
                     if self._check(ref, final, len(data)) == "intact":
-                        return Put.EXISTED
-                    self._keep_damaged(final)
-                    self.ops.rename(staging, final)
-                    outcome = Put.HEALED
+                        outcome = Put.EXISTED
+                    else:
+                        self._replace(staging, final)
+                        outcome = Put.HEALED
             else:
-                self._keep_damaged(final)
-                self.ops.rename(staging, final)
-                outcome = Put.HEALED
-            # The new name is durable only once its directory is; a new directory only once its parent is.
-            for directory in [final.parent, *(d.parent for d in created)]:
-                self.ops.fsync_dir(directory)
+                self._replace(staging, final)
+            self._sync_chain(final)
             return outcome
         except OSError as e:
             raise storage_error(e, "publishing an object") from e
         finally:
             self._remove_quietly(staging)
+
+    def _replace(self, staging: Path, final: Path) -> None:
+        """Heal: keep the damaged copy for inspection, then swap in the good bytes atomically."""
+        target = self._quarantine_name(final)
+        try:
+            self.ops.link(final, target)
+            self.ops.fsync_dir(self.quarantine_dir)
+        except FileNotFoundError:
+            pass
+        self.ops.rename(staging, final)
+
+    def _sync_chain(self, final: Path) -> None:
+        """Make the object's name durable: its bucket directory, then each directory up to objects/, whose
+        entries for the levels below may be new (ours or a concurrent writer's)."""
+        directory = final.parent
+        while True:
+            self.ops.fsync_dir(directory)
+            if directory == self.objects:
+                return
+            directory = directory.parent
 
     def _stage(self, data: bytes) -> Path:
         path = self.staging / f"{secrets.token_hex(16)}.tmp"
@@ -179,21 +203,16 @@ class LocalBlobStore:
         self.ops.close(fd)
         return path
 
-    def _make_parents(self, directory: Path) -> list[Path]:
-        """mkdir -p that returns the directories it created, shallowest first."""
+    def _make_parents(self, directory: Path) -> None:
+        """mkdir -p below objects/; _sync_chain makes the new entries durable."""
         missing: list[Path] = []
         d = directory
         while not d.exists():
             missing.append(d)
             d = d.parent
-        created: list[Path] = []
         for d in reversed(missing):
-            try:
+            with contextlib.suppress(FileExistsError):
                 self.ops.mkdir(d)
-                created.append(d)
-            except FileExistsError:
-                pass
-        return created
 
     def _check(self, ref: Ref, path: Path, size: int) -> str:
         """'intact', 'missing' or 'damaged': size and a full hash, never trusting the name."""
@@ -213,24 +232,13 @@ class LocalBlobStore:
                 h.update(chunk)
         return h.hexdigest() == ref.digest
 
-    def _keep_damaged(self, path: Path) -> None:
-        """Keep a copy of damaged bytes for inspection before they are replaced."""
-        target = self._quarantine_name(path)
-        try:
-            self.ops.link(path, target)
-        except FileNotFoundError:
-            return
-        self.ops.fsync_dir(self.quarantine_dir)
-
     def _quarantine_name(self, path: Path) -> Path:
         algorithm = path.parent.parent.parent.name
         return self.quarantine_dir / f"{algorithm}-{path.name}.{time.time_ns()}"
 
     def _remove_quietly(self, path: Path) -> None:
-        try:
+        with contextlib.suppress(OSError):
             self.ops.unlink(path)
-        except OSError:
-            pass
 
     # -- read path -------------------------------------------------------------------------------------
 
@@ -247,27 +255,26 @@ class LocalBlobStore:
             raise Corrupt(f"the stored bytes of {ref} do not match their reference")
         return data
 
-    def quarantine_sync(self, ref: Ref) -> bool:
-        """Move a damaged object out of its path. False if it turned out intact (healed meanwhile)."""
+    def quarantine_sync(self, ref: Ref) -> str:
+        """Move a damaged object out of its path. Returns what was found there: 'quarantined', 'missing', or
+        'intact' (a concurrent heal replaced the bytes meanwhile; they are put back)."""
         path = self.path(ref)
         target = self._quarantine_name(path)
         try:
             self.ops.rename(path, target)
+            with open(target, "rb") as f:
+                intact = ref.matches(f.read())
+            if intact:
+                with contextlib.suppress(FileExistsError):
+                    self.ops.link(target, path)
+                self.ops.unlink(target)
+            self.ops.fsync_dir(path.parent)
+            self.ops.fsync_dir(self.quarantine_dir)
         except FileNotFoundError:
-            return True
+            return "missing"
         except OSError as e:
             raise storage_error(e, "quarantining an object") from e
-        with open(target, "rb") as f:
-            intact = ref.matches(f.read())
-        if intact:
-            try:
-                self.ops.link(target, path)
-            except FileExistsError:
-                pass
-            self.ops.unlink(target)
-        self.ops.fsync_dir(path.parent)
-        self.ops.fsync_dir(self.quarantine_dir)
-        return not intact
+        return "intact" if intact else "quarantined"
 
     def discard_sync(self, ref: Ref) -> None:
         """Remove an object file that no index row publishes (the caller holds the index write lock)."""

@@ -9,6 +9,7 @@ import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import msgspec
 
@@ -20,6 +21,7 @@ from .server import serve
 from .service import SOURCES, ImageRef, Store, Upload
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+T = TypeVar("T")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -27,7 +29,9 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--config", metavar="FILE", help="TOML configuration file (else $ATTACHSTORE_CONFIG)")
     common.add_argument("--data-dir", metavar="DIR", help="data directory (else $ATTACHSTORE_DATA_DIR)")
 
-    p = argparse.ArgumentParser(prog="attachstore", description="A verified attachment store for agent hosts.")
+    p = argparse.ArgumentParser(
+        prog="attachstore", description="A verified attachment store for agent hosts."
+    )
     p.add_argument("--version", action="version", version=f"attachstore {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -59,7 +63,7 @@ def _config(args: argparse.Namespace) -> Config:
     return load(args.config, overrides=overrides)
 
 
-async def _with_store(config: Config, action: Callable[[Store], Awaitable[int]]) -> int:
+async def _with_store(config: Config, action: Callable[[Store], Awaitable[T]]) -> T:
     # One decode worker: a local command admits a handful of files, and the daemon may be busy beside it.
     store = await Store.open(config, workers=1)
     try:
@@ -101,18 +105,21 @@ def _cmd_put(args: argparse.Namespace, config: Config) -> int:
 
 def _cmd_get(args: argparse.Namespace, config: Config) -> int:
     if args.output is None and sys.stdout.isatty():
-        raise AttachstoreError("refusing to write image bytes to a terminal; use -o FILE", code="INVALID_REQUEST")
+        raise AttachstoreError(
+            "refusing to write image bytes to a terminal; use -o FILE", code="INVALID_REQUEST"
+        )
 
-    async def action(store: Store) -> int:
+    async def action(store: Store) -> bytes:
         _, data = await store.read(args.ref)
-        if args.output in (None, "-"):
-            sys.stdout.buffer.write(data)
-            sys.stdout.buffer.flush()
-        else:
-            Path(args.output).write_bytes(data)
-        return EXIT_OK
+        return data
 
-    return asyncio.run(_with_store(config, action))
+    data = asyncio.run(_with_store(config, action))
+    if args.output in (None, "-"):
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+    else:
+        Path(args.output).write_bytes(data)
+    return EXIT_OK
 
 
 def _cmd_stat(args: argparse.Namespace, config: Config) -> int:

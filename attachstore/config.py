@@ -32,7 +32,7 @@ class _Section(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=
     pass
 
 
-class Limits(_Section):
+class Limits(_Section, frozen=True):
     max_image_bytes: Positive = 3_670_016
     max_side: Positive = 2000
     max_pixels: Positive = 4_000_000
@@ -42,7 +42,7 @@ class Limits(_Section):
     max_batch_bytes: Positive = 33_554_432
 
 
-class Admission(_Section):
+class Admission(_Section, frozen=True):
     decode_workers: Annotated[int, Meta(ge=0)] = 0  # 0: one per core
     decode_timeout: Duration = "10s"
 
@@ -55,7 +55,7 @@ class Admission(_Section):
         return self.decode_workers or (os.cpu_count() or 1)
 
 
-class Http(_Section):
+class Http(_Section, frozen=True):
     max_body_bytes: Positive | None = None  # default: sized from the batch limits
 
     def body_cap(self, limits: Limits) -> int:
@@ -65,7 +65,7 @@ class Http(_Section):
         return limits.max_batch_bytes * 4 // 3 + 1_048_576
 
 
-class Gc(_Section):
+class Gc(_Section, frozen=True):
     grace: Duration = "24h"
 
     @property
@@ -73,13 +73,13 @@ class Gc(_Section):
         return duration_seconds(self.grace)
 
 
-class Route(_Section):
+class Route(_Section, frozen=True):
     input_modalities: list[Literal["text", "image"]] = msgspec.field(default_factory=lambda: ["text"])
     provider: Provider | None = None
     max_request_image_bytes: Positive | None = None
 
 
-class Tenant(_Section):
+class Tenant(_Section, frozen=True):
     name: Annotated[str, Meta(pattern=r"^[A-Za-z0-9._-]{1,64}$")]
     token_sha256: Annotated[str, Meta(pattern=r"^[0-9a-f]{64}$")]
 
@@ -87,7 +87,7 @@ class Tenant(_Section):
 Listen = Annotated[str, Meta(pattern=r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):[0-9]{1,5}$")]
 
 
-class Config(_Section):
+class Config(_Section, frozen=True):
     data_dir: str = ""  # empty: the XDG default, filled in by load()
     listen: Listen = "127.0.0.1:8731"
     unix_socket: str | None = None
@@ -128,7 +128,7 @@ def load(
     env: Mapping[str, str] | None = None,
     overrides: Mapping[str, Any] | None = None,
 ) -> Config:
-    """Read the file (`path`, else $ATTACHSTORE_CONFIG, else none), apply the environment, then `overrides`."""
+    """Read the file (`path`, else $ATTACHSTORE_CONFIG, else none), then the environment, then `overrides`."""
     env = os.environ if env is None else env
     path = path or env.get("ATTACHSTORE_CONFIG") or None
     raw: dict[str, Any] = {}
@@ -154,6 +154,8 @@ def load(
         raise ConfigError(f"{source}: {_name_the_key(str(e))}") from None
     if not config.data_dir:
         config = msgspec.structs.replace(config, data_dir=default_data_dir(env))
+    if config.admission.decode_timeout_seconds <= 0:
+        raise ConfigError(f"{source}: bad value for 'admission.decode_timeout': must be longer than 0")
     if config.tenants:
         raise ConfigError(
             f"{source}: tenants: bearer-token tenants are not supported by this version yet; "

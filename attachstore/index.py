@@ -8,6 +8,7 @@ does so while holding the same write lock, and only when no row publishes it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
@@ -17,10 +18,12 @@ from pathlib import Path
 
 import aiosqlite
 
-MIGRATIONS: list[str] = [
-    # 1: objects
-    """
-    CREATE TABLE objects (
+from .errors import AttachstoreError, StorageFull, StorageUnavailable
+
+# One list of statements per schema version; never edit a released entry, append a new one.
+MIGRATIONS: list[list[str]] = [
+    [
+        """CREATE TABLE objects (
         ref         TEXT PRIMARY KEY,
         media_type  TEXT NOT NULL,
         bytes       INTEGER NOT NULL,
@@ -31,9 +34,9 @@ MIGRATIONS: list[str] = [
         created_at  REAL NOT NULL,
         lease_at    REAL NOT NULL,
         state       TEXT NOT NULL DEFAULT 'ok' CHECK (state IN ('ok', 'quarantined', 'missing'))
-    ) STRICT;
-    CREATE INDEX objects_lease ON objects (lease_at);
-    """,
+        ) STRICT""",
+        "CREATE INDEX objects_lease ON objects (lease_at)",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 BUSY_TIMEOUT_MS = 30_000
@@ -60,8 +63,14 @@ class ObjectRow:
 _COLUMNS = "ref, media_type, bytes, width, height, frames, name, created_at, lease_at, state"
 
 
+def _storage_error(e: sqlite3.Error) -> AttachstoreError:
+    if getattr(e, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+        return StorageFull(f"the index cannot grow: {e}")
+    return StorageUnavailable(f"index error while writing: {e}")
+
+
 def _row(r: sqlite3.Row | tuple[object, ...]) -> ObjectRow:
-    return ObjectRow(*r)  # type: ignore[arg-type]
+    return ObjectRow(*r)
 
 
 async def _connect(path: Path) -> aiosqlite.Connection:
@@ -99,15 +108,20 @@ class Index:
 
     @asynccontextmanager
     async def write(self) -> AsyncIterator[aiosqlite.Connection]:
-        """One write transaction, holding SQLite's write lock (BEGIN IMMEDIATE) from start to commit."""
+        """One write transaction, holding SQLite's write lock (BEGIN IMMEDIATE) from start to commit.
+        SQLite's own failures leave as STORAGE_FULL or STORAGE_UNAVAILABLE, with nothing committed."""
         async with self._lock:
-            await self._w.execute("BEGIN IMMEDIATE")
             try:
-                yield self._w
-            except BaseException:
-                await self._w.execute("ROLLBACK")
-                raise
-            await self._w.execute("COMMIT")
+                await self._w.execute("BEGIN IMMEDIATE")
+                try:
+                    yield self._w
+                    await self._w.execute("COMMIT")
+                except BaseException:
+                    with contextlib.suppress(sqlite3.Error):
+                        await self._w.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as e:
+                raise _storage_error(e) from e
 
     async def ping(self) -> None:
         async with self._r.execute("SELECT 1") as cur:
@@ -149,7 +163,17 @@ class Index:
                     name = COALESCE(objects.name, excluded.name),
                     lease_at = excluded.lease_at, state = 'ok'""",
                 [
-                    (r.ref, r.media_type, r.bytes, r.width, r.height, r.frames, r.name, r.created_at, r.lease_at)
+                    (
+                        r.ref,
+                        r.media_type,
+                        r.bytes,
+                        r.width,
+                        r.height,
+                        r.frames,
+                        r.name,
+                        r.created_at,
+                        r.lease_at,
+                    )
                     for r in rows
                 ],
             )
@@ -162,9 +186,13 @@ class Index:
                     if await cur.fetchone() is None:
                         await asyncio.to_thread(remove, ref)
 
-    async def set_state(self, ref: str, state: str) -> None:
+    async def set_state(self, row: ObjectRow, state: str) -> None:
+        """Record what a read found, unless the row changed since it was read (a concurrent admission renewed
+        it, perhaps healing the object): then the finding is stale and the admission's row stands."""
         async with self.write() as db:
-            await db.execute("UPDATE objects SET state = ? WHERE ref = ?", (state, ref))
+            await db.execute(
+                "UPDATE objects SET state = ? WHERE ref = ? AND lease_at = ?", (state, row.ref, row.lease_at)
+            )
 
 
 async def _migrate(db: aiosqlite.Connection) -> None:
@@ -179,9 +207,8 @@ async def _migrate(db: aiosqlite.Connection) -> None:
                 f"({SCHEMA_VERSION}); upgrade attachstore"
             )
         for number in range(version, SCHEMA_VERSION):
-            for statement in MIGRATIONS[number].split(";"):
-                if statement.strip():
-                    await db.execute(statement)
+            for statement in MIGRATIONS[number]:
+                await db.execute(statement)
             await db.execute(f"PRAGMA user_version = {number + 1}")
     except BaseException:
         await db.execute("ROLLBACK")

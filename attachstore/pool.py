@@ -8,9 +8,14 @@ import sys
 
 from .config import Limits
 from .errors import AttachstoreError, Rejected
-from .worker import LENGTH, Failed, Job, Outcome, Passed, job_encoder, outcome_decoder
+from .worker import LENGTH, READY, Failed, Job, Outcome, Passed, job_encoder, outcome_decoder
 
 _STREAM_LIMIT = 1 << 16
+
+
+async def _read_frame(stream: asyncio.StreamReader) -> bytes:
+    (length,) = LENGTH.unpack(await stream.readexactly(LENGTH.size))
+    return await stream.readexactly(length)
 
 
 class _Worker:
@@ -25,8 +30,7 @@ class _Worker:
         stdin.write(LENGTH.pack(len(body)))
         stdin.write(body)
         await stdin.drain()
-        (length,) = LENGTH.unpack(await stdout.readexactly(LENGTH.size))
-        return outcome_decoder.decode(await stdout.readexactly(length))
+        return outcome_decoder.decode(await _read_frame(stdout))
 
     async def stop(self) -> None:
         if self.proc.returncode is None:
@@ -46,7 +50,7 @@ class DecodePool:
         self._closed = False
 
     async def inspect(self, data: bytes, declared: str | None, limits: Limits, algorithm: str) -> Passed:
-        """Run the deep checks; raise `Rejected` with the gate's code, or INVALID_IMAGE past the time bound."""
+        """The deep checks; raises `Rejected` with the gate's code, or INVALID_IMAGE past the time bound."""
         async with self._slots:
             if self._closed:
                 raise AttachstoreError("the decode pool is closed")
@@ -88,7 +92,14 @@ class DecodePool:
             )
         except OSError as e:
             raise AttachstoreError(f"cannot start a decode worker: {e}") from e
-        return _Worker(proc)
+        worker = _Worker(proc)
+        try:
+            if proc.stdout is None or await _read_frame(proc.stdout) != READY:
+                raise AttachstoreError("a decode worker started but did not say it was ready")
+        except (asyncio.IncompleteReadError, ConnectionError) as e:
+            await worker.stop()
+            raise AttachstoreError("a decode worker exited while starting") from e
+        return worker
 
     async def close(self) -> None:
         self._closed = True

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import logging
 import os
@@ -82,3 +83,6 @@ async def serve(config: Config) -> None:
     finally:
         # Stops accepting, lets in-flight admissions finish (or publish nothing), then closes the store.
         await runner.cleanup()
+        if config.unix_socket:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(config.unix_socket)

@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from . import gate
-from .blobstore import FileOps, LocalBlobStore, Put
+from .blobstore import FileOps, LocalBlobStore
 from .config import Config
-from .errors import AttachstoreError, Corrupt, Missing, NotFound, Rejected
+from .errors import AttachstoreError, Corrupt, InvalidRequest, Missing, NotFound, Rejected
 from .index import Index, ObjectRow
 from .pool import DecodePool
 from .probe import probe_header
@@ -103,9 +103,9 @@ class Store:
     async def admit(self, uploads: Sequence[Upload], source: str) -> list[ImageRef]:
         """Validate every member, then store every member, then publish all rows in one transaction."""
         if source not in SOURCES:
-            raise AttachstoreError(f"unknown source {source!r}", code="INVALID_REQUEST")
+            raise InvalidRequest(f"source: must be one of {', '.join(SOURCES)}, not {source!r}")
         admitted = await self._validate(uploads)
-        await self._store(admitted)
+        await self._store(admitted, [display_name(u.name) for u in uploads])
         return [
             ImageRef(
                 str(a.ref),
@@ -152,27 +152,39 @@ class Store:
             if isinstance(r, Passed)
         ]
 
-    async def _store(self, admitted: Sequence[_Admitted]) -> None:
-        unique = {a.ref: a for a in admitted}
-        for attempt in range(_PUBLISH_ATTEMPTS):
-            try:
-                await self._store_once(list(unique.values()))
-                return
-            except _FileGone:
-                if attempt == _PUBLISH_ATTEMPTS - 1:
-                    raise AttachstoreError("an object kept disappearing while it was being published") from None
-            except BaseException:
-                # Publish nothing: remove the files this attempt may have put in place that no row publishes.
-                await self.index.discard_unpublished(
-                    [str(a.ref) for a in unique.values()], lambda ref: self.blobs.discard_sync(Ref.parse(ref))
-                )
-                raise
+    async def _store(self, admitted: Sequence[_Admitted], names: Sequence[str | None]) -> None:
+        unique: dict[Ref, _Admitted] = {}
+        first_name: dict[Ref, str | None] = {}
+        for a, name in zip(admitted, names, strict=True):
+            unique.setdefault(a.ref, a)
+            if first_name.get(a.ref) is None:
+                first_name[a.ref] = name
+        try:
+            for _ in range(_PUBLISH_ATTEMPTS):
+                try:
+                    await self._store_once(list(unique.values()), first_name)
+                    return
+                except _FileGone:
+                    continue
+            raise AttachstoreError("an object kept disappearing while it was being published")
+        except BaseException:
+            # Publish nothing: remove the files this batch may have put in place that no row publishes.
+            await self.index.discard_unpublished(
+                [str(r) for r in unique], lambda ref: self.blobs.discard_sync(Ref.parse(ref))
+            )
+            raise
 
-    async def _store_once(self, admitted: Sequence[_Admitted]) -> None:
+    async def _store_once(self, admitted: Sequence[_Admitted], names: dict[Ref, str | None]) -> None:
         now = time.time()
         # Renew first: from here on a concurrent GC leaves these objects alone; then verify or (re)write.
         existing = await self.index.renew([str(a.ref) for a in admitted], now)
-        await asyncio.gather(*(self.blobs.put(a.ref, a.data) for a in admitted))
+        # Wait for every write, even after one failed, so that the cleanup sees all of them.
+        puts = await asyncio.gather(
+            *(self.blobs.put(a.ref, a.data) for a in admitted), return_exceptions=True
+        )
+        for outcome in puts:
+            if isinstance(outcome, BaseException):
+                raise outcome
         rows = [
             ObjectRow(
                 ref=str(a.ref),
@@ -181,7 +193,7 @@ class Store:
                 width=a.inspection.width,
                 height=a.inspection.height,
                 frames=a.inspection.frames,
-                name=None,
+                name=names.get(a.ref),
                 created_at=existing[str(a.ref)].created_at if str(a.ref) in existing else now,
                 lease_at=now,
             )
@@ -224,12 +236,16 @@ class Store:
         try:
             data = await self.blobs.read(ref, row.bytes)
         except Missing:
-            await self.index.set_state(row.ref, "missing")
+            await self.index.set_state(row, "missing")
             raise
         except Corrupt:
-            if await self.blobs.quarantine(ref):
-                await self.index.set_state(row.ref, "quarantined")
-            raise
+            found = await self.blobs.quarantine(ref)
+            if found != "intact":
+                await self.index.set_state(row, found)
+                raise
+            data = await self.blobs.read(ref, row.bytes)  # healed meanwhile
+        if row.state != "ok":
+            await self.index.set_state(row, "ok")  # the file is back (restored, or healed by another process)
         header = probe_header(data)
         if header is None or (header.media_type, header.width, header.height) != (
             row.media_type,

@@ -47,8 +47,11 @@ job_decoder = msgspec.msgpack.Decoder(Job)
 outcome_decoder = msgspec.msgpack.Decoder(Outcome)
 
 
+READY = b"ready"
+
+
 def run(job: Job) -> Outcome:
-    from .gate import inspect  # imported here so that the parent never loads Pillow's decoders for this
+    from .gate import inspect
 
     try:
         found = inspect(job.data, job.declared, job.limits)
@@ -69,8 +72,12 @@ def _read_exact(stream: BinaryIO, n: int) -> bytes | None:
 
 
 def main() -> None:
+    from . import gate  # noqa: F401  # load Pillow before saying ready, so no job's time bound pays for it
+
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     encoder = msgspec.msgpack.Encoder()
+    stdout.write(LENGTH.pack(len(READY)) + READY)
+    stdout.flush()
     while True:
         header = _read_exact(stdin, LENGTH.size)
         if header is None:

@@ -19,7 +19,9 @@ MakeClient = Callable[..., Awaitable[TestClient[Any, Any]]]
 def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for key, value in extra.items():
-        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        out[key] = (
+            _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        )
     return out
 
 
@@ -42,7 +44,9 @@ def make_config(data_dir: Path) -> MakeConfig:
 @pytest.fixture
 def make_client(aiohttp_client: Any, make_config: MakeConfig) -> MakeClient:
     async def make(file_ops: FileOps | None = None, **sections: Any) -> TestClient[Any, Any]:
-        client: TestClient[Any, Any] = await aiohttp_client(make_app(make_config(**sections), file_ops=file_ops))
+        client: TestClient[Any, Any] = await aiohttp_client(
+            make_app(make_config(**sections), file_ops=file_ops)
+        )
         return client
 
     return make

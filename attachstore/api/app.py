@@ -73,11 +73,12 @@ def _attachment(r: ImageRef) -> wire.Attachment:
 
 
 def _decode_error(e: msgspec.DecodeError) -> InvalidRequest:
+    """Name the JSON path: msgspec says '... - at `$.images[0].data`', and nothing for the top level."""
     text = str(e)
-    if isinstance(e, msgspec.ValidationError) and " - at `" in text:
-        what, where = text.rsplit(" - at `", 1)
-        return InvalidRequest(f"invalid request at {where.rstrip('`')}: {what}")
-    return InvalidRequest(f"malformed JSON: {text}")
+    if not isinstance(e, msgspec.ValidationError):
+        return InvalidRequest(f"malformed JSON: {text}")
+    what, _, where = text.partition(" - at `")
+    return InvalidRequest(f"invalid request at {where.rstrip('`') or '$'}: {what}")
 
 
 async def admit(request: web.Request) -> web.Response:
@@ -88,16 +89,15 @@ async def admit(request: web.Request) -> web.Response:
             body = wire.admit_decoder.decode(await read_capped(request, cap))
         except msgspec.DecodeError as e:
             raise _decode_error(e) from None
-        source = body.source
+        source: str = body.source
         uploads = [Upload.of_base64(i.data, i.media_type, i.name) for i in body.images]
     elif request.content_type == "multipart/form-data":
         fields, uploads = await read_multipart(request, cap, config.limits)
-        source = fields.get("source", "")
-        if source not in ("user", "tool", "mcp", "command"):
-            raise InvalidRequest("form field 'source' must be one of user, tool, mcp, command")
+        source = fields.get("source", "")  # checked by the service, like the JSON one
     else:
         raise UnsupportedMediaType(
-            f"POST /v1/attachments takes application/json or multipart/form-data, not {request.content_type!r}"
+            "POST /v1/attachments takes application/json or multipart/form-data, "
+            f"not {request.content_type!r}"
         )
     refs = await store.admit(uploads, source)
     return json_response(wire.AdmitAnswer([_attachment(r) for r in refs]), 201)

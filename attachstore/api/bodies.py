@@ -33,13 +33,22 @@ async def read_capped(request: web.Request, cap: int) -> bytes:
     return bytes(buf)
 
 
-async def read_multipart(request: web.Request, cap: int, limits: Limits) -> tuple[dict[str, str], list[Upload]]:
+async def read_multipart(
+    request: web.Request, cap: int, limits: Limits
+) -> tuple[dict[str, str], list[Upload]]:
     """Text fields `source`, `route`, `session`, and one image per file part, in order.
 
     A part over `max_image_bytes` is counted to its end but not kept: the gate rejects it by its size, and
     the batch checks still see the true total."""
     if request.content_length is not None and request.content_length > cap:
         raise _too_large(cap)
+    try:
+        return await _read_parts(request, cap, limits)
+    except (ValueError, AssertionError) as e:  # aiohttp's word for a body that is not valid multipart
+        raise InvalidRequest(f"malformed multipart body: {e}") from None
+
+
+async def _read_parts(request: web.Request, cap: int, limits: Limits) -> tuple[dict[str, str], list[Upload]]:
     fields: dict[str, str] = {}
     uploads: list[Upload] = []
     total = 0
@@ -47,7 +56,12 @@ async def read_multipart(request: web.Request, cap: int, limits: Limits) -> tupl
     while (part := await reader.next()) is not None:
         if not isinstance(part, BodyPartReader):
             raise InvalidRequest("nested multipart bodies are not accepted")
-        if part.filename is None and part.name in _TEXT_FIELDS:
+        if part.filename is None:
+            if part.name not in _TEXT_FIELDS:
+                raise InvalidRequest(
+                    f"unknown form field {part.name!r}: text fields are source, route and session; "
+                    "each image is a file part (with a filename)"
+                )
             value = await part.read(decode=True)
             total += len(value)
             if len(value) > _MAX_TEXT_FIELD:

@@ -14,13 +14,13 @@ class _In(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     pass
 
 
-class ImageIn(_In):
+class ImageIn(_In, frozen=True):
     data: str
     media_type: str | None = None
     name: Annotated[str, Meta(max_length=4096)] | None = None
 
 
-class AdmitRequest(_In):
+class AdmitRequest(_In, frozen=True):
     source: Source
     images: list[ImageIn]
 

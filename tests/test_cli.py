@@ -1,0 +1,186 @@
+"""The command line: in-process for the local commands, a real process for `serve`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from attachstore.cli import main
+from attachstore.refs import Ref
+from tests.images import jpeg, png
+
+
+@pytest.fixture
+def image_file(tmp_path: Path) -> Path:
+    path = tmp_path / "shot.png"
+    path.write_bytes(png(12, 7))
+    return path
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_put_get_stat(capsys: pytest.CaptureFixture[str], tmp_path: Path, image_file: Path) -> None:
+    data_dir = str(tmp_path / "data")
+    code, out, _ = run(capsys, "put", "--data-dir", data_dir, "--json", str(image_file))
+    assert code == 0
+    [a] = json.loads(out)["attachments"]
+    ref = str(Ref.of("sha256", image_file.read_bytes()))
+    assert a == {
+        "ref": ref,
+        "media_type": "image/png",
+        "bytes": image_file.stat().st_size,
+        "width": 12,
+        "height": 7,
+        "frames": 1,
+        "name": "shot.png",
+    }
+    code, out, _ = run(capsys, "put", "--data-dir", data_dir, str(image_file))
+    assert (code, out.split()[0]) == (0, ref)
+
+    target = tmp_path / "back.png"
+    assert run(capsys, "get", "--data-dir", data_dir, ref, "-o", str(target))[0] == 0
+    assert target.read_bytes() == image_file.read_bytes()
+
+    code, out, _ = run(capsys, "stat", "--data-dir", data_dir, ref)
+    assert (code, json.loads(out)["width"]) == (0, 12)
+
+
+def test_put_rejection_exits_1_with_the_code(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, image_file: Path
+) -> None:
+    code, _, err = run(
+        capsys, "put", "--data-dir", str(tmp_path), "--media-type", "image/jpeg", str(image_file)
+    )
+    assert code == 1
+    assert "IMAGE_TYPE_MISMATCH (image 0)" in err
+
+
+def test_get_unknown_and_malformed(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, _, err = run(
+        capsys, "get", "--data-dir", str(tmp_path), "sha256:" + "0" * 64, "-o", str(tmp_path / "x")
+    )
+    assert (code, "ATTACHMENT_NOT_FOUND" in err) == (1, True)
+    code, _, err = run(capsys, "stat", "--data-dir", str(tmp_path), "sha256:../../etc/passwd")
+    assert (code, "INVALID_ATTACHMENT_REF" in err) == (1, True)
+
+
+def test_bad_config_exits_2_naming_the_key(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text("[limits]\nmax_sides = 3\n")
+    code, _, err = run(capsys, "stat", "--config", str(config), "sha256:" + "0" * 64)
+    assert code == 2
+    assert "limits.max_sides" in err
+
+
+def test_missing_input_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, _, err = run(capsys, "put", "--data-dir", str(tmp_path), str(tmp_path / "nope.png"))
+    assert code == 1
+    assert "nope.png" in err
+
+
+def test_python_dash_m() -> None:
+    done = subprocess.run([sys.executable, "-m", "attachstore", "--version"], capture_output=True, text=True)
+    assert done.returncode == 0
+    assert done.stdout.startswith("attachstore ")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _wait_ready(url: str, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"serve exited early: {proc.stderr.read() if proc.stderr else ''!r}")
+        try:
+            with urllib.request.urlopen(url, timeout=1) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError("serve did not become ready")
+
+
+def test_serve_admits_reads_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    port = _free_port()
+    env = {**os.environ, "ATTACHSTORE_DATA_DIR": str(tmp_path / "data")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "attachstore", "serve", "--listen", f"127.0.0.1:{port}"],
+        env=env,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        _wait_ready(f"{base}/readyz", proc)
+        image = jpeg(20, 10)
+        import base64
+
+        body = json.dumps({"source": "user", "images": [{"data": base64.b64encode(image).decode()}]}).encode()
+        request = urllib.request.Request(
+            f"{base}/v1/attachments", data=body, headers={"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=30) as r:
+            ref = json.loads(r.read())["attachments"][0]["ref"]
+        with urllib.request.urlopen(f"{base}/v1/attachments/{ref}", timeout=30) as r:
+            assert r.read() == image
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+
+
+def test_serve_on_a_unix_socket(tmp_path: Path) -> None:
+    path = tmp_path / "a.sock"
+    env = {**os.environ, "ATTACHSTORE_DATA_DIR": str(tmp_path / "data")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "attachstore", "serve", "--unix-socket", str(path)],
+        env=env,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        answer = b""
+        while time.monotonic() < deadline and not answer:
+            try:
+                with socket.socket(socket.AF_UNIX) as s:
+                    s.connect(str(path))
+                    s.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
+                    answer = s.recv(100)
+            except OSError:
+                time.sleep(0.05)
+        assert answer.split(b"\r\n")[0].endswith(b" 200 OK")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert not path.exists()
+
+
+def test_serve_refuses_an_open_non_loopback_address(tmp_path: Path) -> None:
+    env = {**os.environ, "ATTACHSTORE_DATA_DIR": str(tmp_path / "data")}
+    done = subprocess.run(
+        [sys.executable, "-m", "attachstore", "serve", "--listen", "0.0.0.0:8731"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2
+    assert "without access tokens" in done.stderr
