@@ -15,10 +15,11 @@ import msgspec
 
 from . import __version__
 from .config import Config, load
-from .errors import AttachstoreError, ConfigError
-from .index import IndexUnusable
+from .errors import AttachstoreError, ConfigError, InvalidRequest
+from .index import SessionRow
+from .schema import IndexUnusable
 from .server import serve
-from .service import SOURCES, ImageRef, Store, Upload
+from .service import SOURCES, Admission, ImageRef, Store, Upload
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 T = TypeVar("T")
@@ -43,6 +44,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("files", nargs="+", metavar="FILE", help="image files, admitted as one batch")
     s.add_argument("--source", choices=SOURCES, default="user")
     s.add_argument("--media-type", metavar="TYPE", help="declared type, checked against the bytes")
+    s.add_argument("--route", metavar="MODEL", help="the model the images are for (modality policy)")
+    s.add_argument("--session", metavar="ID", help="hold the images in this session")
     s.add_argument("--json", action="store_true", help="print the answer as JSON")
 
     s = sub.add_parser("get", parents=[common], help="write an attachment's verified bytes")
@@ -51,6 +54,27 @@ def _parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("stat", parents=[common], help="print an attachment's metadata as JSON")
     s.add_argument("ref")
+
+    s = sub.add_parser("session", help="create, show, fork, hold and delete sessions")
+    actions = s.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    def action(name: str, help: str, *positionals: str) -> argparse.ArgumentParser:
+        a = actions.add_parser(name, parents=[common], help=help)
+        for positional in positionals:
+            if positional == "refs":
+                a.add_argument(positional, nargs="+", metavar="REF")
+            else:
+                a.add_argument(positional)
+        return a
+
+    action("create", "create a session (the same route again is a no-op)", "id").add_argument(
+        "--route", metavar="MODEL"
+    )
+    action("show", "print a session as JSON", "id")
+    action("route", "switch the route (refused to a text-only one while it holds images)", "id", "route")
+    action("fork", "copy a session and its holds to a new id", "id", "new_id")
+    action("hold", "hold existing attachments in a session", "id", "refs")
+    action("delete", "release a session's holds and forget it", "id")
     return p
 
 
@@ -78,7 +102,7 @@ def _read_files(paths: Sequence[str], media_type: str | None) -> list[Upload]:
         try:
             data = Path(path).read_bytes()
         except OSError as e:
-            raise AttachstoreError(f"{path}: {e.strerror}", code="INVALID_REQUEST") from None
+            raise InvalidRequest(f"{path}: {e.strerror}") from None
         uploads.append(Upload.of_bytes(data, media_type, os.path.basename(path)))
     return uploads
 
@@ -91,23 +115,25 @@ def _line(r: ImageRef) -> str:
 def _cmd_put(args: argparse.Namespace, config: Config) -> int:
     uploads = _read_files(args.files, args.media_type)
 
-    async def action(store: Store) -> int:
-        refs = await store.admit(uploads, args.source)
-        if args.json:
-            print(msgspec.json.encode({"attachments": refs}).decode())
-        else:
-            for r in refs:
-                print(_line(r))
-        return EXIT_OK
+    async def action(store: Store) -> Admission:
+        return await store.admit(uploads, args.source, route=args.route, session=args.session)
 
-    return asyncio.run(_with_store(config, action))
+    result = asyncio.run(_with_store(config, action))
+    if args.json:
+        answer: dict[str, object] = {"attachments": result.attachments}
+        if result.degraded:
+            answer |= {"degraded": True, "diagnostics": result.diagnostics, "text": result.text}
+        print(msgspec.json.encode(answer).decode())
+    elif result.degraded:
+        print(f"attachstore: nothing admitted (degraded): {result.text}", file=sys.stderr)
+    for r in [] if args.json else result.attachments:
+        print(_line(r))
+    return EXIT_FAILED if result.degraded else EXIT_OK
 
 
 def _cmd_get(args: argparse.Namespace, config: Config) -> int:
     if args.output is None and sys.stdout.isatty():
-        raise AttachstoreError(
-            "refusing to write image bytes to a terminal; use -o FILE", code="INVALID_REQUEST"
-        )
+        raise InvalidRequest("refusing to write image bytes to a terminal; use -o FILE")
 
     async def action(store: Store) -> bytes:
         _, data = await store.read(args.ref)
@@ -130,6 +156,30 @@ def _cmd_stat(args: argparse.Namespace, config: Config) -> int:
     return asyncio.run(_with_store(config, action))
 
 
+def _cmd_session(args: argparse.Namespace, config: Config) -> int:
+    key = ("", args.id)
+
+    async def action(store: Store) -> object:
+        sessions = store.sessions
+        if args.action == "create":
+            return (await sessions.create(key, args.route))[0]
+        if args.action == "show":
+            return await sessions.get(key)
+        if args.action == "route":
+            return await sessions.switch_route(key, args.route)
+        if args.action == "fork":
+            return await sessions.fork(key, args.new_id)
+        if args.action == "hold":
+            return await sessions.hold(key, args.refs)
+        return {"session": args.id, "released": await sessions.delete(key)}
+
+    result = asyncio.run(_with_store(config, action))
+    if isinstance(result, SessionRow):
+        result = {"session": result.id, "route": result.route, "holds": result.holds}
+    print(msgspec.json.encode(result).decode())
+    return EXIT_OK
+
+
 def _cmd_serve(args: argparse.Namespace, config: Config) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     asyncio.run(serve(config))
@@ -141,6 +191,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {
     "put": _cmd_put,
     "get": _cmd_get,
     "stat": _cmd_stat,
+    "session": _cmd_session,
 }
 
 

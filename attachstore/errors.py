@@ -86,5 +86,20 @@ class StorageUnavailable(AttachstoreError):
     status = 503
 
 
+class SessionNotFound(AttachstoreError):
+    code = "SESSION_NOT_FOUND"
+    status = 404
+
+
+class SessionConflict(AttachstoreError):
+    code = "SESSION_CONFLICT"
+    status = 409
+
+
+class RouteSwitchRejected(AttachstoreError):
+    code = "ROUTE_SWITCH_REJECTED"
+    status = 409
+
+
 class ConfigError(Exception):
     """A bad configuration; the message names the key. Stops start-up."""

@@ -18,32 +18,17 @@ from pathlib import Path
 
 import aiosqlite
 
-from .errors import AttachstoreError, StorageFull, StorageUnavailable
+from .errors import (
+    AttachstoreError,
+    NotFound,
+    SessionConflict,
+    SessionNotFound,
+    StorageFull,
+    StorageUnavailable,
+)
+from .schema import migrate
 
-# One list of statements per schema version; never edit a released entry, append a new one.
-MIGRATIONS: list[list[str]] = [
-    [
-        """CREATE TABLE objects (
-        ref         TEXT PRIMARY KEY,
-        media_type  TEXT NOT NULL,
-        bytes       INTEGER NOT NULL,
-        width       INTEGER NOT NULL,
-        height      INTEGER NOT NULL,
-        frames      INTEGER NOT NULL,
-        name        TEXT,
-        created_at  REAL NOT NULL,
-        lease_at    REAL NOT NULL,
-        state       TEXT NOT NULL DEFAULT 'ok' CHECK (state IN ('ok', 'quarantined', 'missing'))
-        ) STRICT""",
-        "CREATE INDEX objects_lease ON objects (lease_at)",
-    ],
-]
-SCHEMA_VERSION = len(MIGRATIONS)
 BUSY_TIMEOUT_MS = 30_000
-
-
-class IndexUnusable(Exception):
-    """The index cannot be used (for example: written by a newer attachstore)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +43,18 @@ class ObjectRow:
     created_at: float
     lease_at: float
     state: str = "ok"
+
+
+SessionKey = tuple[str, str]  # (tenant, session id)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRow:
+    tenant: str
+    id: str
+    route: str | None
+    created_at: float
+    holds: tuple[str, ...]  # refs, in the order they were first held
 
 
 _COLUMNS = "ref, media_type, bytes, width, height, frames, name, created_at, lease_at, state"
@@ -95,7 +92,7 @@ class Index:
     async def open(cls, path: Path) -> Index:
         writer = await _connect(path)
         try:
-            await _migrate(writer)
+            await migrate(writer)
             reader = await _connect(path)
         except BaseException:
             await writer.close()
@@ -150,10 +147,14 @@ class Index:
                     found[ref] = _row(r)
         return found
 
-    async def publish(self, rows: Sequence[ObjectRow], check: Callable[[], object]) -> None:
-        """Insert or refresh `rows` in one transaction. `check` runs under the write lock first and raises if
-        any object file has gone; then nothing is committed."""
+    async def publish(
+        self, rows: Sequence[ObjectRow], check: Callable[[], object], hold: SessionKey | None = None
+    ) -> None:
+        """Insert or refresh `rows` in one transaction, and add them to the session `hold` if given. `check`
+        runs under the write lock first and raises if any object file has gone; then nothing is committed."""
         async with self.write() as db:
+            if hold is not None:
+                await _require_session(db, hold)
             await asyncio.to_thread(check)
             await db.executemany(
                 f"""INSERT INTO objects ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'ok')
@@ -177,6 +178,8 @@ class Index:
                     for r in rows
                 ],
             )
+            if hold is not None:
+                await _add_holds(db, hold, [r.ref for r in rows], rows[0].lease_at if rows else time.time())
 
     async def discard_unpublished(self, refs: Iterable[str], remove: Callable[[str], object]) -> None:
         """Under the write lock, call `remove(ref)` for each ref that no row publishes."""
@@ -194,23 +197,103 @@ class Index:
                 "UPDATE objects SET state = ? WHERE ref = ? AND lease_at = ?", (state, row.ref, row.lease_at)
             )
 
+    # -- sessions and holds --------------------------------------------------------------------------------
 
-async def _migrate(db: aiosqlite.Connection) -> None:
-    await db.execute("BEGIN IMMEDIATE")
-    try:
-        async with db.execute("PRAGMA user_version") as cur:
-            row = await cur.fetchone()
-        version = int(row[0]) if row else 0
-        if version > SCHEMA_VERSION:
-            raise IndexUnusable(
-                f"the index has schema version {version}, newer than this attachstore knows "
-                f"({SCHEMA_VERSION}); upgrade attachstore"
+    async def get_session(self, key: SessionKey) -> SessionRow | None:
+        return await _session(self._r, key)
+
+    async def create_session(self, key: SessionKey, route: str | None, now: float) -> tuple[SessionRow, bool]:
+        """Create, or find the same session again. False when it already existed with this route."""
+        async with self.write() as db:
+            existing = await _session(db, key)
+            if existing is not None:
+                if existing.route != route:
+                    raise SessionConflict(
+                        f"session {key[1]!r} already exists with route {existing.route!r}",
+                        hint="switch its route with POST /v1/sessions/{id}/route, or use another session id",
+                    )
+                return existing, False
+            await db.execute(
+                "INSERT INTO sessions (tenant, id, route, created_at) VALUES (?, ?, ?, ?)", (*key, route, now)
             )
-        for number in range(version, SCHEMA_VERSION):
-            for statement in MIGRATIONS[number]:
-                await db.execute(statement)
-            await db.execute(f"PRAGMA user_version = {number + 1}")
-    except BaseException:
-        await db.execute("ROLLBACK")
-        raise
-    await db.execute("COMMIT")
+        return SessionRow(key[0], key[1], route, now, ()), True
+
+    async def set_route(
+        self, key: SessionKey, route: str | None, guard: Callable[[SessionRow], object]
+    ) -> SessionRow:
+        """Switch the route after `guard(session)` (run under the write lock) has not raised."""
+        async with self.write() as db:
+            current = await _require_session(db, key)
+            guard(current)
+            await db.execute("UPDATE sessions SET route = ? WHERE tenant = ? AND id = ?", (route, *key))
+        return SessionRow(current.tenant, current.id, route, current.created_at, current.holds)
+
+    async def fork(self, source: SessionKey, target: SessionKey, now: float) -> SessionRow:
+        """A new session with the source's route and a copy of all its holds, in one transaction."""
+        async with self.write() as db:
+            original = await _require_session(db, source)
+            if await _session(db, target, with_holds=False) is not None:
+                raise SessionConflict(
+                    f"session {target[1]!r} already exists", hint="fork into a new session id"
+                )
+            await db.execute(
+                "INSERT INTO sessions (tenant, id, route, created_at) VALUES (?, ?, ?, ?)",
+                (*target, original.route, now),
+            )
+            await _add_holds(db, target, original.holds, now)
+        return SessionRow(target[0], target[1], original.route, now, original.holds)
+
+    async def add_holds(self, key: SessionKey, refs: Sequence[str], now: float) -> SessionRow:
+        """Hold existing objects: all of them or, if one has no row, none (ATTACHMENT_NOT_FOUND)."""
+        async with self.write() as db:
+            await _require_session(db, key)
+            for ref in refs:
+                async with db.execute("SELECT 1 FROM objects WHERE ref = ?", (ref,)) as cur:
+                    if await cur.fetchone() is None:
+                        raise NotFound(f"no attachment {ref}")
+            await _add_holds(db, key, refs, now)
+            session = await _require_session(db, key)
+        return session
+
+    async def delete_session(self, key: SessionKey, now: float) -> int:
+        """Release every hold of the session, then forget it. Returns how many holds were released."""
+        async with self.write() as db:
+            session = await _require_session(db, key)
+            await _renew(db, session.holds, now)  # the grace period starts at the release
+            await db.execute("DELETE FROM sessions WHERE tenant = ? AND id = ?", key)  # holds cascade
+        return len(session.holds)
+
+
+async def _session(db: aiosqlite.Connection, key: SessionKey, with_holds: bool = True) -> SessionRow | None:
+    async with db.execute("SELECT route, created_at FROM sessions WHERE tenant = ? AND id = ?", key) as cur:
+        found = await cur.fetchone()
+    if found is None:
+        return None
+    holds: tuple[str, ...] = ()
+    if with_holds:
+        async with db.execute(
+            "SELECT ref FROM holds WHERE tenant = ? AND session = ? ORDER BY created_at, rowid", key
+        ) as cur:
+            holds = tuple(r[0] for r in await cur.fetchall())
+    return SessionRow(key[0], key[1], found[0], found[1], holds)
+
+
+async def _require_session(db: aiosqlite.Connection, key: SessionKey) -> SessionRow:
+    session = await _session(db, key)
+    if session is None:
+        raise SessionNotFound(f"no session {key[1]!r}", hint="create it with PUT /v1/sessions/{id}")
+    return session
+
+
+async def _renew(db: aiosqlite.Connection, refs: Iterable[str], now: float) -> None:
+    await db.executemany("UPDATE objects SET lease_at = ? WHERE ref = ?", [(now, ref) for ref in refs])
+
+
+async def _add_holds(db: aiosqlite.Connection, key: SessionKey, refs: Iterable[str], now: float) -> None:
+    """Every hold change renews the held objects' leases."""
+    refs = list(refs)
+    await db.executemany(
+        "INSERT OR IGNORE INTO holds (tenant, session, ref, created_at) VALUES (?, ?, ?, ?)",
+        [(*key, ref, now) for ref in refs],
+    )
+    await _renew(db, refs, now)

@@ -7,16 +7,18 @@ import asyncio
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from . import gate
+from . import gate, policy
 from .blobstore import FileOps, LocalBlobStore
 from .config import Config
 from .errors import AttachstoreError, Corrupt, InvalidRequest, Missing, NotFound, Rejected
-from .index import Index, ObjectRow
+from .index import Index, ObjectRow, SessionKey
+from .policy import Diagnostic
 from .pool import DecodePool
 from .probe import probe_header
 from .refs import Ref
+from .sessions import Sessions
 from .worker import Passed
 
 SOURCES = ("user", "tool", "mcp", "command")
@@ -63,6 +65,35 @@ class _Admitted:
     inspection: Passed
 
 
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """The answer to an admission: refs in input order, or (soft rejection) a diagnostic per image."""
+
+    attachments: list[ImageRef]
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    text: str | None = None
+
+    @property
+    def degraded(self) -> bool:
+        return bool(self.diagnostics)
+
+
+def _degraded(
+    uploads: Sequence[Upload],
+    names: Sequence[str | None],
+    batch_error: Rejected | None,
+    verdicts: Sequence[_Admitted | Rejected],
+) -> Admission:
+    diagnostics = []
+    for i, (u, name) in enumerate(zip(uploads, names, strict=True)):
+        verdict: _Admitted | Rejected | None = batch_error or (verdicts[i] if i < len(verdicts) else None)
+        if isinstance(verdict, _Admitted):
+            diagnostics.append(Diagnostic(i, verdict.inspection.media_type, name, None, "valid"))
+        elif isinstance(verdict, Rejected):
+            diagnostics.append(Diagnostic(i, u.media_type, name, verdict.code, verdict.message, verdict.hint))
+    return Admission([], diagnostics, policy.model_text(diagnostics))
+
+
 class _FileGone(Exception):
     """An object file vanished between its write and the commit that publishes it."""
 
@@ -85,6 +116,7 @@ class Store:
         self.blobs = blobs
         self.index = index
         self.pool = pool
+        self.sessions = Sessions(config, index)
 
     @classmethod
     async def open(cls, config: Config, ops: FileOps | None = None, workers: int | None = None) -> Store:
@@ -100,59 +132,101 @@ class Store:
 
     # -- admission -------------------------------------------------------------------------------------
 
-    async def admit(self, uploads: Sequence[Upload], source: str) -> list[ImageRef]:
-        """Validate every member, then store every member, then publish all rows in one transaction."""
+    async def admit(
+        self,
+        uploads: Sequence[Upload],
+        source: str,
+        *,
+        route: str | None = None,
+        session: str | None = None,
+        tenant: str = "",
+    ) -> Admission:
+        """Validate every member, then store every member, then publish all rows (and the session's holds)
+        in one transaction. A rejection raises for `user`/`command` and degrades for `tool`/`mcp`."""
         if source not in SOURCES:
             raise InvalidRequest(f"source: must be one of {', '.join(SOURCES)}, not {source!r}")
-        admitted = await self._validate(uploads)
-        await self._store(admitted, [display_name(u.name) for u in uploads])
-        return [
-            ImageRef(
-                str(a.ref),
-                a.inspection.media_type,
-                len(a.data),
-                a.inspection.width,
-                a.inspection.height,
-                a.inspection.frames,
-                display_name(u.name),
-            )
-            for a, u in zip(admitted, uploads, strict=True)
-        ]
+        hold = None
+        if session is not None:
+            found = await self.sessions.get((tenant, session))
+            route = route if route is not None else found.route
+            hold = (tenant, session)
+        names = [display_name(u.name) for u in uploads]
+        soft = source in policy.SOFT_SOURCES
+        batch_error, verdicts = await self._validate(uploads, source, route, every_image=soft)
+        if batch_error is not None or any(isinstance(v, Rejected) for v in verdicts):
+            if soft:
+                return _degraded(uploads, names, batch_error, verdicts)
+            if batch_error is not None:
+                raise batch_error
+            i, first = next((i, v) for i, v in enumerate(verdicts) if isinstance(v, Rejected))
+            raise first.at(i)
+        admitted = [v for v in verdicts if isinstance(v, _Admitted)]
+        await self._store(admitted, names, hold)
+        return Admission(
+            [
+                ImageRef(
+                    str(a.ref),
+                    a.inspection.media_type,
+                    len(a.data),
+                    a.inspection.width,
+                    a.inspection.height,
+                    a.inspection.frames,
+                    name,
+                )
+                for a, name in zip(admitted, names, strict=True)
+            ]
+        )
 
-    async def _validate(self, uploads: Sequence[Upload]) -> list[_Admitted]:
-        """The gate of SPEC section 4. The first failure in input order decides, exactly as if the images were
-        checked one after another; the expensive checks of the images before it run concurrently."""
+    async def _validate(
+        self, uploads: Sequence[Upload], source: str, route: str | None, *, every_image: bool
+    ) -> tuple[Rejected | None, list[_Admitted | Rejected]]:
+        """The gate of SPEC section 4: a batch-level failure, or a verdict per image.
+
+        Without `every_image`, images after the first cheap failure are not looked at: the first failure in
+        input order decides, exactly as if the images were checked one after another, while the expensive
+        checks of the images before it run concurrently."""
         limits = self.config.limits
-        gate.check_batch([u.size for u in uploads], limits)
-        ready: list[tuple[bytes, str | None]] = []
-        cheap_failure: Rejected | None = None
-        for i, u in enumerate(uploads):
+        try:
+            policy.check_modality(self.config.routes, route, source)
+            gate.check_batch([u.size for u in uploads], limits)
+        except Rejected as e:
+            return e, []
+        cheap: list[bytes | Rejected] = []
+        for u in uploads:
             try:
                 data = gate.decode_base64(u.payload) if isinstance(u.payload, str) else u.payload
                 gate.precheck(u.size, data[:64], u.media_type, limits)
+                cheap.append(data)
             except Rejected as e:
-                cheap_failure = e
-                cheap_failure.at(i)
-                break
-            ready.append((data, u.media_type))
-        results = await asyncio.gather(
-            *(self.pool.inspect(data, declared, limits, self.config.hash) for data, declared in ready),
+                cheap.append(e)
+                if not every_image:
+                    break
+        deep = await asyncio.gather(
+            *(
+                self.pool.inspect(c, u.media_type, limits, self.config.hash)
+                for c, u in zip(cheap, uploads, strict=False)
+                if not isinstance(c, Rejected)
+            ),
             return_exceptions=True,
         )
-        for i, result in enumerate(results):
-            if isinstance(result, Rejected):
-                raise result.at(i)
-            if isinstance(result, BaseException):
-                raise result
-        if cheap_failure is not None:
-            raise cheap_failure
-        return [
-            _Admitted(Ref(self.config.hash, r.digest), data, r)
-            for (data, _), r in zip(ready, results, strict=True)
-            if isinstance(r, Passed)
-        ]
+        results = iter(deep)
+        verdicts: list[_Admitted | Rejected] = []
+        for c in cheap:
+            if isinstance(c, Rejected):
+                verdicts.append(c)
+                continue
+            r = next(results)
+            if isinstance(r, Passed):
+                verdicts.append(_Admitted(Ref(self.config.hash, r.digest), c, r))
+            elif isinstance(r, Rejected):
+                verdicts.append(r)
+            else:
+                raise r
+        return None, verdicts
 
-    async def _store(self, admitted: Sequence[_Admitted], names: Sequence[str | None]) -> None:
+    async def _store(
+        self, admitted: Sequence[_Admitted], names: Sequence[str | None], hold: SessionKey | None
+    ) -> None:
         unique: dict[Ref, _Admitted] = {}
         first_name: dict[Ref, str | None] = {}
         for a, name in zip(admitted, names, strict=True):
@@ -162,7 +236,7 @@ class Store:
         try:
             for _ in range(_PUBLISH_ATTEMPTS):
                 try:
-                    await self._store_once(list(unique.values()), first_name)
+                    await self._store_once(list(unique.values()), first_name, hold)
                     return
                 except _FileGone:
                     continue
@@ -174,7 +248,9 @@ class Store:
             )
             raise
 
-    async def _store_once(self, admitted: Sequence[_Admitted], names: dict[Ref, str | None]) -> None:
+    async def _store_once(
+        self, admitted: Sequence[_Admitted], names: dict[Ref, str | None], hold: SessionKey | None
+    ) -> None:
         now = time.time()
         # Renew first: from here on a concurrent GC leaves these objects alone; then verify or (re)write.
         existing = await self.index.renew([str(a.ref) for a in admitted], now)
@@ -206,7 +282,7 @@ class Store:
                 if found is None or found.size != len(a.data):
                     raise _FileGone(str(a.ref))
 
-        await self.index.publish(rows, files_still_there)
+        await self.index.publish(rows, files_still_there, hold)
 
     # -- reads -----------------------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 from yarl import URL
 
-from attachstore.api.app import STORE
+from attachstore.api.common import STORE
 from attachstore.blobstore import LocalBlobStore
 from attachstore.refs import Ref
 from tests.conftest import MakeClient
@@ -34,8 +34,17 @@ async def post_json(client: Client, path: str, body: Any) -> aiohttp.ClientRespo
     return await client.post(path, data=data, headers={"Content-Type": "application/json"})
 
 
-async def admit(client: Client, *images: bytes, source: str = "user", **extra: Any) -> aiohttp.ClientResponse:
-    body = {"source": source, "images": [{"data": b64(i), **extra} for i in images]}
+async def admit(
+    client: Client,
+    *images: bytes,
+    source: str = "user",
+    route: str | None = None,
+    session: str | None = None,
+    **image_fields: Any,
+) -> aiohttp.ClientResponse:
+    """POST one JSON batch; `image_fields` (media_type, name) go into every image."""
+    body: dict[str, Any] = {"source": source, "images": [{"data": b64(i), **image_fields} for i in images]}
+    body |= {k: v for k, v in (("route", route), ("session", session)) if v is not None}
     return await post_json(client, "/v1/attachments", body)
 
 

@@ -184,3 +184,27 @@ def test_serve_refuses_an_open_non_loopback_address(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert "without access tokens" in done.stderr
+
+
+def test_session_commands(capsys: pytest.CaptureFixture[str], tmp_path: Path, image_file: Path) -> None:
+    d = ["--data-dir", str(tmp_path / "data")]
+    assert run(capsys, "session", "create", *d, "s1", "--route", "some-model")[0] == 0
+    code, out, _ = run(capsys, "put", *d, "--session", "s1", "--json", str(image_file))
+    ref = json.loads(out)["attachments"][0]["ref"]
+    code, out, _ = run(capsys, "session", "fork", *d, "s1", "s2")
+    assert (code, json.loads(out)["holds"]) == (0, [ref])
+    code, out, _ = run(capsys, "session", "delete", *d, "s1")
+    assert json.loads(out) == {"session": "s1", "released": 1}
+    code, out, _ = run(capsys, "session", "show", *d, "s2")
+    assert json.loads(out) == {"session": "s2", "route": "some-model", "holds": [ref]}
+    code, _, err = run(capsys, "session", "show", *d, "s1")
+    assert (code, "SESSION_NOT_FOUND" in err) == (1, True)
+
+
+def test_put_from_a_tool_without_a_vision_route_degrades(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, image_file: Path
+) -> None:
+    code, _, err = run(capsys, "put", "--data-dir", str(tmp_path), "--source", "tool", str(image_file))
+    assert code == 1
+    assert "nothing admitted (degraded)" in err
+    assert "MODALITY_UNSUPPORTED" in err

@@ -32,8 +32,8 @@ def commits(monkeypatch: pytest.MonkeyPatch, ops: RecordingOps) -> list[str]:
     """Record the index commit in the same log as the file-system calls."""
     real = Index.publish
 
-    async def publish(self: Index, rows: Sequence[ObjectRow], check: Any) -> None:
-        await real(self, rows, check)
+    async def publish(self: Index, rows: Sequence[ObjectRow], check: Any, *rest: Any) -> None:
+        await real(self, rows, check, *rest)
         ops.log.append("commit")
 
     monkeypatch.setattr(Index, "publish", publish)
@@ -102,7 +102,7 @@ async def test_a_failed_index_commit_publishes_nothing(
 ) -> None:
     client = await make_client()
 
-    async def broken(self: Index, rows: Sequence[ObjectRow], check: Any) -> None:
+    async def broken(self: Index, rows: Sequence[ObjectRow], check: Any, *rest: Any) -> None:
         async with self.write() as db:
             await db.execute("SELECT 1")
             raise sqlite3.OperationalError("disk I/O error")
@@ -123,11 +123,11 @@ async def test_a_file_removed_before_the_commit_is_rewritten(
     real = Index.publish
     removed: list[bool] = []
 
-    async def publish(self: Index, rows: Sequence[ObjectRow], check: Any) -> None:
+    async def publish(self: Index, rows: Sequence[ObjectRow], check: Any, *rest: Any) -> None:
         if not removed:
             object_path(data_dir, REF).unlink()
             removed.append(True)
-        await real(self, rows, check)
+        await real(self, rows, check, *rest)
 
     monkeypatch.setattr(Index, "publish", publish)
     assert (await admit(client, IMAGE)).status == 201

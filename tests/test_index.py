@@ -3,7 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from attachstore.index import SCHEMA_VERSION, Index, IndexUnusable, ObjectRow
+from attachstore.index import Index, ObjectRow
+from attachstore.schema import SCHEMA_VERSION, IndexUnusable
 
 
 def row(ref: str = "sha256:" + "a" * 64, name: str | None = "a.png", at: float = 100.0) -> ObjectRow:

@@ -5,27 +5,18 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-import msgspec
 from aiohttp import web
 
 from ..blobstore import FileOps
 from ..config import Config
-from ..errors import AttachstoreError, InvalidRequest, StorageUnavailable, UnsupportedMediaType
-from ..service import ImageRef, Store, Upload
-from . import wire
-from .bodies import read_capped, read_multipart
+from ..errors import AttachstoreError, StorageUnavailable
+from ..service import Store
+from . import attachments, sessions
+from .common import CONFIG, STORE, error_response, json_response
 
 log = logging.getLogger("attachstore.api")
 
-STORE = web.AppKey("store", Store)
-CONFIG = web.AppKey("config", Config)
 FILE_OPS = web.AppKey("file_ops", FileOps)
-
-READ_HEADERS = {
-    "Cache-Control": "private, max-age=31536000, immutable",
-    "X-Content-Type-Options": "nosniff",
-    "Content-Security-Policy": "default-src 'none'; sandbox",
-}
 _HTTP_CODES = {
     404: "NOT_FOUND",
     405: "METHOD_NOT_ALLOWED",
@@ -34,15 +25,6 @@ _HTTP_CODES = {
 }
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def json_response(value: object, status: int = 200) -> web.Response:
-    return web.Response(body=wire.encoder.encode(value), status=status, content_type="application/json")
-
-
-def error_response(e: AttachstoreError) -> web.Response:
-    body = wire.ErrorAnswer(wire.ErrorBody(e.code, e.message, e.index, e.hint))
-    return json_response(body, e.status)
 
 
 @web.middleware
@@ -66,63 +48,6 @@ async def error_envelope(request: web.Request, handler: Handler) -> web.StreamRe
     except Exception:
         log.exception("unhandled error in %s %s", request.method, request.path)
         return error_response(AttachstoreError("internal error"))
-
-
-def _attachment(r: ImageRef) -> wire.Attachment:
-    return wire.Attachment(r.ref, r.media_type, r.bytes, r.width, r.height, r.frames, r.name)
-
-
-def _decode_error(e: msgspec.DecodeError) -> InvalidRequest:
-    """Name the JSON path: msgspec says '... - at `$.images[0].data`', and nothing for the top level."""
-    text = str(e)
-    if not isinstance(e, msgspec.ValidationError):
-        return InvalidRequest(f"malformed JSON: {text}")
-    what, _, where = text.partition(" - at `")
-    return InvalidRequest(f"invalid request at {where.rstrip('`') or '$'}: {what}")
-
-
-async def admit(request: web.Request) -> web.Response:
-    store, config = request.app[STORE], request.app[CONFIG]
-    cap = config.http.body_cap(config.limits)
-    if request.content_type == "application/json":
-        try:
-            body = wire.admit_decoder.decode(await read_capped(request, cap))
-        except msgspec.DecodeError as e:
-            raise _decode_error(e) from None
-        source: str = body.source
-        uploads = [Upload.of_base64(i.data, i.media_type, i.name) for i in body.images]
-    elif request.content_type == "multipart/form-data":
-        fields, uploads = await read_multipart(request, cap, config.limits)
-        source = fields.get("source", "")  # checked by the service, like the JSON one
-    else:
-        raise UnsupportedMediaType(
-            "POST /v1/attachments takes application/json or multipart/form-data, "
-            f"not {request.content_type!r}"
-        )
-    refs = await store.admit(uploads, source)
-    return json_response(wire.AdmitAnswer([_attachment(r) for r in refs]), 201)
-
-
-def _etag_matches(header: str, etag: str) -> bool:
-    tags = [t.strip().removeprefix("W/") for t in header.split(",")]
-    return "*" in tags or etag in tags
-
-
-async def read(request: web.Request) -> web.Response:
-    store = request.app[STORE]
-    text = request.match_info["ref"]
-    etag = f'"{text}"'
-    if_none_match = request.headers.get("If-None-Match")
-    if if_none_match and _etag_matches(if_none_match, etag):
-        # The client holds these exact bytes already (the ETag is their hash): say so without reading them.
-        await store.meta(text)
-        return web.Response(status=304, headers={"ETag": etag, **READ_HEADERS})
-    ref, data = await store.read(text)
-    return web.Response(body=data, headers={"Content-Type": ref.media_type, "ETag": etag, **READ_HEADERS})
-
-
-async def meta(request: web.Request) -> web.Response:
-    return json_response(_attachment(await request.app[STORE].meta(request.match_info["ref"])))
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -156,10 +81,8 @@ def make_app(config: Config, *, file_ops: FileOps | None = None) -> web.Applicat
     if file_ops is not None:
         app[FILE_OPS] = file_ops
     app.cleanup_ctx.append(_store_ctx)
-    app.router.add_post("/v1/attachments", admit)
-    app.router.add_get("/v1/attachments/{ref:[^/]+}/meta", meta)
-    # Any tail, slashes included, reaches the handler so that a malformed ref gets INVALID_ATTACHMENT_REF.
-    app.router.add_get("/v1/attachments/{ref:.+}", read)
+    attachments.add_routes(app.router)
+    sessions.add_routes(app.router)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     return app

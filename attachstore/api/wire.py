@@ -8,6 +8,9 @@ import msgspec
 from msgspec import Meta
 
 Source = Literal["user", "tool", "mcp", "command"]
+SessionId = Annotated[str, Meta(pattern=r"^[A-Za-z0-9._:-]{1,128}$")]
+RouteId = Annotated[str, Meta(min_length=1, max_length=256)]
+RefText = Annotated[str, Meta(max_length=128)]
 
 
 class _In(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -23,6 +26,24 @@ class ImageIn(_In, frozen=True):
 class AdmitRequest(_In, frozen=True):
     source: Source
     images: list[ImageIn]
+    route: RouteId | None = None
+    session: SessionId | None = None
+
+
+class SessionCreate(_In, frozen=True):
+    route: RouteId | None = None
+
+
+class RouteSwitch(_In, frozen=True):
+    route: RouteId | None
+
+
+class Fork(_In, frozen=True):
+    session: SessionId
+
+
+class Holds(_In, frozen=True):
+    refs: list[RefText]
 
 
 class Attachment(msgspec.Struct):
@@ -35,8 +56,43 @@ class Attachment(msgspec.Struct):
     name: str | None
 
 
-class AdmitAnswer(msgspec.Struct):
+class Diagnostic(msgspec.Struct):
+    index: int
+    media_type: str | None
+    name: str | None
+    code: str | None
+    message: str
+    hint: str | None
+
+
+class AdmitAnswer(msgspec.Struct, omit_defaults=True):
     attachments: list[Attachment]
+    degraded: bool = False
+    diagnostics: list[Diagnostic] = []
+    text: str | None = None
+
+
+class Session(msgspec.Struct):
+    session: str
+    route: str | None
+    holds: list[str]
+    created: str  # RFC 3339, UTC
+
+
+class Released(msgspec.Struct):
+    session: str
+    released: int
+
+
+class RouteInfo(msgspec.Struct):
+    id: str
+    input_modalities: list[str]
+    provider: str | None
+    max_request_image_bytes: int | None
+
+
+class Routes(msgspec.Struct):
+    routes: list[RouteInfo]
 
 
 class ErrorBody(msgspec.Struct, omit_defaults=True):
@@ -50,5 +106,4 @@ class ErrorAnswer(msgspec.Struct):
     error: ErrorBody
 
 
-admit_decoder = msgspec.json.Decoder(AdmitRequest)
 encoder = msgspec.json.Encoder()

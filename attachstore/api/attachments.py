@@ -1,0 +1,84 @@
+"""POST /v1/attachments, GET/HEAD /v1/attachments/{ref}, GET /v1/attachments/{ref}/meta."""
+
+from __future__ import annotations
+
+import msgspec
+from aiohttp import web
+
+from ..errors import UnsupportedMediaType
+from ..service import Admission, ImageRef, Upload
+from . import wire
+from .bodies import read_multipart
+from .common import CONFIG, STORE, json_response, read_json
+
+READ_HEADERS = {
+    "Cache-Control": "private, max-age=31536000, immutable",
+    "X-Content-Type-Options": "nosniff",
+    "Content-Security-Policy": "default-src 'none'; sandbox",
+}
+admit_decoder = msgspec.json.Decoder(wire.AdmitRequest)
+
+
+def attachment(r: ImageRef) -> wire.Attachment:
+    return wire.Attachment(r.ref, r.media_type, r.bytes, r.width, r.height, r.frames, r.name)
+
+
+def admit_answer(result: Admission) -> web.Response:
+    if result.degraded:
+        # Soft rejection: the tool call still succeeds; the text tells the model what was dropped and why.
+        diagnostics = [
+            wire.Diagnostic(d.index, d.media_type, d.name, d.code, d.message, d.hint)
+            for d in result.diagnostics
+        ]
+        return json_response(wire.AdmitAnswer([], True, diagnostics, result.text), 200)
+    return json_response(wire.AdmitAnswer([attachment(r) for r in result.attachments]), 201)
+
+
+async def admit(request: web.Request) -> web.Response:
+    store, config = request.app[STORE], request.app[CONFIG]
+    cap = config.http.body_cap(config.limits)
+    if request.content_type == "application/json":
+        body = await read_json(request, admit_decoder, cap)
+        fields: dict[str, str | None] = {"source": body.source, "route": body.route, "session": body.session}
+        uploads = [Upload.of_base64(i.data, i.media_type, i.name) for i in body.images]
+    elif request.content_type == "multipart/form-data":
+        text_fields, uploads = await read_multipart(request, cap, config.limits)
+        fields = {k: text_fields.get(k) for k in ("source", "route", "session")}
+    else:
+        raise UnsupportedMediaType(
+            "POST /v1/attachments takes application/json or multipart/form-data, "
+            f"not {request.content_type!r}"
+        )
+    result = await store.admit(
+        uploads, fields["source"] or "", route=fields["route"], session=fields["session"]
+    )
+    return admit_answer(result)
+
+
+def _etag_matches(header: str, etag: str) -> bool:
+    tags = [t.strip().removeprefix("W/") for t in header.split(",")]
+    return "*" in tags or etag in tags
+
+
+async def read(request: web.Request) -> web.Response:
+    store = request.app[STORE]
+    text = request.match_info["ref"]
+    etag = f'"{text}"'
+    if_none_match = request.headers.get("If-None-Match")
+    if if_none_match and _etag_matches(if_none_match, etag):
+        # The client holds these exact bytes already (the ETag is their hash): say so without reading them.
+        await store.meta(text)
+        return web.Response(status=304, headers={"ETag": etag, **READ_HEADERS})
+    ref, data = await store.read(text)
+    return web.Response(body=data, headers={"Content-Type": ref.media_type, "ETag": etag, **READ_HEADERS})
+
+
+async def meta(request: web.Request) -> web.Response:
+    return json_response(attachment(await request.app[STORE].meta(request.match_info["ref"])))
+
+
+def add_routes(router: web.UrlDispatcher) -> None:
+    router.add_post("/v1/attachments", admit)
+    router.add_get("/v1/attachments/{ref:[^/]+}/meta", meta)
+    # Any tail, slashes included, reaches the handler so that a malformed ref gets INVALID_ATTACHMENT_REF.
+    router.add_get("/v1/attachments/{ref:.+}", read)

@@ -1,0 +1,49 @@
+"""What every handler shares: the application keys, JSON in and out, the error envelope."""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+import msgspec
+from aiohttp import web
+
+from ..config import Config
+from ..errors import AttachstoreError, InvalidRequest, UnsupportedMediaType
+from ..service import Store
+from . import wire
+from .bodies import read_capped
+
+STORE = web.AppKey("store", Store)
+CONFIG = web.AppKey("config", Config)
+SMALL_BODY = 1 << 20  # every JSON body but an admission's
+
+T = TypeVar("T")
+
+
+def json_response(value: object, status: int = 200) -> web.Response:
+    return web.Response(body=wire.encoder.encode(value), status=status, content_type="application/json")
+
+
+def error_response(e: AttachstoreError) -> web.Response:
+    body = wire.ErrorAnswer(wire.ErrorBody(e.code, e.message, e.index, e.hint))
+    return json_response(body, e.status)
+
+
+def decode_error(e: msgspec.DecodeError) -> InvalidRequest:
+    """Name the JSON path: msgspec says '... - at `$.images[0].data`', and nothing for the top level."""
+    text = str(e)
+    if not isinstance(e, msgspec.ValidationError):
+        return InvalidRequest(f"malformed JSON: {text}")
+    what, _, where = text.partition(" - at `")
+    return InvalidRequest(f"invalid request at {where.rstrip('`') or '$'}: {what}")
+
+
+async def read_json(request: web.Request, decoder: msgspec.json.Decoder[T], cap: int = SMALL_BODY) -> T:
+    if request.content_type != "application/json":
+        raise UnsupportedMediaType(
+            f"{request.method} {request.path} takes application/json, not {request.content_type!r}"
+        )
+    try:
+        return decoder.decode(await read_capped(request, cap))
+    except msgspec.DecodeError as e:
+        raise decode_error(e) from None

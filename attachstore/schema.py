@@ -1,0 +1,69 @@
+"""The index schema: one list of statements per version, applied in order, tracked in PRAGMA user_version."""
+
+from __future__ import annotations
+
+import aiosqlite
+
+# One list of statements per schema version; never edit a released entry, append a new one.
+MIGRATIONS: list[list[str]] = [
+    [
+        """CREATE TABLE objects (
+        ref         TEXT PRIMARY KEY,
+        media_type  TEXT NOT NULL,
+        bytes       INTEGER NOT NULL,
+        width       INTEGER NOT NULL,
+        height      INTEGER NOT NULL,
+        frames      INTEGER NOT NULL,
+        name        TEXT,
+        created_at  REAL NOT NULL,
+        lease_at    REAL NOT NULL,
+        state       TEXT NOT NULL DEFAULT 'ok' CHECK (state IN ('ok', 'quarantined', 'missing'))
+        ) STRICT""",
+        "CREATE INDEX objects_lease ON objects (lease_at)",
+    ],
+    [
+        # Sessions are scoped to a tenant ('' when the daemon runs without tokens).
+        """CREATE TABLE sessions (
+        tenant      TEXT NOT NULL,
+        id          TEXT NOT NULL,
+        route       TEXT,
+        created_at  REAL NOT NULL,
+        PRIMARY KEY (tenant, id)
+        ) STRICT""",
+        """CREATE TABLE holds (
+        tenant      TEXT NOT NULL,
+        session     TEXT NOT NULL,
+        ref         TEXT NOT NULL REFERENCES objects (ref),
+        created_at  REAL NOT NULL,
+        PRIMARY KEY (tenant, session, ref),
+        FOREIGN KEY (tenant, session) REFERENCES sessions (tenant, id) ON DELETE CASCADE
+        ) STRICT""",
+        "CREATE INDEX holds_ref ON holds (ref)",
+    ],
+]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+class IndexUnusable(Exception):
+    """The index cannot be used (for example: written by a newer attachstore)."""
+
+
+async def migrate(db: aiosqlite.Connection) -> None:
+    await db.execute("BEGIN IMMEDIATE")
+    try:
+        async with db.execute("PRAGMA user_version") as cur:
+            row = await cur.fetchone()
+        version = int(row[0]) if row else 0
+        if version > SCHEMA_VERSION:
+            raise IndexUnusable(
+                f"the index has schema version {version}, newer than this attachstore knows "
+                f"({SCHEMA_VERSION}); upgrade attachstore"
+            )
+        for number in range(version, SCHEMA_VERSION):
+            for statement in MIGRATIONS[number]:
+                await db.execute(statement)
+            await db.execute(f"PRAGMA user_version = {number + 1}")
+    except BaseException:
+        await db.execute("ROLLBACK")
+        raise
+    await db.execute("COMMIT")

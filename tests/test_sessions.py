@@ -1,0 +1,291 @@
+"""Sessions, holds, routes and the modality policy, through the real app."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestClient
+
+from attachstore.api.common import STORE
+from attachstore.refs import Ref
+from tests.conftest import MakeClient
+from tests.images import gif, jpeg, png
+from tests.test_api import admit, error_of, object_path, post_json
+
+Client = TestClient[Any, Any]
+ROUTES = {
+    "vision": {"input_modalities": ["text", "image"], "provider": "openai-chat"},
+    "texty": {"input_modalities": ["text"]},
+    "plain": {},  # declared without modalities: text only
+}
+
+
+@pytest.fixture
+async def client(make_client: MakeClient) -> Client:
+    return await make_client(routes=ROUTES)
+
+
+async def put_session(client: Client, sid: str, route: str | None = "vision") -> Any:
+    return await client.put(f"/v1/sessions/{sid}", json={"route": route})
+
+
+async def session_of(client: Client, sid: str) -> dict[str, Any]:
+    response = await client.get(f"/v1/sessions/{sid}")
+    assert response.status == 200, await response.text()
+    body: dict[str, Any] = await response.json()
+    return body
+
+
+async def admitted(client: Client, *images: bytes, **fields: Any) -> list[str]:
+    response = await admit(client, *images, **fields)
+    assert response.status == 201, await response.text()
+    return [a["ref"] for a in (await response.json())["attachments"]]
+
+
+# -- the policy, cell by cell ------------------------------------------------------------------------------
+
+ACCEPTED, HARD, SOFT = "accepted", "hard", "soft"
+POLICY = {
+    "user": {"vision": ACCEPTED, "texty": HARD, "unknown-model": ACCEPTED, None: ACCEPTED},
+    "command": {"vision": ACCEPTED, "texty": HARD, "unknown-model": ACCEPTED, None: ACCEPTED},
+    "tool": {"vision": ACCEPTED, "texty": SOFT, "unknown-model": SOFT, None: SOFT},
+    "mcp": {"vision": ACCEPTED, "texty": SOFT, "unknown-model": SOFT, None: SOFT},
+}
+
+
+@pytest.mark.parametrize("source", list(POLICY))
+@pytest.mark.parametrize("route", ["vision", "texty", "unknown-model", None])
+async def test_modality_policy(client: Client, source: str, route: str | None) -> None:
+    image = png(6, 6)
+    fields = {} if route is None else {"route": route}
+    response = await admit(client, image, source=source, **fields)
+    expected = POLICY[source][route]
+    ref = str(Ref.of("sha256", image))
+    if expected == ACCEPTED:
+        assert response.status == 201
+        assert (await client.get(f"/v1/attachments/{ref}")).status == 200
+        return
+    if expected == HARD:
+        error = await error_of(response)
+        assert (response.status, error["code"]) == (422, "MODALITY_UNSUPPORTED")
+        assert "index" not in error  # a batch-level decision
+    else:
+        body = await response.json()
+        assert response.status == 200
+        assert (body["attachments"], body["degraded"]) == ([], True)
+        assert [d["code"] for d in body["diagnostics"]] == ["MODALITY_UNSUPPORTED"]
+        assert "none" in body["text"] or "not attached" in body["text"]
+    assert (await client.get(f"/v1/attachments/{ref}")).status == 404
+
+
+async def test_the_route_defaults_to_the_sessions(client: Client) -> None:
+    assert (await put_session(client, "s-text", "texty")).status == 201
+    response = await admit(client, png(4, 4), session="s-text")
+    assert (await error_of(response))["code"] == "MODALITY_UNSUPPORTED"
+    # A route named in the request decides instead.
+    assert (await admit(client, png(4, 4), session="s-text", route="vision")).status == 201
+
+
+async def test_a_tools_mixed_batch_degrades_whole_and_stores_nothing(make_client: MakeClient) -> None:
+    client = await make_client(routes=ROUTES, limits={"max_image_bytes": 2000})
+    small, big = png(4, 4), png(40, 40)
+    assert len(small) <= 2000 < len(big)
+    response = await admit(client, small, big, source="tool", route="vision", name="shot.png")
+    assert response.status == 200
+    body = await response.json()
+    assert body["attachments"] == []
+    assert body["degraded"] is True
+    first, second = body["diagnostics"]
+    assert (first["index"], first["code"], first["media_type"]) == (0, None, "image/png")
+    assert (second["index"], second["code"]) == (1, "IMAGE_TOO_LARGE")
+    assert "2,000" in second["hint"]
+    assert "2,000" in body["text"]
+    assert "read it again" in body["text"]
+    for image in (small, big):
+        assert (await client.get(f"/v1/attachments/{Ref.of('sha256', image)}")).status == 404
+
+
+async def test_the_same_batch_from_a_user_is_a_hard_422(make_client: MakeClient, data_dir: Path) -> None:
+    client = await make_client(routes=ROUTES, limits={"max_image_bytes": 2000})
+    small, big = png(4, 4), png(40, 40)
+    response = await admit(client, small, big, source="user", route="vision")
+    error = await error_of(response)
+    assert (response.status, error["code"], error["index"]) == (422, "IMAGE_TOO_LARGE", 1)
+    assert not object_path(data_dir, str(Ref.of("sha256", small))).exists()
+
+
+async def test_an_mcp_result_with_a_broken_image_degrades(client: Client) -> None:
+    response = await admit(client, jpeg(10, 10)[:-30], source="mcp", route="vision")
+    body = await response.json()
+    assert response.status == 200
+    assert body["diagnostics"][0]["code"] == "INVALID_IMAGE"
+    assert body["text"].startswith("The tool result contained an image, but it was not attached")
+
+
+async def test_a_malformed_tool_request_is_still_a_hard_error(client: Client) -> None:
+    response = await post_json(client, "/v1/attachments", {"source": "tool", "images": [{"data": 1}]})
+    assert response.status == 400
+
+
+# -- the session lifecycle --------------------------------------------------------------------------------
+
+
+async def test_create_is_idempotent_and_conflicts_on_another_route(client: Client) -> None:
+    first = await put_session(client, "s-1")
+    assert first.status == 201
+    body = await first.json()
+    assert (body["session"], body["route"], body["holds"]) == ("s-1", "vision", [])
+    assert body["created"].endswith("Z")
+    again = await put_session(client, "s-1")
+    assert again.status == 200
+    assert await again.json() == body
+    other = await put_session(client, "s-1", "texty")
+    assert (other.status, (await error_of(other))["code"]) == (409, "SESSION_CONFLICT")
+
+
+@pytest.mark.parametrize("sid", ["a/b", "x" * 129, "sp ace", "é"])
+async def test_bad_session_ids(client: Client, sid: str) -> None:
+    response = await client.put(f"/v1/sessions/{sid}", json={"route": "vision"})
+    assert response.status in (400, 404)
+    assert (await error_of(response))["code"] in ("INVALID_REQUEST", "NOT_FOUND")
+
+
+async def test_unknown_session(client: Client) -> None:
+    for response in [
+        await client.get("/v1/sessions/nope"),
+        await client.delete("/v1/sessions/nope"),
+        await client.post("/v1/sessions/nope/fork", json={"session": "x"}),
+        await client.post("/v1/sessions/nope/route", json={"route": "vision"}),
+        await client.post("/v1/sessions/nope/holds", json={"refs": []}),
+    ]:
+        assert (response.status, (await error_of(response))["code"]) == (404, "SESSION_NOT_FOUND")
+
+
+async def test_admitting_into_an_unknown_session_stores_nothing(client: Client, data_dir: Path) -> None:
+    image = png(7, 7)
+    response = await admit(client, image, session="ghost")
+    assert (response.status, (await error_of(response))["code"]) == (404, "SESSION_NOT_FOUND")
+    assert not object_path(data_dir, str(Ref.of("sha256", image))).exists()
+
+
+async def test_admission_holds_in_input_order(client: Client) -> None:
+    await put_session(client, "s-1")
+    refs = await admitted(client, png(3, 3), gif(5, 5), png(3, 3), session="s-1")
+    assert refs[0] == refs[2]
+    assert (await session_of(client, "s-1"))["holds"] == [refs[0], refs[1]]
+
+
+async def test_fork_then_delete_keeps_the_fork_whole(client: Client) -> None:
+    await put_session(client, "orig")
+    refs = await admitted(client, png(8, 8), jpeg(9, 9), session="orig")
+    fork = await client.post("/v1/sessions/orig/fork", json={"session": "fork"})
+    assert fork.status == 201
+    assert (await fork.json())["holds"] == refs
+    again = await client.post("/v1/sessions/orig/fork", json={"session": "fork"})
+    assert (again.status, (await error_of(again))["code"]) == (409, "SESSION_CONFLICT")
+
+    deleted = await client.delete("/v1/sessions/orig")
+    assert await deleted.json() == {"session": "orig", "released": 2}
+    assert (await client.get("/v1/sessions/orig")).status == 404
+    forked = await session_of(client, "fork")
+    assert (forked["holds"], forked["route"]) == (refs, "vision")
+    for ref in refs:
+        assert (await client.get(f"/v1/attachments/{ref}")).status == 200
+
+    await client.delete("/v1/sessions/fork")
+    assert (await client.get("/v1/sessions/fork")).status == 404
+    # Released, not deleted: the objects stay until garbage collection.
+    for ref in refs:
+        assert (await client.get(f"/v1/attachments/{ref}")).status == 200
+
+
+async def test_the_switch_guard(client: Client) -> None:
+    await put_session(client, "empty")
+    ok = await client.post("/v1/sessions/empty/route", json={"route": "texty"})
+    assert (ok.status, (await ok.json())["route"]) == (200, "texty")
+
+    await put_session(client, "full")
+    await admitted(client, png(2, 2), session="full")
+    for text_only in ("texty", "plain"):
+        refused = await client.post("/v1/sessions/full/route", json={"route": text_only})
+        assert (refused.status, (await error_of(refused))["code"]) == (409, "ROUTE_SWITCH_REJECTED")
+    assert (await session_of(client, "full"))["route"] == "vision"
+    unknown = await client.post("/v1/sessions/full/route", json={"route": "someday-model"})
+    assert unknown.status == 200
+
+
+async def test_holding_existing_refs(client: Client) -> None:
+    [ref] = await admitted(client, png(11, 11))
+    await put_session(client, "s-h")
+    held = await client.post("/v1/sessions/s-h/holds", json={"refs": [ref, ref]})
+    assert (held.status, (await held.json())["holds"]) == (200, [ref])
+
+    missing = "sha256:" + "0" * 64
+    response = await client.post("/v1/sessions/s-h/holds", json={"refs": [missing]})
+    assert (response.status, (await error_of(response))["code"]) == (404, "ATTACHMENT_NOT_FOUND")
+    bad = await client.post("/v1/sessions/s-h/holds", json={"refs": ["sha256:../../x"]})
+    assert (bad.status, (await error_of(bad))["code"]) == (400, "INVALID_ATTACHMENT_REF")
+    assert (await session_of(client, "s-h"))["holds"] == [ref]
+
+
+async def test_fifty_concurrent_admissions_into_one_session(client: Client) -> None:
+    await put_session(client, "busy")
+    images = [png(4, 4, seed=i) for i in range(50)]
+    responses = await asyncio.gather(*(admit(client, image, session="busy") for image in images))
+    assert [r.status for r in responses] == [201] * 50
+    held = (await session_of(client, "busy"))["holds"]
+    assert sorted(held) == sorted(str(Ref.of("sha256", i)) for i in images)
+
+
+async def test_every_hold_change_renews_the_lease(client: Client) -> None:
+    index = client.app[STORE].index
+    [ref] = await admitted(client, png(12, 12))
+
+    async def lease() -> float:
+        row = await index.get(ref)
+        assert row is not None
+        return row.lease_at
+
+    leases = [await lease()]
+    await admitted(client, png(12, 12))  # dedup
+    leases.append(await lease())
+    await put_session(client, "l")
+    await client.post("/v1/sessions/l/holds", json={"refs": [ref]})
+    leases.append(await lease())
+    await client.post("/v1/sessions/l/fork", json={"session": "l2"})
+    leases.append(await lease())
+    await client.delete("/v1/sessions/l")
+    leases.append(await lease())
+    assert leases == sorted(leases)
+    assert len(set(leases)) == len(leases)
+
+
+async def test_routes_are_listed(client: Client) -> None:
+    body = await (await client.get("/v1/routes")).json()
+    assert body == {
+        "routes": [
+            {"id": "plain", "input_modalities": ["text"], "provider": None, "max_request_image_bytes": None},
+            {"id": "texty", "input_modalities": ["text"], "provider": None, "max_request_image_bytes": None},
+            {
+                "id": "vision",
+                "input_modalities": ["text", "image"],
+                "provider": "openai-chat",
+                "max_request_image_bytes": None,
+            },
+        ]
+    }
+
+
+async def test_multipart_carries_route_and_session(client: Client) -> None:
+    await put_session(client, "mp")
+    form = aiohttp.FormData()
+    form.add_field("source", "user")
+    form.add_field("session", "mp")
+    form.add_field("image", png(5, 4), filename="a.png", content_type="image/png")
+    response = await client.post("/v1/attachments", data=form)
+    assert response.status == 201
+    assert len((await session_of(client, "mp"))["holds"]) == 1
