@@ -63,6 +63,7 @@ async def serve(config: Config) -> None:
     app = make_app(config)
     runner = web.AppRunner(app, shutdown_timeout=SHUTDOWN_TIMEOUT, access_log=None)
     await runner.setup()
+    bound_socket: str | None = None
     try:
         if config.unix_socket:
             _clear_stale_socket(config.unix_socket)
@@ -73,6 +74,7 @@ async def serve(config: Config) -> None:
             site = web.TCPSite(runner, host, port)
             where = f"http://{config.listen}"
         await site.start()
+        bound_socket = config.unix_socket  # ours from here on, so ours to remove
         log.info("attachstore serving %s on %s", config.data_dir, where)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -83,6 +85,6 @@ async def serve(config: Config) -> None:
     finally:
         # Stops accepting, lets in-flight admissions finish (or publish nothing), then closes the store.
         await runner.cleanup()
-        if config.unix_socket:
+        if bound_socket:
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(config.unix_socket)
+                os.unlink(bound_socket)

@@ -318,6 +318,8 @@ class Store:
             found = await self.blobs.quarantine(ref)
             if found != "intact":
                 await self.index.set_state(row, found)
+                if found == "missing":
+                    raise Missing(f"the bytes of {ref} are missing from the store") from None
                 raise
             data = await self.blobs.read(ref, row.bytes)  # healed meanwhile
         if row.state != "ok":

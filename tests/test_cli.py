@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -130,8 +131,6 @@ def test_serve_admits_reads_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None
         base = f"http://127.0.0.1:{port}"
         _wait_ready(f"{base}/readyz", proc)
         image = jpeg(20, 10)
-        import base64
-
         body = json.dumps({"source": "user", "images": [{"data": base64.b64encode(image).decode()}]}).encode()
         request = urllib.request.Request(
             f"{base}/v1/attachments", data=body, headers={"Content-Type": "application/json"}
@@ -140,6 +139,12 @@ def test_serve_admits_reads_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None
             ref = json.loads(r.read())["attachments"][0]["ref"]
         with urllib.request.urlopen(f"{base}/v1/attachments/{ref}", timeout=30) as r:
             assert r.read() == image
+        # A local command on the same data dir while the daemon serves it; the daemon reads its work.
+        other = tmp_path / "other.png"
+        other.write_bytes(png(9, 9))
+        assert main(["put", "--data-dir", str(tmp_path / "data"), str(other)]) == 0
+        with urllib.request.urlopen(f"{base}/v1/attachments/{Ref.of('sha256', other.read_bytes())}") as r:
+            assert r.read() == other.read_bytes()
     finally:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
@@ -208,3 +213,21 @@ def test_put_from_a_tool_without_a_vision_route_degrades(
     assert code == 1
     assert "nothing admitted (degraded)" in err
     assert "MODALITY_UNSUPPORTED" in err
+
+
+def test_serve_leaves_another_daemons_socket_alone(tmp_path: Path) -> None:
+    path = tmp_path / "busy.sock"
+    with socket.socket(socket.AF_UNIX) as other:
+        other.bind(str(path))
+        other.listen()
+        env = {**os.environ, "ATTACHSTORE_DATA_DIR": str(tmp_path / "data")}
+        done = subprocess.run(
+            [sys.executable, "-m", "attachstore", "serve", "--unix-socket", str(path)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert done.returncode == 2
+        assert "already serving" in done.stderr
+        assert path.exists()
