@@ -15,17 +15,20 @@ import contextlib
 import errno
 import os
 import secrets
+import stat
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
 from .errors import AttachstoreError, Corrupt, Missing, StorageFull, StorageUnavailable
-from .refs import Ref, hasher
+from .refs import ALGORITHMS, Ref, hasher
 
 OBJECT_MODE = 0o444
 STAGING_MODE = 0o600
 _READ_CHUNK = 1 << 20
+_PLACE_ATTEMPTS = 3
 
 
 class FileOps:
@@ -75,6 +78,16 @@ class Put(Enum):
 @dataclass(frozen=True, slots=True)
 class ObjectFile:
     path: Path
+    size: int
+    mtime: float
+
+
+@dataclass(frozen=True, slots=True)
+class StoredFile:
+    """A file found by walking the store. `ref` is None when its name and place are not an object's."""
+
+    path: Path
+    ref: Ref | None
     size: int
     mtime: float
 
@@ -143,26 +156,37 @@ class LocalBlobStore:
         except OSError as e:
             raise storage_error(e, "writing a staging file") from e
         try:
-            self._make_parents(final.parent)
-            outcome = Put.CREATED if state == "missing" else Put.HEALED
-            if state == "missing":
+            attempts = 1
+            while True:
                 try:
-                    self.ops.link(staging, final)
-                except FileExistsError:
-                    # A concurrent writer published first: keep its copy if it is intact.
-                    if self._check(ref, final, len(data)) == "intact":
-                        outcome = Put.EXISTED
-                    else:
-                        self._replace(staging, final)
-                        outcome = Put.HEALED
-            else:
-                self._replace(staging, final)
-            self._sync_chain(final)
-            return outcome
+                    return self._place(ref, staging, final, len(data), state)
+                except FileNotFoundError:
+                    # The GC removed an empty bucket directory between our mkdir and our link: again.
+                    if attempts == _PLACE_ATTEMPTS:
+                        raise
+                    attempts += 1
         except OSError as e:
             raise storage_error(e, "publishing an object") from e
         finally:
             self._remove_quietly(staging)
+
+    def _place(self, ref: Ref, staging: Path, final: Path, size: int, state: str) -> Put:
+        self._make_parents(final.parent)
+        outcome = Put.CREATED if state == "missing" else Put.HEALED
+        if state == "missing":
+            try:
+                self.ops.link(staging, final)
+            except FileExistsError:
+                # A concurrent writer published first: keep its copy if it is intact.
+                if self._check(ref, final, size) == "intact":
+                    outcome = Put.EXISTED
+                else:
+                    self._replace(staging, final)
+                    outcome = Put.HEALED
+        else:
+            self._replace(staging, final)
+        self._sync_chain(final)
+        return outcome
 
     def _replace(self, staging: Path, final: Path) -> None:
         """Heal: keep the damaged copy for inspection, then swap in the good bytes atomically."""
@@ -292,3 +316,72 @@ class LocalBlobStore:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, STAGING_MODE)
         os.close(fd)
         os.unlink(path)
+
+    # -- walking, for the GC and the audit -----------------------------------------------------------------
+
+    def walk_objects(self) -> Iterator[StoredFile]:
+        """Every file under objects/, at any depth, in path order; only one in its right place has a ref."""
+        for directory, subdirectories, names in os.walk(self.objects):
+            subdirectories.sort()
+            depth = len(Path(directory).relative_to(self.objects).parts)
+            for name in sorted(names):
+                path = Path(directory, name)
+                yield _stored(path, _ref_at(path) if depth == 3 else None)
+
+    def walk_staging(self) -> Iterator[StoredFile]:
+        for entry in _sorted_entries(self.staging):
+            yield _stored(entry, None)
+
+    def remove_file(self, path: Path) -> None:
+        """Remove a staging or stray file and make the removal durable."""
+        try:
+            self.ops.unlink(path)
+        except FileNotFoundError:
+            return
+        self.ops.fsync_dir(path.parent)
+
+    def remove_empty_buckets(self) -> int:
+        """rmdir every empty bucket directory, deepest first. A writer that loses its directory to this
+        between mkdir and link tries again (`put_sync`)."""
+        removed = 0
+        for algorithm in _sorted_entries(self.objects):
+            for first in _sorted_entries(algorithm):
+                for second in _sorted_entries(first):
+                    removed += self._rmdir(second)
+                removed += self._rmdir(first)
+        return removed
+
+    def _rmdir(self, path: Path) -> int:
+        try:
+            os.rmdir(path)
+        except OSError:  # not empty (or not a directory): leave it
+            return 0
+        self.ops.fsync_dir(path.parent)
+        return 1
+
+
+def _sorted_entries(directory: Path) -> list[Path]:
+    try:
+        return sorted(directory / name for name in os.listdir(directory))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _ref_at(path: Path) -> Ref | None:
+    """The reference a file's place names: objects/<alg>/<hex[0:2]>/<hex[2:4]>/<hex>, else None."""
+    second, first, algorithm = path.parent, path.parent.parent, path.parent.parent.parent
+    name = path.name
+    if algorithm.name not in ALGORITHMS or (first.name, second.name) != (name[0:2], name[2:4]):
+        return None
+    try:
+        return Ref.parse(f"{algorithm.name}:{name}")
+    except AttachstoreError:
+        return None
+
+
+def _stored(path: Path, ref: Ref | None) -> StoredFile:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return StoredFile(path, ref, 0, 0.0)
+    return StoredFile(path, ref if stat.S_ISREG(st.st_mode) else None, st.st_size, st.st_mtime)

@@ -13,7 +13,7 @@ from typing import TypeVar
 
 import msgspec
 
-from . import __version__
+from . import __version__, maintenance
 from .config import Config, load
 from .errors import AttachstoreError, ConfigError, InvalidRequest
 from .index import SessionRow
@@ -54,6 +54,8 @@ def _parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("stat", parents=[common], help="print an attachment's metadata as JSON")
     s.add_argument("ref")
+
+    maintenance.add_parsers(sub, common)
 
     s = sub.add_parser("session", help="create, show, fork, hold and delete sessions")
     actions = s.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -192,6 +194,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {
     "get": _cmd_get,
     "stat": _cmd_stat,
     "session": _cmd_session,
+    "gc": maintenance.run_gc,
+    "audit": maintenance.run_audit,
 }
 
 

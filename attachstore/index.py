@@ -86,6 +86,9 @@ class Index:
         self.path = path
         self._w = writer
         self._r = reader
+        # One statement at a time on the reader: while any statement is open, SQLite keeps that
+        # connection's read snapshot, and overlapping readers would never see newer commits.
+        self._read_lock = asyncio.Lock()
         self._lock = asyncio.Lock()
 
     @classmethod
@@ -120,14 +123,16 @@ class Index:
             except sqlite3.Error as e:
                 raise _storage_error(e) from e
 
+    async def _read(self, sql: str, params: Sequence[object] = ()) -> list[sqlite3.Row]:
+        async with self._read_lock, self._r.execute(sql, params) as cur:
+            return list(await cur.fetchall())
+
     async def ping(self) -> None:
-        async with self._r.execute("SELECT 1") as cur:
-            await cur.fetchone()
+        await self._read("SELECT 1")
 
     async def get(self, ref: str) -> ObjectRow | None:
-        async with self._r.execute(f"SELECT {_COLUMNS} FROM objects WHERE ref = ?", (ref,)) as cur:
-            r = await cur.fetchone()
-        return None if r is None else _row(r)
+        found = await self._read(f"SELECT {_COLUMNS} FROM objects WHERE ref = ?", (ref,))
+        return _row(found[0]) if found else None
 
     async def renew(self, refs: Iterable[str], now: float | None = None) -> dict[str, ObjectRow]:
         """Renew the lease of every listed object that has a row; return those rows.
@@ -197,10 +202,49 @@ class Index:
                 "UPDATE objects SET state = ? WHERE ref = ? AND lease_at = ?", (state, row.ref, row.lease_at)
             )
 
+    # -- garbage collection ----------------------------------------------------------------------------
+
+    async def collectible(self, cutoff: float) -> list[ObjectRow]:
+        """Rows with no hold whose lease is older than `cutoff`: the GC's candidates, to be re-checked."""
+        found = await self._read(
+            f"""SELECT {_COLUMNS} FROM objects
+            WHERE lease_at < ? AND NOT EXISTS (SELECT 1 FROM holds WHERE holds.ref = objects.ref)
+            ORDER BY ref""",
+            (cutoff,),
+        )
+        return [_row(r) for r in found]
+
+    async def refs(self) -> set[str]:
+        return {r[0] for r in await self._read("SELECT ref FROM objects")}
+
+    async def rows(self) -> list[ObjectRow]:
+        return [_row(r) for r in await self._read(f"SELECT {_COLUMNS} FROM objects ORDER BY ref")]
+
+    async def collect(self, refs: Sequence[str], cutoff: float, remove: Callable[[str], object]) -> list[str]:
+        """Under the write lock, re-check each candidate (still no hold, lease still older than `cutoff`),
+        call `remove(ref)` (which removes the file and makes that durable), then delete its row. An
+        admission that renewed the lease first keeps its object; one that comes after finds no row and
+        writes the bytes again. Returns the refs collected."""
+        collected: list[str] = []
+        async with self.write() as db:
+            for ref in refs:
+                async with db.execute(
+                    """SELECT 1 FROM objects WHERE ref = ? AND lease_at < ?
+                    AND NOT EXISTS (SELECT 1 FROM holds WHERE holds.ref = objects.ref)""",
+                    (ref, cutoff),
+                ) as cur:
+                    if await cur.fetchone() is None:
+                        continue
+                await asyncio.to_thread(remove, ref)
+                await db.execute("DELETE FROM objects WHERE ref = ?", (ref,))
+                collected.append(ref)
+        return collected
+
     # -- sessions and holds --------------------------------------------------------------------------------
 
     async def get_session(self, key: SessionKey) -> SessionRow | None:
-        return await _session(self._r, key)
+        async with self._read_lock:
+            return await _session(self._r, key)
 
     async def create_session(self, key: SessionKey, route: str | None, now: float) -> tuple[SessionRow, bool]:
         """Create, or find the same session again. False when it already existed with this route."""

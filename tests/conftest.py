@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +11,7 @@ from aiohttp.test_utils import TestClient
 from attachstore.api import make_app
 from attachstore.blobstore import FileOps
 from attachstore.config import Config
+from attachstore.service import Store
 
 MakeConfig = Callable[..., Config]
 MakeClient = Callable[..., Awaitable[TestClient[Any, Any]]]
@@ -55,3 +56,13 @@ def make_client(aiohttp_client: Any, make_config: MakeConfig) -> MakeClient:
 @pytest.fixture
 async def client(make_client: MakeClient) -> TestClient[Any, Any]:
     return await make_client()
+
+
+@pytest.fixture
+async def store(make_config: MakeConfig) -> AsyncIterator[Store]:
+    """The service on a temporary data dir, without HTTP."""
+    s = await Store.open(make_config())
+    try:
+        yield s
+    finally:
+        await s.close()

@@ -1,0 +1,134 @@
+"""Reference-aware garbage collection (SPEC section 7): plan, then execute.
+
+Garbage is an object with no hold, not named by any root, whose lease (last admission or hold change) is older
+than the grace period. The sweep re-checks every candidate under the index's write lock, removes the file and
+makes that durable, and only then deletes the row; an admission renews the lease before it touches a file.
+See docs/operations.md for the protocol and why it never loses a ref that was answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .blobstore import StoredFile
+from .index import ObjectRow
+from .progress import Progress
+from .refs import MAX_REF_LENGTH, Ref
+from .service import Store
+
+REF_BYTES = re.compile(rb"(?:sha256|blake3):[0-9a-f]{64}")
+_CHUNK = 1 << 20
+_BATCH = 64
+
+
+def scan_roots(paths: Iterable[Path]) -> set[str]:
+    """Every reference string in the given files (directories are walked), e.g. an agent host's session
+    logs: the objects they name are never collected."""
+    found: set[str] = set()
+    for path in paths:
+        files = [path] if not path.is_dir() else sorted(p for p in path.rglob("*") if p.is_file())
+        for file in files:
+            with open(file, "rb") as f:
+                tail = b""
+                while chunk := f.read(_CHUNK):
+                    window = tail + chunk
+                    found.update(m.decode() for m in REF_BYTES.findall(window))
+                    tail = window[-MAX_REF_LENGTH:]
+    return found
+
+
+@dataclass(frozen=True)
+class GcPlan:
+    cutoff: float
+    grace: float
+    garbage: list[ObjectRow]
+    rooted: int  # unheld objects past their grace that a root names
+    staging: list[StoredFile]
+    unindexed: list[StoredFile]
+
+    @property
+    def garbage_bytes(self) -> int:
+        return sum(r.bytes for r in self.garbage)
+
+
+@dataclass
+class GcResult:
+    collected: list[str] = field(default_factory=list)
+    collected_bytes: int = 0
+    kept: int = 0  # renewed or held between the plan and the sweep
+    staging_removed: int = 0
+    unindexed_removed: int = 0
+    empty_dirs_removed: int = 0
+
+
+async def plan(store: Store, grace: float, roots: Sequence[Path] = (), now: float | None = None) -> GcPlan:
+    now = time.time() if now is None else now
+    cutoff = now - grace
+    named = await asyncio.to_thread(scan_roots, roots) if roots else set()
+    candidates = await store.index.collectible(cutoff)
+    garbage = [r for r in candidates if r.ref not in named]
+    indexed = await store.index.refs()
+
+    def old_files() -> tuple[list[StoredFile], list[StoredFile]]:
+        staging = [f for f in store.blobs.walk_staging() if f.mtime < cutoff]
+        unindexed = [
+            f
+            for f in store.blobs.walk_objects()
+            if f.ref is not None
+            and str(f.ref) not in indexed
+            and f.mtime < cutoff
+            and str(f.ref) not in named
+        ]
+        return staging, unindexed
+
+    staging, unindexed = await asyncio.to_thread(old_files)
+    return GcPlan(cutoff, grace, garbage, len(candidates) - len(garbage), staging, unindexed)
+
+
+async def execute(store: Store, gc_plan: GcPlan, progress: Progress | None = None) -> GcResult:
+    result = GcResult()
+    sizes = {r.ref: r.bytes for r in gc_plan.garbage}
+
+    def remove(ref: str) -> None:
+        store.blobs.discard_sync(Ref.parse(ref))
+
+    refs = [r.ref for r in gc_plan.garbage]
+    for start in range(0, len(refs), _BATCH):
+        batch = refs[start : start + _BATCH]
+        collected = await store.index.collect(batch, gc_plan.cutoff, remove)
+        result.collected += collected
+        result.collected_bytes += sum(sizes[r] for r in collected)
+        result.kept += len(batch) - len(collected)
+        if progress:
+            progress.advance(len(batch), sum(sizes[r] for r in batch))
+
+    # Unindexed object files: removed under the write lock, and only while still no row publishes them.
+    stray = {str(f.ref): f for f in gc_plan.unindexed if f.ref is not None}
+    removed: list[str] = []
+
+    def remove_stray(ref: str) -> None:
+        store.blobs.remove_file(stray[ref].path)
+        removed.append(ref)
+
+    if stray:
+        await store.index.discard_unpublished(list(stray), remove_stray)
+    result.unindexed_removed = len(removed)
+
+    def sweep_files() -> tuple[int, int]:
+        staging = 0
+        for f in gc_plan.staging:
+            if os.path.exists(f.path):
+                store.blobs.remove_file(f.path)
+                staging += 1
+        return staging, store.blobs.remove_empty_buckets()
+
+    result.staging_removed, result.empty_dirs_removed = await asyncio.to_thread(sweep_files)
+    if progress:
+        progress.finish()
+    return result

@@ -1,0 +1,158 @@
+"""The `gc` and `audit` commands: run the plan or the audit, show progress, print a summary or JSON."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from . import gc
+from .audit import Audit, AuditReport
+from .config import Config, Gc
+from .errors import AttachstoreError, ConfigError
+from .progress import Progress, human_bytes
+from .service import Store
+
+EXIT_OK, EXIT_FINDINGS, EXIT_COULD_NOT_RUN = 0, 1, 2
+
+
+def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
+    s = sub.add_parser("gc", parents=[common], help="remove unheld objects past their grace period")
+    s.add_argument("--grace", metavar="DURATION", help="e.g. 24h, 30m, 0s (default: [gc] grace)")
+    s.add_argument("--roots", nargs="+", metavar="FILE", default=[], help="files naming refs to keep")
+    s.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    s.add_argument("--json", action="store_true", help="print the plan and result as JSON")
+
+    s = sub.add_parser(
+        "audit", parents=[common], help="re-hash every object, check the index against the files"
+    )
+    s.add_argument("--repair", action="store_true", help="quarantine, re-index and mark what is found")
+    s.add_argument("--sample", type=float, default=1.0, metavar="FRACTION", help="check this share (0-1]")
+    s.add_argument("--max-rate", type=float, metavar="MIB_PER_S", help="read at most this fast")
+    s.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def _require_store(config: Config) -> None:
+    if not (Path(config.data_dir) / "index.sqlite3").exists():
+        raise ConfigError(f"no attachstore store at {config.data_dir}")
+
+
+def _stamp(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def run_gc(args: argparse.Namespace, config: Config) -> int:
+    grace = config.gc.grace_seconds
+    if args.grace is not None:
+        grace = _grace(args.grace)
+    _require_store(config)
+
+    async def go() -> tuple[gc.GcPlan, gc.GcResult | None]:
+        store = await Store.open(config, workers=1)
+        try:
+            plan = await gc.plan(store, grace, [Path(r) for r in args.roots])
+            if args.dry_run:
+                return plan, None
+            progress = Progress("gc", len(plan.garbage), plan.garbage_bytes)
+            return plan, await gc.execute(store, plan, progress)
+        finally:
+            await store.close()
+
+    plan, result = asyncio.run(go())
+    if args.json:
+        print(msgspec.json.encode(_gc_json(plan, result, args.dry_run)).decode())
+        return EXIT_OK
+    if args.dry_run:
+        for row in plan.garbage:
+            print(f"would collect {row.ref}  {row.bytes} bytes  lease {_stamp(row.lease_at)}")
+        for f in plan.unindexed:
+            print(f"would remove unindexed {f.path}")
+        for f in plan.staging:
+            print(f"would remove staging {f.path}")
+    print(
+        f"gc plan (grace {args.grace or config.gc.grace}): {len(plan.garbage)} objects "
+        f"({human_bytes(plan.garbage_bytes)}) to collect, {plan.rooted} kept by roots; "
+        f"{len(plan.staging)} staging and {len(plan.unindexed)} unindexed files"
+    )
+    if result is not None:
+        print(
+            f"gc: collected {len(result.collected)} objects ({human_bytes(result.collected_bytes)}), "
+            f"{result.kept} kept (renewed or held meanwhile); removed {result.staging_removed} staging "
+            f"files, {result.unindexed_removed} unindexed files, "
+            f"{result.empty_dirs_removed} empty directories"
+        )
+    return EXIT_OK
+
+
+def _grace(text: str) -> float:
+    try:
+        return msgspec.convert({"grace": text}, Gc).grace_seconds
+    except msgspec.ValidationError:
+        raise ConfigError(f"--grace: not a duration: {text!r} (e.g. 24h, 30m, 0s)") from None
+
+
+def _gc_json(plan: gc.GcPlan, result: gc.GcResult | None, dry_run: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "dry_run": dry_run,
+        "grace_seconds": plan.grace,
+        "plan": {
+            "garbage": [r.ref for r in plan.garbage],
+            "garbage_bytes": plan.garbage_bytes,
+            "kept_by_roots": plan.rooted,
+            "staging": [str(f.path) for f in plan.staging],
+            "unindexed": [str(f.path) for f in plan.unindexed],
+        },
+    }
+    if result is not None:
+        out["result"] = asdict(result)
+    return out
+
+
+def run_audit(args: argparse.Namespace, config: Config) -> int:
+    if not 0 < args.sample <= 1:
+        raise ConfigError("--sample: a fraction greater than 0 and at most 1")
+    _require_store(config)
+    max_rate = args.max_rate * 1024 * 1024 if args.max_rate else None
+
+    async def go() -> AuditReport:
+        store = await Store.open(config, workers=1)
+        try:
+            audit = Audit(
+                store,
+                repair=args.repair,
+                sample=args.sample,
+                max_rate=max_rate,
+                progress=lambda n, size: Progress("audit", n, size),
+            )
+            return await audit.run()
+        finally:
+            await store.close()
+
+    try:
+        report = asyncio.run(go())
+    except (AttachstoreError, OSError) as e:
+        print(f"attachstore: audit could not run: {e}", file=sys.stderr)
+        return EXIT_COULD_NOT_RUN
+    if args.json:
+        print(msgspec.json.encode(report).decode())
+    else:
+        for f in report.findings:
+            repair = f"  [{f.repair}]" if f.repair else ""
+            print(f"{f.kind:<18} {f.ref or f.path}  {f.detail}{repair}")
+        kinds = ", ".join(
+            f"{sum(1 for f in report.findings if f.kind == k)} {k}"
+            for k in dict.fromkeys(f.kind for f in report.findings)
+        )
+        sampled = f" (sample {report.sample:g})" if report.sample < 1 else ""
+        print(
+            f"audit{sampled}: {report.files} files ({human_bytes(report.bytes)}) re-hashed, "
+            f"{report.rows} rows checked; "
+            + (f"{len(report.findings)} findings ({kinds})" if report.findings else "clean")
+        )
+    return EXIT_OK if report.clean else EXIT_FINDINGS
