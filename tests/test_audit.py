@@ -136,3 +136,16 @@ def test_audit_command_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert main(["audit", *data, "--repair"]) == 1
     assert "[quarantined]" in capsys.readouterr().out
     assert main(["audit", *data, "--sample", "0"]) == 2
+
+
+async def test_max_rate_paces_the_reads(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    await put(store, png(20, 20), png(21, 21))
+    pauses: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        pauses.append(seconds)
+
+    monkeypatch.setattr("attachstore.audit.asyncio.sleep", sleep)
+    await Audit(store, max_rate=100.0, settle=0).run()  # 100 bytes/s: every file is ahead of the pace
+    assert len(pauses) == 2
+    assert all(p > 1 for p in pauses)
