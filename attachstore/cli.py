@@ -17,6 +17,7 @@ from . import __version__, maintenance
 from .config import Config, load
 from .errors import AttachstoreError, ConfigError, InvalidRequest
 from .index import SessionRow
+from .progress import rfc3339
 from .schema import IndexUnusable
 from .server import serve
 from .service import SOURCES, Admission, ImageRef, Store, Upload
@@ -177,7 +178,12 @@ def _cmd_session(args: argparse.Namespace, config: Config) -> int:
 
     result = asyncio.run(_with_store(config, action))
     if isinstance(result, SessionRow):
-        result = {"session": result.id, "route": result.route, "holds": result.holds}
+        result = {
+            "session": result.id,
+            "route": result.route,
+            "holds": result.holds,
+            "created": rfc3339(result.created_at),
+        }
     print(msgspec.json.encode(result).decode())
     return EXIT_OK
 

@@ -57,6 +57,14 @@ class SessionRow:
     holds: tuple[str, ...]  # refs, in the order they were first held
 
 
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """Where new holds go, and a check of that session run under the write lock (it raises to refuse)."""
+
+    key: SessionKey
+    guard: Callable[[SessionRow], object]
+
+
 _COLUMNS = "ref, media_type, bytes, width, height, frames, name, created_at, lease_at, state"
 
 
@@ -153,13 +161,13 @@ class Index:
         return found
 
     async def publish(
-        self, rows: Sequence[ObjectRow], check: Callable[[], object], hold: SessionKey | None = None
+        self, rows: Sequence[ObjectRow], check: Callable[[], object], hold: Hold | None = None
     ) -> None:
-        """Insert or refresh `rows` in one transaction, and add them to the session `hold` if given. `check`
-        runs under the write lock first and raises if any object file has gone; then nothing is committed."""
+        """Insert or refresh `rows` in one transaction, and add them to the session of `hold` if given.
+        `check` and the hold's guard run under the write lock first; if one raises, nothing is committed."""
         async with self.write() as db:
             if hold is not None:
-                await _require_session(db, hold)
+                hold.guard(await _require_session(db, hold.key))
             await asyncio.to_thread(check)
             await db.executemany(
                 f"""INSERT INTO objects ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'ok')
@@ -184,7 +192,9 @@ class Index:
                 ],
             )
             if hold is not None:
-                await _add_holds(db, hold, [r.ref for r in rows], rows[0].lease_at if rows else time.time())
+                await _add_holds(
+                    db, hold.key, [r.ref for r in rows], rows[0].lease_at if rows else time.time()
+                )
 
     async def discard_unpublished(self, refs: Iterable[str], remove: Callable[[str], object]) -> None:
         """Under the write lock, call `remove(ref)` for each ref that no row publishes."""
@@ -287,10 +297,11 @@ class Index:
             await _add_holds(db, target, original.holds, now)
         return SessionRow(target[0], target[1], original.route, now, original.holds)
 
-    async def add_holds(self, key: SessionKey, refs: Sequence[str], now: float) -> SessionRow:
+    async def add_holds(self, hold: Hold, refs: Sequence[str], now: float) -> SessionRow:
         """Hold existing objects: all of them or, if one has no row, none (ATTACHMENT_NOT_FOUND)."""
+        key = hold.key
         async with self.write() as db:
-            await _require_session(db, key)
+            hold.guard(await _require_session(db, key))
             for ref in refs:
                 async with db.execute("SELECT 1 FROM objects WHERE ref = ?", (ref,)) as cur:
                     if await cur.fetchone() is None:

@@ -6,7 +6,6 @@ import argparse
 import asyncio
 import sys
 from dataclasses import asdict
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ from . import gc
 from .audit import Audit, AuditReport
 from .config import Config, Gc
 from .errors import AttachstoreError, ConfigError
-from .progress import Progress, human_bytes
+from .progress import Progress, human_bytes, rfc3339
 from .service import Store
 
 EXIT_OK, EXIT_FINDINGS, EXIT_COULD_NOT_RUN = 0, 1, 2
@@ -43,10 +42,6 @@ def _require_store(config: Config) -> None:
         raise ConfigError(f"no attachstore store at {config.data_dir}")
 
 
-def _stamp(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
 def run_gc(args: argparse.Namespace, config: Config) -> int:
     grace = config.gc.grace_seconds
     if args.grace is not None:
@@ -70,7 +65,7 @@ def run_gc(args: argparse.Namespace, config: Config) -> int:
         return EXIT_OK
     if args.dry_run:
         for row in plan.garbage:
-            print(f"would collect {row.ref}  {row.bytes} bytes  lease {_stamp(row.lease_at)}")
+            print(f"would collect {row.ref}  {row.bytes} bytes  lease {rfc3339(row.lease_at, 'seconds')}")
         for f in plan.unindexed:
             print(f"would remove unindexed {f.path}")
         for f in plan.staging:

@@ -39,8 +39,18 @@ def check_modality(routes: Mapping[str, Route], route: str | None, source: str) 
         raise Rejected(
             "MODALITY_UNSUPPORTED",
             why,
-            hint="images from tools are attached only for a route configured with input_modalities "
-            'including "image"',
+            hint="tell the user that the current model cannot see images; with a model that accepts "
+            "images they can be attached",
+        )
+
+
+def check_session(routes: Mapping[str, Route], session: str, route: str | None) -> None:
+    """Images may not enter a session whose route is known to lack `image`, whatever the request names."""
+    if accepts_images(routes, route) is False:
+        raise Rejected(
+            "MODALITY_UNSUPPORTED",
+            f"session {session!r} uses the model {route!r}, which does not accept images",
+            hint="switch the session to a model that accepts images, then attach the image again",
         )
 
 
@@ -49,7 +59,7 @@ def check_switch(routes: Mapping[str, Route], session: str, holds: int, new_rout
     if holds and accepts_images(routes, new_route) is False:
         raise RouteSwitchRejected(
             f"session {session!r} holds {holds} image(s) and the model {new_route!r} does not accept images",
-            hint="fork the session and switch the fork, or keep a model that accepts images",
+            hint="keep a model that accepts images, or start a new session for the text-only model",
         )
 
 
@@ -90,5 +100,11 @@ def model_text(diagnostics: Sequence[Diagnostic]) -> str:
     return " ".join(lines)
 
 
+# Their hints already say the limit and the actual value; the message would say them twice.
+_HINT_SAYS_ALL = ("IMAGE_TOO_LARGE", "IMAGE_DIMENSION_TOO_LARGE")
+
+
 def _reason(d: Diagnostic) -> str:
+    if d.hint and d.code in _HINT_SAYS_ALL:
+        return f"{d.hint} ({d.code})."
     return f"{d.message} ({d.code})." + (f" {d.hint[0].upper()}{d.hint[1:]}." if d.hint else "")

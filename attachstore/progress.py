@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import sys
 import time
+from datetime import UTC, datetime
 from typing import TextIO
 
 _INTERVAL = 0.1
+
+
+def rfc3339(t: float, timespec: str = "milliseconds") -> str:
+    """A UTC timestamp as clients and logs expect it: 2026-11-30T08:00:00.000Z."""
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec=timespec).replace("+00:00", "Z")
 
 
 def human_bytes(n: float) -> str:

@@ -13,7 +13,7 @@ from . import gate, policy
 from .blobstore import FileOps, LocalBlobStore
 from .config import Config
 from .errors import AttachstoreError, Corrupt, InvalidRequest, Missing, NotFound, Rejected
-from .index import Index, ObjectRow, SessionKey
+from .index import Hold, Index, ObjectRow
 from .policy import Diagnostic
 from .pool import DecodePool
 from .probe import probe_header
@@ -145,14 +145,19 @@ class Store:
         in one transaction. A rejection raises for `user`/`command` and degrades for `tool`/`mcp`."""
         if source not in SOURCES:
             raise InvalidRequest(f"source: must be one of {', '.join(SOURCES)}, not {source!r}")
-        hold = None
+        if not uploads:
+            raise InvalidRequest("images: at least one image is required")
+        hold = session_route = None
         if session is not None:
             found = await self.sessions.get((tenant, session))
             route = route if route is not None else found.route
-            hold = (tenant, session)
+            session_route = found.route
+            hold = Hold((tenant, session), self.sessions.guard_images)
         names = [display_name(u.name) for u in uploads]
         soft = source in policy.SOFT_SOURCES
-        batch_error, verdicts = await self._validate(uploads, source, route, every_image=soft)
+        batch_error, verdicts = await self._validate(
+            uploads, source, route, every_image=soft, session=(session, session_route)
+        )
         if batch_error is not None or any(isinstance(v, Rejected) for v in verdicts):
             if soft:
                 return _degraded(uploads, names, batch_error, verdicts)
@@ -161,7 +166,12 @@ class Store:
             i, first = next((i, v) for i, v in enumerate(verdicts) if isinstance(v, Rejected))
             raise first.at(i)
         admitted = [v for v in verdicts if isinstance(v, _Admitted)]
-        await self._store(admitted, names, hold)
+        try:
+            await self._store(admitted, names, hold)
+        except Rejected as e:  # the session's route turned text-only meanwhile (checked under the lock)
+            if soft:
+                return _degraded(uploads, names, e, [])
+            raise
         return Admission(
             [
                 ImageRef(
@@ -178,7 +188,13 @@ class Store:
         )
 
     async def _validate(
-        self, uploads: Sequence[Upload], source: str, route: str | None, *, every_image: bool
+        self,
+        uploads: Sequence[Upload],
+        source: str,
+        route: str | None,
+        *,
+        every_image: bool,
+        session: tuple[str | None, str | None] = (None, None),
     ) -> tuple[Rejected | None, list[_Admitted | Rejected]]:
         """The gate of SPEC section 4: a batch-level failure, or a verdict per image.
 
@@ -188,6 +204,8 @@ class Store:
         limits = self.config.limits
         try:
             policy.check_modality(self.config.routes, route, source)
+            if session[0] is not None:
+                policy.check_session(self.config.routes, session[0], session[1])
             gate.check_batch([u.size for u in uploads], limits)
         except Rejected as e:
             return e, []
@@ -225,7 +243,7 @@ class Store:
         return None, verdicts
 
     async def _store(
-        self, admitted: Sequence[_Admitted], names: Sequence[str | None], hold: SessionKey | None
+        self, admitted: Sequence[_Admitted], names: Sequence[str | None], hold: Hold | None
     ) -> None:
         unique: dict[Ref, _Admitted] = {}
         first_name: dict[Ref, str | None] = {}
@@ -249,7 +267,7 @@ class Store:
             raise
 
     async def _store_once(
-        self, admitted: Sequence[_Admitted], names: dict[Ref, str | None], hold: SessionKey | None
+        self, admitted: Sequence[_Admitted], names: dict[Ref, str | None], hold: Hold | None
     ) -> None:
         now = time.time()
         # Renew first: from here on a concurrent GC leaves these objects alone; then verify or (re)write.

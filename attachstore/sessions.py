@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from . import policy
 from .config import Config
 from .errors import InvalidRequest, SessionNotFound
-from .index import Index, SessionKey, SessionRow
+from .index import Hold, Index, SessionKey, SessionRow
 from .refs import Ref
 
 _SESSION_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
@@ -53,12 +53,16 @@ class Sessions:
         check_session_id(key[1])
         return await self.index.fork(key, (key[0], check_session_id(new_id)), time.time())
 
+    def guard_images(self, session: SessionRow) -> None:
+        """Run under the index write lock before images are held: the session's route, as it is now."""
+        policy.check_session(self.config.routes, session.id, session.route)
+
     async def hold(self, key: SessionKey, refs: Sequence[str]) -> SessionRow:
         check_session_id(key[1])
         if len(refs) > MAX_HOLDS_PER_REQUEST:
             raise InvalidRequest(f"refs: at most {MAX_HOLDS_PER_REQUEST} refs per request")
         parsed = list(dict.fromkeys(str(Ref.parse(r)) for r in refs))
-        return await self.index.add_holds(key, parsed, time.time())
+        return await self.index.add_holds(Hold(key, self.guard_images), parsed, time.time())
 
     async def delete(self, key: SessionKey) -> int:
         check_session_id(key[1])

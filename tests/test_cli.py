@@ -201,7 +201,9 @@ def test_session_commands(capsys: pytest.CaptureFixture[str], tmp_path: Path, im
     code, out, _ = run(capsys, "session", "delete", *d, "s1")
     assert json.loads(out) == {"session": "s1", "released": 1}
     code, out, _ = run(capsys, "session", "show", *d, "s2")
-    assert json.loads(out) == {"session": "s2", "route": "some-model", "holds": [ref]}
+    shown = json.loads(out)
+    assert shown.pop("created").endswith("Z")
+    assert shown == {"session": "s2", "route": "some-model", "holds": [ref]}
     code, _, err = run(capsys, "session", "show", *d, "s1")
     assert (code, "SESSION_NOT_FOUND" in err) == (1, True)
 

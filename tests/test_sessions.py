@@ -83,11 +83,33 @@ async def test_modality_policy(client: Client, source: str, route: str | None) -
 
 
 async def test_the_route_defaults_to_the_sessions(client: Client) -> None:
+    assert (await put_session(client, "s-none", None)).status == 201
+    tool = await (await admit(client, png(4, 4), source="tool", session="s-none")).json()
+    assert tool["degraded"] is True  # no route anywhere: a tool image cannot be shown to be seen
+    assert (await admit(client, png(4, 4), source="tool", session="s-none", route="vision")).status == 201
     assert (await put_session(client, "s-text", "texty")).status == 201
     response = await admit(client, png(4, 4), session="s-text")
     assert (await error_of(response))["code"] == "MODALITY_UNSUPPORTED"
-    # A route named in the request decides instead.
-    assert (await admit(client, png(4, 4), session="s-text", route="vision")).status == 201
+
+
+async def test_no_image_enters_a_text_only_session(client: Client) -> None:
+    # Naming a vision route in the request does not get images into a session whose model cannot see them:
+    # the switch guard would otherwise be bypassed.
+    [ref] = await admitted(client, png(4, 5))
+    await put_session(client, "s-text", "texty")
+    response = await admit(client, png(4, 4), session="s-text", route="vision")
+    assert (response.status, (await error_of(response))["code"]) == (422, "MODALITY_UNSUPPORTED")
+    soft = await (await admit(client, png(4, 4), source="tool", session="s-text", route="vision")).json()
+    assert soft["diagnostics"][0]["code"] == "MODALITY_UNSUPPORTED"
+    held = await client.post("/v1/sessions/s-text/holds", json={"refs": [ref]})
+    assert (held.status, (await error_of(held))["code"]) == (422, "MODALITY_UNSUPPORTED")
+    assert (await session_of(client, "s-text"))["holds"] == []
+
+
+@pytest.mark.parametrize("source", ["user", "tool"])
+async def test_an_empty_batch_is_a_bad_request(client: Client, source: str) -> None:
+    response = await post_json(client, "/v1/attachments", {"source": source, "images": []})
+    assert (response.status, (await error_of(response))["code"]) == (400, "INVALID_REQUEST")
 
 
 async def test_a_tools_mixed_batch_degrades_whole_and_stores_nothing(make_client: MakeClient) -> None:

@@ -43,7 +43,7 @@ async def admit(request: web.Request) -> web.Response:
         uploads = [Upload.of_base64(i.data, i.media_type, i.name) for i in body.images]
     elif request.content_type == "multipart/form-data":
         text_fields, uploads = await read_multipart(request, cap, config.limits)
-        fields = {k: text_fields.get(k) for k in ("source", "route", "session")}
+        fields = {k: text_fields.get(k) or None for k in ("source", "route", "session")}
     else:
         raise UnsupportedMediaType(
             "POST /v1/attachments takes application/json or multipart/form-data, "

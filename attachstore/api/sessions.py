@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 import msgspec
 from aiohttp import web
 
 from ..index import SessionRow
+from ..progress import rfc3339
 from . import wire
 from .common import CONFIG, STORE, json_response, read_json
 
@@ -24,10 +23,7 @@ def _key(request: web.Request) -> tuple[str, str]:
 
 
 def session_answer(s: SessionRow, status: int = 200) -> web.Response:
-    created = (
-        datetime.fromtimestamp(s.created_at, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    )
-    return json_response(wire.Session(s.id, s.route, list(s.holds), created), status)
+    return json_response(wire.Session(s.id, s.route, list(s.holds), rfc3339(s.created_at)), status)
 
 
 async def create(request: web.Request) -> web.Response:
