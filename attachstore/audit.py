@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from .blobstore import StoredFile
+from .blobstore import IN_FLIGHT, StoredFile
 from .config import Limits
 from .errors import Rejected
 from .index import ObjectRow
@@ -35,10 +35,6 @@ _NO_LIMITS = Limits(
     max_batch_images=1,
     max_batch_bytes=1 << 40,
 )
-
-
-# A file with no row that is younger than this may be an admission between its link and its commit.
-SETTLE = 60.0
 
 
 class Kind(StrEnum):
@@ -80,7 +76,7 @@ class Audit:
         sample: float = 1.0,
         max_rate: float | None = None,
         progress: Callable[[int, int], Progress] | None = None,
-        settle: float = SETTLE,
+        settle: float = IN_FLIGHT,
     ) -> None:
         self.store = store
         self.repair = repair
@@ -149,6 +145,11 @@ class Audit:
             data = await asyncio.to_thread(f.path.read_bytes)
         except FileNotFoundError:
             return  # removed since the walk (GC): the row pass decides about its row
+        except OSError as e:
+            report.findings.append(
+                Finding(Kind.CORRUPT, str(ref), path, f"cannot be read: {e.strerror or e}")
+            )
+            return
         intact = await asyncio.to_thread(ref.matches, data)
         if row is None:
             await self._stray(ref, f, data, intact, report)
@@ -188,8 +189,11 @@ class Audit:
             return
         detail = "no row publishes it; " + ("its bytes verify" if intact else "its bytes do not verify")
         done = None
-        if self.repair:
-            done = await self._reindex(ref, data, None) if intact else await self._quarantine_path(f.path)
+        if self.repair and intact:
+            done = await self._reindex(ref, data, None)
+        elif self.repair:
+            found = await self.store.blobs.quarantine(ref)  # re-checks the bytes after moving them
+            done = {"quarantined": "quarantined", "missing": "gone meanwhile"}.get(found, "healed meanwhile")
         report.findings.append(Finding(Kind.STRAY_FILE, str(ref), str(f.path), detail, done))
 
     # -- a row without a file ---------------------------------------------------------------------------

@@ -28,6 +28,9 @@ from .refs import ALGORITHMS, Ref, hasher
 OBJECT_MODE = 0o444
 STAGING_MODE = 0o600
 _READ_CHUNK = 1 << 20
+# A staging file, or an object file without a row, younger than this may belong to an admission in flight
+# (between its write and its commit). The GC and the audit leave such files alone whatever the grace.
+IN_FLIGHT = 60.0
 _PLACE_ATTEMPTS = 3
 
 
@@ -161,10 +164,13 @@ class LocalBlobStore:
                 try:
                     return self._place(ref, staging, final, len(data), state)
                 except FileNotFoundError:
-                    # The GC removed an empty bucket directory between our mkdir and our link: again.
+                    # The GC removed an empty bucket directory between our mkdir and our link, or (an
+                    # operator with a tiny grace) our staging file: again, from the start if need be.
                     if attempts == _PLACE_ATTEMPTS:
                         raise
                     attempts += 1
+                    if not os.path.exists(staging):
+                        staging = self._stage(data)
         except OSError as e:
             raise storage_error(e, "publishing an object") from e
         finally:

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .blobstore import StoredFile
+from .blobstore import IN_FLIGHT, StoredFile
 from .index import ObjectRow
 from .progress import Progress
 from .refs import MAX_REF_LENGTH, Ref
@@ -24,7 +24,7 @@ from .service import Store
 
 REF_BYTES = re.compile(rb"(?:sha256|blake3):[0-9a-f]{64}")
 _CHUNK = 1 << 20
-_BATCH = 64
+_BATCH = 16  # objects per sweep transaction: a crash mid-batch leaves at most this many rows without files
 
 
 def scan_roots(paths: Iterable[Path]) -> set[str]:
@@ -61,7 +61,7 @@ class GcPlan:
 class GcResult:
     collected: list[str] = field(default_factory=list)
     collected_bytes: int = 0
-    kept: int = 0  # renewed or held between the plan and the sweep
+    skipped: int = 0  # renewed, held, or collected by another gc, between the plan and the sweep
     staging_removed: int = 0
     unindexed_removed: int = 0
     empty_dirs_removed: int = 0
@@ -75,14 +75,17 @@ async def plan(store: Store, grace: float, roots: Sequence[Path] = (), now: floa
     garbage = [r for r in candidates if r.ref not in named]
     indexed = await store.index.refs()
 
+    # Files without a row have no lease; their age is all there is, and a young one may be in flight.
+    file_cutoff = min(cutoff, now - IN_FLIGHT)
+
     def old_files() -> tuple[list[StoredFile], list[StoredFile]]:
-        staging = [f for f in store.blobs.walk_staging() if f.mtime < cutoff]
+        staging = [f for f in store.blobs.walk_staging() if f.mtime < file_cutoff]
         unindexed = [
             f
             for f in store.blobs.walk_objects()
             if f.ref is not None
             and str(f.ref) not in indexed
-            and f.mtime < cutoff
+            and f.mtime < file_cutoff
             and str(f.ref) not in named
         ]
         return staging, unindexed
@@ -104,7 +107,7 @@ async def execute(store: Store, gc_plan: GcPlan, progress: Progress | None = Non
         collected = await store.index.collect(batch, gc_plan.cutoff, remove)
         result.collected += collected
         result.collected_bytes += sum(sizes[r] for r in collected)
-        result.kept += len(batch) - len(collected)
+        result.skipped += len(batch) - len(collected)
         if progress:
             progress.advance(len(batch), sum(sizes[r] for r in batch))
 
@@ -116,8 +119,9 @@ async def execute(store: Store, gc_plan: GcPlan, progress: Progress | None = Non
         store.blobs.remove_file(stray[ref].path)
         removed.append(ref)
 
-    if stray:
-        await store.index.discard_unpublished(list(stray), remove_stray)
+    strays = list(stray)
+    for start in range(0, len(strays), _BATCH):
+        await store.index.discard_unpublished(strays[start : start + _BATCH], remove_stray)
     result.unindexed_removed = len(removed)
 
     def sweep_files() -> tuple[int, int]:

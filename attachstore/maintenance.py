@@ -78,8 +78,8 @@ def run_gc(args: argparse.Namespace, config: Config) -> int:
     if result is not None:
         print(
             f"gc: collected {len(result.collected)} objects ({human_bytes(result.collected_bytes)}), "
-            f"{result.kept} kept (renewed or held meanwhile); removed {result.staging_removed} staging "
-            f"files, {result.unindexed_removed} unindexed files, "
+            f"{result.skipped} skipped (renewed, held or collected meanwhile); "
+            f"removed {result.staging_removed} staging files, {result.unindexed_removed} unindexed files, "
             f"{result.empty_dirs_removed} empty directories"
         )
     return EXIT_OK
@@ -109,9 +109,15 @@ def _gc_json(plan: gc.GcPlan, result: gc.GcResult | None, dry_run: bool) -> dict
     return out
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def run_audit(args: argparse.Namespace, config: Config) -> int:
     if not 0 < args.sample <= 1:
         raise ConfigError("--sample: a fraction greater than 0 and at most 1")
+    if args.max_rate is not None and args.max_rate <= 0:
+        raise ConfigError("--max-rate: MiB per second, more than 0")
     _require_store(config)
     max_rate = args.max_rate * 1024 * 1024 if args.max_rate else None
 
@@ -148,6 +154,6 @@ def run_audit(args: argparse.Namespace, config: Config) -> int:
         print(
             f"audit{sampled}: {report.files} files ({human_bytes(report.bytes)}) re-hashed, "
             f"{report.rows} rows checked; "
-            + (f"{len(report.findings)} findings ({kinds})" if report.findings else "clean")
+            + (f"{_count(len(report.findings), 'finding')} ({kinds})" if report.findings else "clean")
         )
     return EXIT_OK if report.clean else EXIT_FINDINGS

@@ -164,3 +164,29 @@ def test_discard_removes_the_file(store: LocalBlobStore) -> None:
     store.discard_sync(ref)
     store.discard_sync(ref)  # idempotent
     assert store.stat(ref) is None
+
+
+class Sweeper(RecordingOps):
+    """Removes what a GC could remove just before the first link: the empty bucket, or the staging file."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__()
+        self.what = what
+
+    def link(self, src: Path, dst: Path) -> None:
+        if self.what and "link" not in self.log:
+            if self.what == "bucket":
+                os.rmdir(dst.parent)
+            else:
+                os.unlink(src)
+        super().link(src, dst)
+
+
+@pytest.mark.parametrize("what", ["bucket", "staging"])
+def test_a_writer_survives_a_sweep_between_its_steps(tmp_path: Path, what: str) -> None:
+    store = LocalBlobStore(tmp_path / "data", Sweeper(what))
+    store.create_layout()
+    ref = Ref.of("sha256", DATA)
+    assert store.put_sync(ref, DATA) is Put.CREATED
+    assert store.read_sync(ref, len(DATA)) == DATA
+    assert leftovers(store) == []

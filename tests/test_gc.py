@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -44,7 +45,7 @@ async def test_garbage_is_unheld_unrooted_and_past_its_grace(store: Store, tmp_p
     assert [r.ref for r in plan.garbage] == [loose_ref]
     assert plan.rooted == 1
     result = await gc.execute(store, plan)
-    assert (result.collected, result.kept) == ([loose_ref], 0)
+    assert (result.collected, result.skipped) == ([loose_ref], 0)
     assert result.collected_bytes == len(loose)
     with pytest.raises(NotFound):
         await store.read(loose_ref)
@@ -76,7 +77,7 @@ async def test_an_admission_between_plan_and_sweep_keeps_its_object(store: Store
     assert [r.ref for r in plan.garbage] == [ref]
     await put(store, image)  # dedup: renews the lease first
     result = await gc.execute(store, plan)
-    assert (result.collected, result.kept) == ([], 1)
+    assert (result.collected, result.skipped) == ([], 1)
     _, data = await store.read(ref)
     assert data == image
 
@@ -86,7 +87,7 @@ async def test_a_hold_between_plan_and_sweep_keeps_its_object(store: Store) -> N
     plan = await gc.plan(store, grace=-1)  # even a lease renewed now is past this grace
     await store.sessions.create(("", "s"), None)
     await store.sessions.hold(("", "s"), [ref])
-    assert (await gc.execute(store, plan)).kept == 1
+    assert (await gc.execute(store, plan)).skipped == 1
     await store.read(ref)
 
 
@@ -182,3 +183,15 @@ def test_gc_default_grace_comes_from_the_config(tmp_path: Path, capsys: pytest.C
     assert main(["gc", "--config", str(config), "--json"]) == 0
     out = capsys.readouterr().out.splitlines()[-1]
     assert json.loads(out)["plan"]["garbage"] == []
+
+
+async def test_files_without_a_row_are_left_alone_while_they_may_be_in_flight(store: Store) -> None:
+    (store.blobs.staging / "writing.tmp").write_bytes(b"an admission is writing this")
+    image = png(17, 17)
+    path = store.blobs.path(Ref.of("sha256", image))
+    path.parent.mkdir(parents=True)
+    path.write_bytes(image)  # linked, not yet committed
+    plan = await gc.plan(store, grace=0)
+    assert (plan.staging, plan.unindexed) == ([], [])
+    later = await gc.plan(store, grace=0, now=time.time() + 120)
+    assert (len(later.staging), len(later.unindexed)) == (1, 1)
