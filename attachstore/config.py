@@ -73,10 +73,32 @@ class Gc(_Section, frozen=True):
         return duration_seconds(self.grace)
 
 
+class Placeholders(_Section, frozen=True):
+    """What a model reads where an image was left out. `{path}` is replaced by the image's source path."""
+
+    text_only: str = "[image omitted: this model does not accept images]"
+    over_budget: str = (
+        "[image omitted to keep the request within its image size limit; to see it again, "
+        "ask the user to attach it again]"
+    )
+    over_budget_path: str = (
+        "[image omitted to keep the request within its image size limit; to see it again, "
+        "read the file again: {path}]"
+    )
+    unavailable: str = (
+        "[image unavailable: its stored copy is missing or damaged; ask the user to attach it again]"
+    )
+    unavailable_path: str = (
+        "[image unavailable: its stored copy is missing or damaged; read the file again: {path}]"
+    )
+
+
 class Route(_Section, frozen=True):
     input_modalities: list[Literal["text", "image"]] = msgspec.field(default_factory=lambda: ["text"])
-    provider: Provider | None = None
-    max_request_image_bytes: Positive | None = None
+    provider: Provider | None = None  # render's default for this route
+    max_request_image_bytes: Positive | None = None  # render's base64 budget (default 20 MiB)
+    max_request_images: Positive | None = None  # render's image count budget (default: no limit)
+    placeholders: Placeholders = Placeholders()
 
 
 class Tenant(_Section, frozen=True):

@@ -101,5 +101,10 @@ class RouteSwitchRejected(AttachstoreError):
     status = 409
 
 
+class UnsupportedContent(AttachstoreError):
+    code = "UNSUPPORTED_CONTENT"
+    status = 422
+
+
 class ConfigError(Exception):
     """A bad configuration; the message names the key. Stops start-up."""

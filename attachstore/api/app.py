@@ -11,7 +11,7 @@ from ..blobstore import FileOps
 from ..config import Config
 from ..errors import AttachstoreError, StorageUnavailable
 from ..service import Store
-from . import attachments, sessions
+from . import attachments, render, sessions
 from .common import CONFIG, STORE, error_response, json_response
 
 log = logging.getLogger("attachstore.api")
@@ -83,6 +83,7 @@ def make_app(config: Config, *, file_ops: FileOps | None = None) -> web.Applicat
     app.cleanup_ctx.append(_store_ctx)
     attachments.add_routes(app.router)
     sessions.add_routes(app.router)
+    render.add_routes(app.router)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     return app

@@ -1,0 +1,188 @@
+"""Request assembly: decide for every image whether it is sent, left out, or unavailable; read the ones
+that are sent; hand provider-neutral turns to the provider's encoder.
+
+Rules (SPEC section 10): a text-only route gets one placeholder per message that had images and no image
+is read; otherwise the newest images are kept while they fit the budget (base64 bytes and count) and the
+older ones become placeholders, decided from the index alone, so dropped images are never read; an image
+whose object is missing or damaged becomes a placeholder and never fails the request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from ..config import Placeholders, Provider, Route
+from ..errors import AttachstoreError, InvalidRequest
+from ..policy import accepts_images
+from ..refs import Ref
+from ..service import Store
+from . import tokens
+from .model import Image, Part, Text, ToolCall, Turn
+from .neutral import ImageBlock, RenderRequest, TextBlock, check
+from .providers import render_body
+
+DEFAULT_BUDGET = 20 * 1024 * 1024  # base64 bytes
+
+
+class Fate(Enum):
+    SENT = "sent"
+    TEXT_ONLY = "text_only"
+    OVER_BUDGET = "over_budget"
+    UNAVAILABLE = "unavailable"
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    included: int
+    omitted: int
+    unavailable: int
+    base64_bytes: int
+    estimated_image_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    provider: str
+    body: dict[str, Any]
+    summary: Summary
+
+
+@dataclass(frozen=True, slots=True)
+class _Occurrence:
+    message: int
+    block: int
+    image: ImageBlock
+    ref: str
+
+
+def _base64_size(n: int) -> int:
+    return 4 * ((n + 2) // 3)
+
+
+async def render(store: Store, request: RenderRequest, *, tenant: str = "") -> Rendered:
+    """Refs to a provider-ready request body. Importable by hosts that embed the store."""
+    check(request)
+    route_name = request.route
+    if request.session is not None:
+        session = await store.sessions.get((tenant, request.session))
+        route_name = route_name if route_name is not None else session.route
+    route = store.config.routes.get(route_name) if route_name is not None else None
+    provider = _provider(request, route, route_name)
+    placeholders = route.placeholders if route else Placeholders()
+    vision = request.vision if request.vision is not None else accepts_images(store.config.routes, route_name)
+    occurrences = [
+        _Occurrence(i, j, b, str(Ref.parse(b.ref)))
+        for i, m in enumerate(request.messages)
+        for j, b in enumerate(m.blocks)
+        if isinstance(b, ImageBlock)
+    ]
+    fates: dict[tuple[int, int], Fate] = {}
+    if vision is False:  # nothing is looked up, nothing is read
+        fates = {(o.message, o.block): Fate.TEXT_ONLY for o in occurrences}
+        return _finish(request, provider, placeholders, fates, {}, {})
+
+    rows = {ref: await store.index.get(ref) for ref in dict.fromkeys(o.ref for o in occurrences)}
+    budget, count = _budget(request, route)
+    used = sent = 0
+    full = False
+    for o in reversed(occurrences):  # newest first: the oldest images are the ones left out
+        row = rows[o.ref]
+        if row is None or row.state != "ok":
+            fates[(o.message, o.block)] = Fate.UNAVAILABLE
+            continue
+        size = _base64_size(row.bytes)
+        full = full or used + size > budget or (count is not None and sent + 1 > count)
+        if full:
+            fates[(o.message, o.block)] = Fate.OVER_BUDGET
+            continue
+        fates[(o.message, o.block)] = Fate.SENT
+        used += size
+        sent += 1
+
+    wanted = sorted({o.ref for o in occurrences if fates[(o.message, o.block)] is Fate.SENT})
+    read = await asyncio.gather(*(_read_base64(store, ref) for ref in wanted))
+    data = {ref: d for ref, d in zip(wanted, read, strict=True) if d is not None}
+    for o in occurrences:
+        if fates[(o.message, o.block)] is Fate.SENT and o.ref not in data:
+            fates[(o.message, o.block)] = Fate.UNAVAILABLE  # missing or damaged on read
+    media = {ref: (row.media_type, row.width, row.height) for ref, row in rows.items() if row is not None}
+    return _finish(request, provider, placeholders, fates, data, media)
+
+
+def _budget(request: RenderRequest, route: Route | None) -> tuple[int, int | None]:
+    """Base64 bytes and image count: the request's, else the route's, else 20 MiB and no count limit."""
+    budget = request.max_image_bytes or (route.max_request_image_bytes if route else None) or DEFAULT_BUDGET
+    count = request.max_images
+    if count is None and route is not None:
+        count = route.max_request_images
+    return budget, count
+
+
+async def _read_base64(store: Store, ref: str) -> str | None:
+    """Verified bytes as base64, or None: one bad object never fails the request."""
+    try:
+        _, data = await store.read(ref)
+    except AttachstoreError:
+        return None
+    return await asyncio.to_thread(lambda: base64.b64encode(data).decode("ascii"))
+
+
+def _provider(request: RenderRequest, route: Route | None, route_name: str | None) -> Provider:
+    if request.provider is not None:
+        return request.provider
+    if route is not None and route.provider is not None:
+        return route.provider
+    raise InvalidRequest(
+        "invalid request at $.provider: name a provider (openai-chat, openai-responses, anthropic, gemini)"
+        + (f"; route {route_name!r} has no default provider" if route_name else ""),
+    )
+
+
+def _finish(
+    request: RenderRequest,
+    provider: Provider,
+    placeholders: Placeholders,
+    fates: dict[tuple[int, int], Fate],
+    data: dict[str, str],
+    media: dict[str, tuple[str, int, int]],
+) -> Rendered:
+    turns: list[Turn] = []
+    included = omitted = unavailable = b64 = estimated = 0
+    for i, m in enumerate(request.messages):
+        parts: list[Part] = []
+        text_only_said = False
+        for j, b in enumerate(m.blocks):
+            if isinstance(b, TextBlock):
+                parts.append(Text(b.text))
+                continue
+            fate = fates[(i, j)]
+            if fate is Fate.SENT:
+                ref = str(Ref.parse(b.ref))
+                media_type, width, height = media[ref]
+                parts.append(Image(media_type, data[ref], b.detail))
+                included += 1
+                b64 += len(data[ref])
+                estimated += tokens.estimate(provider, width, height, b.detail)
+            elif fate is Fate.TEXT_ONLY:
+                omitted += 1
+                if not text_only_said:  # one placeholder per message, not per image
+                    parts.append(Text(placeholders.text_only, placeholder=True))
+                    text_only_said = True
+            elif fate is Fate.OVER_BUDGET:
+                omitted += 1
+                parts.append(Text(_say(placeholders.over_budget, placeholders.over_budget_path, b), True))
+            else:
+                unavailable += 1
+                parts.append(Text(_say(placeholders.unavailable, placeholders.unavailable_path, b), True))
+        calls = [ToolCall(c.id, c.name, c.arguments) for c in m.tool_calls or []]
+        turns.append(Turn(m.role, parts, calls, m.tool_call_id, m.name))
+    summary = Summary(included, omitted, unavailable, b64, estimated)
+    return Rendered(provider, render_body(provider, turns), summary)
+
+
+def _say(without_path: str, with_path: str, block: ImageBlock) -> str:
+    return with_path.replace("{path}", block.path) if block.path else without_path

@@ -1,0 +1,264 @@
+"""POST /v1/render through the real app: projection, budget, unavailable images, determinism."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+from attachstore.api.common import STORE
+from attachstore.refs import Ref
+from attachstore.render import tokens
+from attachstore.service import Store
+from tests.conftest import MakeClient
+from tests.faults import flip_byte
+from tests.images import jpeg, png
+from tests.test_api import admit, error_of, post_json
+
+Client = TestClient[Any, Any]
+ROUTES = {
+    "vision": {"input_modalities": ["text", "image"], "provider": "openai-chat"},
+    "texty": {
+        "input_modalities": ["text"],
+        "provider": "anthropic",
+        "placeholders": {"text_only": "[Bild weggelassen]"},
+    },
+    "small": {"input_modalities": ["text", "image"], "provider": "openai-chat", "max_request_images": 2},
+}
+
+
+@pytest.fixture
+async def client(make_client: MakeClient) -> Client:
+    return await make_client(routes=ROUTES)
+
+
+async def stored(client: Client, *images: bytes) -> list[str]:
+    response = await admit(client, *images)
+    assert response.status == 201
+    return [a["ref"] for a in (await response.json())["attachments"]]
+
+
+def image(ref: str, **extra: Any) -> dict[str, Any]:
+    return {"type": "image", "ref": ref, **extra}
+
+
+def text(t: str) -> dict[str, Any]:
+    return {"type": "text", "text": t}
+
+
+async def render(client: Client, messages: list[dict[str, Any]], **fields: Any) -> dict[str, Any]:
+    response = await post_json(client, "/v1/render", {"messages": messages, **fields})
+    assert response.status == 200, await response.text()
+    body: dict[str, Any] = await response.json()
+    return body
+
+
+def image_urls(message: dict[str, Any]) -> list[str]:
+    return [p["image_url"]["url"] for p in message["content"] if p["type"] == "image_url"]
+
+
+def texts(message: dict[str, Any]) -> list[str]:
+    return [p["text"] for p in message["content"] if p["type"] == "text"]
+
+
+def corrupt_all(store: Store, refs: list[str]) -> None:
+    for ref in refs:
+        flip_byte(store.blobs.path(Ref.parse(ref)), 30)
+
+
+async def test_a_vision_route_gets_verified_data_urls(client: Client) -> None:
+    a, b = png(30, 20), jpeg(16, 16)
+    refs = await stored(client, a, b)
+    out = await render(
+        client, [{"role": "user", "content": [text("look"), image(refs[0]), image(refs[1])]}], route="vision"
+    )
+    assert out["provider"] == "openai-chat"
+    [message] = out["body"]["messages"]
+    assert image_urls(message) == [
+        "data:image/png;base64," + base64.b64encode(a).decode(),
+        "data:image/jpeg;base64," + base64.b64encode(b).decode(),
+    ]
+    assert out["summary"] == {
+        "included": 2,
+        "omitted": 0,
+        "unavailable": 0,
+        "base64_bytes": len(base64.b64encode(a)) + len(base64.b64encode(b)),
+        "estimated_image_tokens": 2 * 255,
+    }
+
+
+async def test_text_only_projection_reads_nothing(client: Client) -> None:
+    refs = await stored(client, png(5, 5), png(6, 6), png(7, 7))
+    corrupt_all(client.app[STORE], refs)  # a read would find them damaged
+    messages = [
+        {
+            "role": "user",
+            "content": [text("before"), image(refs[0]), image(refs[1]), text("after"), image(refs[2])],
+        }
+    ]
+    out = await render(client, messages, route="texty")
+    assert out["provider"] == "anthropic"
+    [message] = out["body"]["messages"]
+    assert [b["text"] for b in message["content"]] == ["before", "[Bild weggelassen]", "after"]
+    assert out["summary"]["omitted"] == 3
+    assert out["summary"]["unavailable"] == 0
+    # Nothing was read, so nothing was found damaged and quarantined.
+    for ref in refs:
+        assert (await client.app[STORE].index.get(ref)).state == "ok"  # type: ignore[union-attr]
+
+
+async def test_vision_false_projects_a_vision_route(client: Client) -> None:
+    refs = await stored(client, png(5, 5))
+    out = await render(client, [{"role": "user", "content": [image(refs[0])]}], route="vision", vision=False)
+    assert texts(out["body"]["messages"][0]) == ["[image omitted: this model does not accept images]"]
+
+
+async def test_the_oldest_images_leave_first_and_are_never_read(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    images = [png(40, 40, seed=i) for i in range(6)]  # same size: the budget counts whole images
+    refs = await stored(client, *images)
+    each = len(base64.b64encode(images[0]))
+    read: list[str] = []
+    store = client.app[STORE]
+    real = store.read
+
+    async def recording(ref: str) -> Any:
+        read.append(ref)
+        return await real(ref)
+
+    monkeypatch.setattr(store, "read", recording)
+    messages = [
+        {
+            "role": "user",
+            "content": [text(f"shot {i}"), image(ref, **({"path": f"/w/{i}.png"} if i == 1 else {}))],
+        }
+        for i, ref in enumerate(refs)
+    ]
+    first = await post_json(
+        client, "/v1/render", {"messages": messages, "route": "vision", "max_image_bytes": 3 * each}
+    )
+    body = await first.read()
+    out = json.loads(body)
+    sent = [image_urls(m) != [] for m in out["body"]["messages"]]
+    assert sent == [False, False, False, True, True, True]
+    assert texts(out["body"]["messages"][1])[1].endswith("read the file again: /w/1.png]")
+    assert "ask the user to attach it again" in texts(out["body"]["messages"][0])[1]
+    assert sorted(read) == sorted(refs[3:])
+    assert out["summary"]["included"] == 3
+    assert out["summary"]["omitted"] == 3
+    # Same input, same output, byte for byte.
+    again = await post_json(
+        client, "/v1/render", {"messages": messages, "route": "vision", "max_image_bytes": 3 * each}
+    )
+    assert await again.read() == body
+
+
+async def test_an_image_count_budget_from_the_route(client: Client) -> None:
+    refs = await stored(client, *(png(8, 8, seed=i) for i in range(4)))
+    out = await render(client, [{"role": "user", "content": [image(r) for r in refs]}], route="small")
+    assert out["summary"]["included"] == 2
+    assert len(image_urls(out["body"]["messages"][0])) == 2
+    out = await render(
+        client, [{"role": "user", "content": [image(r) for r in refs]}], route="small", max_images=3
+    )
+    assert out["summary"]["included"] == 3
+
+
+async def test_one_corrupt_object_in_ten_images(client: Client) -> None:
+    refs = await stored(client, *(png(9, 9, seed=i) for i in range(10)))
+    corrupt_all(client.app[STORE], [refs[4]])
+    messages = [{"role": "user", "content": [text(str(i)), image(r)]} for i, r in enumerate(refs)]
+    out = await render(client, messages, route="vision")
+    assert out["summary"]["included"] == 9
+    assert out["summary"]["unavailable"] == 1
+    assert image_urls(out["body"]["messages"][4]) == []
+    assert texts(out["body"]["messages"][4])[1].startswith("[image unavailable")
+
+
+async def test_unknown_refs_are_unavailable_and_malformed_refs_are_errors(client: Client) -> None:
+    out = await render(client, [{"role": "user", "content": [image("sha256:" + "0" * 64)]}], route="vision")
+    assert out["summary"]["unavailable"] == 1
+    response = await post_json(
+        client, "/v1/render", {"route": "vision", "messages": [{"role": "user", "content": [image("x")]}]}
+    )
+    assert (response.status, (await error_of(response))["code"]) == (400, "INVALID_ATTACHMENT_REF")
+
+
+@pytest.mark.parametrize("role", ["system", "assistant"])
+async def test_images_in_system_or_assistant_messages(client: Client, role: str) -> None:
+    [ref] = await stored(client, png(4, 4))
+    response = await post_json(
+        client, "/v1/render", {"route": "vision", "messages": [{"role": role, "content": [image(ref)]}]}
+    )
+    error = await error_of(response)
+    assert (response.status, error["code"]) == (422, "UNSUPPORTED_CONTENT")
+    assert "$.messages[0]" in error["message"]
+
+
+async def test_request_errors_name_the_path(client: Client) -> None:
+    cases = [
+        ({"messages": [{"role": "user", "content": "hi"}]}, "$.provider"),
+        ({"provider": "openai-chat", "messages": [{"role": "robot"}]}, "$.messages[0].role"),
+        (
+            {"provider": "openai-chat", "messages": [{"role": "tool", "content": "x"}]},
+            "$.messages[0].tool_call_id",
+        ),
+        (
+            {"provider": "openai-chat", "messages": [{"role": "user", "content": [{"type": "video"}]}]},
+            "$.messages[0].content[0]",
+        ),
+    ]
+    for body, path in cases:
+        response = await post_json(client, "/v1/render", body)
+        error = await error_of(response)
+        assert (response.status, error["code"]) == (400, "INVALID_REQUEST"), body
+        assert path in error["message"], (path, error["message"])
+
+
+async def test_the_sessions_route_is_the_default(client: Client) -> None:
+    assert (await client.put("/v1/sessions/s", json={"route": "texty"})).status == 201
+    [ref] = await stored(client, png(4, 4))
+    out = await render(client, [{"role": "user", "content": [image(ref)]}], session="s")
+    assert out["provider"] == "anthropic"
+    assert out["summary"]["omitted"] == 1
+
+
+async def test_parallel_tool_results_for_openai_chat(client: Client) -> None:
+    refs = await stored(client, png(4, 4), png(5, 5))
+    messages = [
+        {"role": "user", "content": "compare the two files"},
+        {
+            "role": "assistant",
+            "tool_calls": [
+                {"id": "c1", "name": "read_image", "arguments": {"path": "a.png"}},
+                {"id": "c2", "name": "read_image", "arguments": {"path": "b.png"}},
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": [image(refs[0])]},
+        {"role": "tool", "tool_call_id": "c2", "content": [text("b.png, 5x5"), image(refs[1])]},
+    ]
+    out = await render(client, messages, route="vision")
+    roles = [m["role"] for m in out["body"]["messages"]]
+    assert roles == ["user", "assistant", "tool", "tool", "user"]
+    assert out["body"]["messages"][2]["content"] == "(see attached image)"
+    assert out["body"]["messages"][3]["content"] == "b.png, 5x5"
+    synthetic = out["body"]["messages"][4]
+    assert texts(synthetic) == ["Attached image(s) from tool result:"]
+    assert len(image_urls(synthetic)) == 2
+
+
+def test_token_formulas() -> None:
+    # OpenAI's worked examples: 1024x1024 high is 765, 2048x4096 high is 1105, low detail is 85.
+    assert tokens.openai(1024, 1024, "high") == 765
+    assert tokens.openai(2048, 4096, None) == 1105
+    assert tokens.openai(4000, 3000, "low") == 85
+    # Anthropic: 1092x1092 is about 1590; a long edge over 1568 is scaled down first.
+    assert tokens.anthropic(1092, 1092) == 1590
+    assert tokens.anthropic(3136, 1568) == tokens.anthropic(1568, 784)
+    # Gemini: 258 up to 384x384, else 258 per 768x768 tile.
+    assert tokens.gemini(384, 384) == 258
+    assert tokens.gemini(1000, 700) == 516
