@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import logging
 import os
+import re
+import secrets
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -23,6 +26,7 @@ from .server import serve
 from .service import SOURCES, Admission, ImageRef, Store, Upload
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+TENANT_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 T = TypeVar("T")
 
 
@@ -47,6 +51,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--media-type", metavar="TYPE", help="declared type, checked against the bytes")
     s.add_argument("--route", metavar="MODEL", help="the model the images are for (modality policy)")
     s.add_argument("--session", metavar="ID", help="hold the images in this session")
+    s.add_argument(
+        "--tenant", default="", metavar="NAME", help="admit for this tenant (default: the open one)"
+    )
     s.add_argument("--json", action="store_true", help="print the answer as JSON")
 
     s = sub.add_parser("get", parents=[common], help="write an attachment's verified bytes")
@@ -57,6 +64,10 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("ref")
 
     maintenance.add_parsers(sub, common)
+
+    s = sub.add_parser("token", help="make bearer tokens for tenants")
+    s.add_argument("action", choices=["new"])
+    s.add_argument("--tenant", required=True, metavar="NAME", help="the tenant the token belongs to")
 
     s = sub.add_parser("session", help="create, show, fork, hold and delete sessions")
     actions = s.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -83,11 +94,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def _config(args: argparse.Namespace) -> Config:
     overrides = {
-        "data_dir": args.data_dir,
+        "data_dir": getattr(args, "data_dir", None),
         "listen": getattr(args, "listen", None),
         "unix_socket": getattr(args, "unix_socket", None),
     }
-    return load(args.config, overrides=overrides)
+    return load(getattr(args, "config", None), overrides=overrides)
 
 
 async def _with_store(config: Config, action: Callable[[Store], Awaitable[T]]) -> T:
@@ -119,7 +130,9 @@ def _cmd_put(args: argparse.Namespace, config: Config) -> int:
     uploads = _read_files(args.files, args.media_type)
 
     async def action(store: Store) -> Admission:
-        return await store.admit(uploads, args.source, route=args.route, session=args.session)
+        return await store.admit(
+            uploads, args.source, route=args.route, session=args.session, tenant=args.tenant
+        )
 
     result = asyncio.run(_with_store(config, action))
     if args.json:
@@ -188,6 +201,18 @@ def _cmd_session(args: argparse.Namespace, config: Config) -> int:
     return EXIT_OK
 
 
+def _cmd_token(args: argparse.Namespace, config: Config) -> int:
+    if not TENANT_NAME.fullmatch(args.tenant):
+        raise InvalidRequest("--tenant: 1 to 64 letters, digits and . _ -")
+    token = "ast_" + secrets.token_urlsafe(32)
+    digest = hashlib.sha256(token.encode()).hexdigest()
+    print(f"token: {token}")
+    print("# Give the token to the agent host (Authorization: Bearer <token>); it is not stored anywhere.")
+    print("# Add these lines to the configuration and restart the daemon:")
+    print(f'[[tenants]]\nname = "{args.tenant}"\ntoken_sha256 = "{digest}"')
+    return EXIT_OK
+
+
 def _cmd_serve(args: argparse.Namespace, config: Config) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     asyncio.run(serve(config))
@@ -200,6 +225,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {
     "get": _cmd_get,
     "stat": _cmd_stat,
     "session": _cmd_session,
+    "token": _cmd_token,
     "gc": maintenance.run_gc,
     "audit": maintenance.run_audit,
 }

@@ -45,6 +45,10 @@ class Limits(_Section, frozen=True):
 class Admission(_Section, frozen=True):
     decode_workers: Annotated[int, Meta(ge=0)] = 0  # 0: one per core
     decode_timeout: Duration = "10s"
+    # "reject": refuse bytes after the image's end marker (a polyglot's payload); "allow" keeps them.
+    trailing_data: Literal["allow", "reject"] = "allow"
+    # Admissions in progress at once (the rest get 503 SERVER_BUSY with Retry-After); reads are not counted.
+    max_concurrent: Positive = 64
 
     @property
     def decode_timeout_seconds(self) -> float:
@@ -56,7 +60,18 @@ class Admission(_Section, frozen=True):
 
 
 class Http(_Section, frozen=True):
-    max_body_bytes: Positive | None = None  # default: sized from the batch limits
+    max_body_bytes: Positive | None = None  # admissions; default: sized from the batch limits
+    read_timeout: Duration = "30s"  # to receive a whole request body
+    keepalive_timeout: Duration = "15s"  # an idle connection is closed after this
+    max_header_bytes: Positive = 8190  # a request line or one header field
+
+    @property
+    def read_timeout_seconds(self) -> float:
+        return duration_seconds(self.read_timeout)
+
+    @property
+    def keepalive_timeout_seconds(self) -> float:
+        return duration_seconds(self.keepalive_timeout)
 
     def body_cap(self, limits: Limits) -> int:
         if self.max_body_bytes is not None:
@@ -178,11 +193,10 @@ def load(
         config = msgspec.structs.replace(config, data_dir=default_data_dir(env))
     if config.admission.decode_timeout_seconds <= 0:
         raise ConfigError(f"{source}: bad value for 'admission.decode_timeout': must be longer than 0")
-    if config.tenants:
-        raise ConfigError(
-            f"{source}: tenants: bearer-token tenants are not supported by this version yet; "
-            "remove the [[tenants]] entries and serve on loopback or a Unix socket"
-        )
+    hashes = [t.token_sha256 for t in config.tenants]
+    if len(set(hashes)) != len(hashes):
+        # A tenant may have several tokens (to rotate them); a token names exactly one tenant.
+        raise ConfigError(f"{source}: tenants: the same token_sha256 is configured twice")
     return config
 
 

@@ -8,6 +8,7 @@ class AttachstoreError(Exception):
 
     code = "INTERNAL"
     status = 500
+    headers: dict[str, str] = {}  # noqa: RUF012 - read-only, replaced (never mutated) by subclasses
 
     def __init__(
         self,
@@ -33,6 +34,23 @@ class AttachstoreError(Exception):
 class InvalidRequest(AttachstoreError):
     code = "INVALID_REQUEST"
     status = 400
+
+
+class Unauthorized(AttachstoreError):
+    code = "UNAUTHORIZED"
+    status = 401
+    headers = {"WWW-Authenticate": 'Bearer realm="attachstore"'}  # noqa: RUF012
+
+
+class RequestTimeout(AttachstoreError):
+    code = "REQUEST_TIMEOUT"
+    status = 408
+
+
+class ServerBusy(AttachstoreError):
+    code = "SERVER_BUSY"
+    status = 503
+    headers = {"Retry-After": "1"}  # noqa: RUF012
 
 
 class InvalidRef(AttachstoreError):

@@ -63,6 +63,7 @@ class Hold:
 
     key: SessionKey
     guard: Callable[[SessionRow], object]
+    everything: bool = False  # may hold any stored object (no tokens configured, or the operator)
 
 
 _COLUMNS = "ref, media_type, bytes, width, height, frames, name, created_at, lease_at, state"
@@ -138,8 +139,16 @@ class Index:
     async def ping(self) -> None:
         await self._read("SELECT 1")
 
-    async def get(self, ref: str) -> ObjectRow | None:
-        found = await self._read(f"SELECT {_COLUMNS} FROM objects WHERE ref = ?", (ref,))
+    async def get(self, ref: str, tenant: str | None = None) -> ObjectRow | None:
+        """The row, if `tenant` may see it (None: the operator, who sees everything)."""
+        if tenant is None:
+            found = await self._read(f"SELECT {_COLUMNS} FROM objects WHERE ref = ?", (ref,))
+        else:
+            found = await self._read(
+                f"""SELECT {_COLUMNS} FROM objects
+                WHERE ref = ? AND EXISTS (SELECT 1 FROM grants WHERE grants.ref = ? AND tenant = ?)""",
+                (ref, ref, tenant),
+            )
         return _row(found[0]) if found else None
 
     async def renew(self, refs: Iterable[str], now: float | None = None) -> dict[str, ObjectRow]:
@@ -161,7 +170,11 @@ class Index:
         return found
 
     async def publish(
-        self, rows: Sequence[ObjectRow], check: Callable[[], object], hold: Hold | None = None
+        self,
+        rows: Sequence[ObjectRow],
+        check: Callable[[], object],
+        hold: Hold | None = None,
+        tenant: str | None = None,
     ) -> None:
         """Insert or refresh `rows` in one transaction, and add them to the session of `hold` if given.
         `check` and the hold's guard run under the write lock first; if one raises, nothing is committed."""
@@ -191,6 +204,11 @@ class Index:
                     for r in rows
                 ],
             )
+            if tenant is not None:
+                await db.executemany(
+                    "INSERT OR IGNORE INTO grants (tenant, ref) VALUES (?, ?)",
+                    [(tenant, r.ref) for r in rows],
+                )
             if hold is not None:
                 await _add_holds(
                     db, hold.key, [r.ref for r in rows], rows[0].lease_at if rows else time.time()
@@ -303,7 +321,12 @@ class Index:
         async with self.write() as db:
             hold.guard(await _require_session(db, key))
             for ref in refs:
-                async with db.execute("SELECT 1 FROM objects WHERE ref = ?", (ref,)) as cur:
+                # A tenant holds only what it may see; anything else answers like a ref that does not exist.
+                async with db.execute(
+                    """SELECT 1 FROM objects WHERE ref = ? AND (? OR EXISTS
+                    (SELECT 1 FROM grants WHERE grants.ref = objects.ref AND tenant = ?))""",
+                    (ref, hold.everything, key[0]),
+                ) as cur:
                     if await cur.fetchone() is None:
                         raise NotFound(f"no attachment {ref}")
             await _add_holds(db, key, refs, now)

@@ -40,6 +40,18 @@ MIGRATIONS: list[list[str]] = [
         ) STRICT""",
         "CREATE INDEX holds_ref ON holds (ref)",
     ],
+    [
+        # Which tenant may see which object: the tenants that admitted its bytes ('' without tokens).
+        # A hold needs a grant first, so holds never widen what a tenant sees.
+        """CREATE TABLE grants (
+        tenant      TEXT NOT NULL,
+        ref         TEXT NOT NULL REFERENCES objects (ref) ON DELETE CASCADE,
+        PRIMARY KEY (tenant, ref)
+        ) STRICT, WITHOUT ROWID""",
+        "CREATE INDEX grants_ref ON grants (ref)",
+        # Everything stored before tenants existed was admitted without tokens.
+        "INSERT INTO grants (tenant, ref) SELECT '', ref FROM objects",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -38,7 +38,9 @@ def check_open_mode(config: Config) -> None:
     if not is_loopback(host):
         raise ConfigError(
             f"refusing to listen on {config.listen} without access tokens: an open store may only listen on "
-            "a loopback address (127.0.0.1, ::1) or a Unix socket (--unix-socket PATH)"
+            "a loopback address (127.0.0.1, ::1) or a Unix socket (--unix-socket PATH). To serve other "
+            "machines, make a token with `attachstore token new --tenant NAME` and add the [[tenants]] "
+            "lines it prints to the configuration"
         )
 
 

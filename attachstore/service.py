@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from . import gate, policy
 from .blobstore import FileOps, LocalBlobStore
 from .config import Config
-from .errors import AttachstoreError, Corrupt, InvalidRequest, Missing, NotFound, Rejected
+from .errors import AttachstoreError, Corrupt, InvalidRequest, Missing, NotFound, Rejected, ServerBusy
 from .index import Hold, Index, ObjectRow
 from .policy import Diagnostic
 from .pool import DecodePool
@@ -117,6 +117,7 @@ class Store:
         self.index = index
         self.pool = pool
         self.sessions = Sessions(config, index)
+        self._admitting = 0
 
     @classmethod
     async def open(cls, config: Config, ops: FileOps | None = None, workers: int | None = None) -> Store:
@@ -147,12 +148,27 @@ class Store:
             raise InvalidRequest(f"source: must be one of {', '.join(SOURCES)}, not {source!r}")
         if not uploads:
             raise InvalidRequest("images: at least one image is required")
+        if self._admitting >= self.config.admission.max_concurrent:
+            # Past the cap, admissions wait outside rather than queue for the decoders; reads keep flowing.
+            raise ServerBusy(
+                f"{self._admitting} admissions are in progress, the most this daemon takes at once",
+                hint="retry after the Retry-After delay",
+            )
+        self._admitting += 1
+        try:
+            return await self._admit(uploads, source, route, session, tenant)
+        finally:
+            self._admitting -= 1
+
+    async def _admit(
+        self, uploads: Sequence[Upload], source: str, route: str | None, session: str | None, tenant: str
+    ) -> Admission:
         hold = session_route = None
         if session is not None:
             found = await self.sessions.get((tenant, session))
             route = route if route is not None else found.route
             session_route = found.route
-            hold = Hold((tenant, session), self.sessions.guard_images)
+            hold = Hold((tenant, session), self.sessions.guard_images, everything=self.scope(tenant) is None)
         names = [display_name(u.name) for u in uploads]
         soft = source in policy.SOFT_SOURCES
         batch_error, verdicts = await self._validate(
@@ -167,7 +183,7 @@ class Store:
             raise first.at(i)
         admitted = [v for v in verdicts if isinstance(v, _Admitted)]
         try:
-            await self._store(admitted, names, hold)
+            await self._store(admitted, names, hold, tenant)
         except Rejected as e:  # the session's route turned text-only meanwhile (checked under the lock)
             if soft:
                 return _degraded(uploads, names, e, [])
@@ -243,7 +259,7 @@ class Store:
         return None, verdicts
 
     async def _store(
-        self, admitted: Sequence[_Admitted], names: Sequence[str | None], hold: Hold | None
+        self, admitted: Sequence[_Admitted], names: Sequence[str | None], hold: Hold | None, tenant: str
     ) -> None:
         unique: dict[Ref, _Admitted] = {}
         first_name: dict[Ref, str | None] = {}
@@ -254,7 +270,7 @@ class Store:
         try:
             for _ in range(_PUBLISH_ATTEMPTS):
                 try:
-                    await self._store_once(list(unique.values()), first_name, hold)
+                    await self._store_once(list(unique.values()), first_name, hold, tenant)
                     return
                 except _FileGone:
                     continue
@@ -267,7 +283,7 @@ class Store:
             raise
 
     async def _store_once(
-        self, admitted: Sequence[_Admitted], names: dict[Ref, str | None], hold: Hold | None
+        self, admitted: Sequence[_Admitted], names: dict[Ref, str | None], hold: Hold | None, tenant: str
     ) -> None:
         now = time.time()
         # Renew first: from here on a concurrent GC leaves these objects alone; then verify or (re)write.
@@ -300,33 +316,40 @@ class Store:
                 if found is None or found.size != len(a.data):
                     raise _FileGone(str(a.ref))
 
-        await self.index.publish(rows, files_still_there, hold)
+        await self.index.publish(rows, files_still_there, hold, tenant)
 
     # -- reads -----------------------------------------------------------------------------------------
 
-    async def _row(self, text: str) -> tuple[Ref, ObjectRow]:
+    def scope(self, tenant: str | None) -> str | None:
+        """Whose grants bound what a caller sees: None (everything) for the operator, and for everyone
+        while no tokens are configured."""
+        return tenant if self.config.tenants else None
+
+    async def _row(self, text: str, tenant: str | None) -> tuple[Ref, ObjectRow]:
+        """The row of a ref the caller may see; one it may not see answers exactly like a missing one,
+        before any file is touched."""
         ref = Ref.parse(text)
-        row = await self.index.get(str(ref))
+        row = await self.index.get(str(ref), self.scope(tenant))
         if row is None:
             raise NotFound(f"no attachment {ref}")
         if row.state == "quarantined":
             raise Corrupt(f"the stored bytes of {ref} failed verification and were quarantined")
         return ref, row
 
-    async def meta(self, text: str) -> ImageRef:
-        _, row = await self._row(text)
+    async def meta(self, text: str, tenant: str | None = None) -> ImageRef:
+        _, row = await self._row(text, tenant)
         return image_ref(row)
 
-    async def exists(self, text: str) -> bool:
+    async def exists(self, text: str, tenant: str | None = None) -> bool:
         try:
-            await self._row(text)
+            await self._row(text, tenant)
         except NotFound:
             return False
         return True
 
-    async def read(self, text: str) -> tuple[ImageRef, bytes]:
+    async def read(self, text: str, tenant: str | None = None) -> tuple[ImageRef, bytes]:
         """Verified bytes: the whole object re-hashed, its header checked against the index."""
-        ref, row = await self._row(text)
+        ref, row = await self._row(text, tenant)
         try:
             data = await self.blobs.read(ref, row.bytes)
         except Missing:

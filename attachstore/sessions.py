@@ -62,7 +62,8 @@ class Sessions:
         if len(refs) > MAX_HOLDS_PER_REQUEST:
             raise InvalidRequest(f"refs: at most {MAX_HOLDS_PER_REQUEST} refs per request")
         parsed = list(dict.fromkeys(str(Ref.parse(r)) for r in refs))
-        return await self.index.add_holds(Hold(key, self.guard_images), parsed, time.time())
+        everything = not self.config.tenants  # without tokens there is one tenant, which sees everything
+        return await self.index.add_holds(Hold(key, self.guard_images, everything), parsed, time.time())
 
     async def delete(self, key: SessionKey) -> int:
         check_session_id(key[1])

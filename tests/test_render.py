@@ -126,9 +126,9 @@ async def test_the_oldest_images_leave_first_and_are_never_read(
     store = client.app[STORE]
     real = store.read
 
-    async def recording(ref: str) -> Any:
+    async def recording(ref: str, *rest: Any) -> Any:
         read.append(ref)
-        return await real(ref)
+        return await real(ref, *rest)
 
     monkeypatch.setattr(store, "read", recording)
     messages = [

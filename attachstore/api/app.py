@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -9,14 +10,15 @@ from aiohttp import web
 
 from ..blobstore import FileOps
 from ..config import Config
-from ..errors import AttachstoreError, StorageUnavailable
+from ..errors import AttachstoreError, StorageUnavailable, Unauthorized
 from ..service import Store
 from . import attachments, render, sessions
-from .common import CONFIG, STORE, error_response, json_response
+from .common import CONFIG, STORE, TENANT, error_response, json_response
 
 log = logging.getLogger("attachstore.api")
 
 FILE_OPS = web.AppKey("file_ops", FileOps)
+TOKENS = web.AppKey("tokens", dict[str, str])  # sha256 of a token -> its tenant
 _HTTP_CODES = {
     404: "NOT_FOUND",
     405: "METHOD_NOT_ALLOWED",
@@ -50,6 +52,43 @@ async def error_envelope(request: web.Request, handler: Handler) -> web.StreamRe
         return error_response(AttachstoreError("internal error"))
 
 
+OPEN_PATHS = frozenset({"/healthz", "/readyz"})  # liveness and readiness say nothing about anyone's data
+
+
+@web.middleware
+async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Bearer tokens, configured by their sha256, name the caller's tenant. Without any configured token the
+    daemon is open (and only reachable locally, see server.check_open_mode): everyone is tenant ''."""
+    tokens = request.app[TOKENS]
+    if not tokens or request.path in OPEN_PATHS:
+        request[TENANT] = ""
+        return await handler(request)
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    tenant = (
+        tokens.get(hashlib.sha256(token.strip().encode()).hexdigest()) if scheme.lower() == "bearer" else None
+    )
+    if tenant is None:
+        raise Unauthorized("a valid bearer token is required", hint="send Authorization: Bearer <token>")
+    request[TENANT] = tenant
+    return await handler(request)
+
+
+SECURITY_HEADERS = {
+    "X-Content-Type-Options": "nosniff",
+    "Content-Security-Policy": "default-src 'none'; sandbox",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "Cross-Origin-Resource-Policy": "same-origin",
+}
+
+
+async def _security_headers(request: web.Request, response: web.StreamResponse) -> None:
+    for name, value in SECURITY_HEADERS.items():
+        response.headers.setdefault(name, value)
+    # Image bytes carry their own immutable caching; nothing else may be cached anywhere.
+    response.headers.setdefault("Cache-Control", "no-store")
+
+
 async def healthz(request: web.Request) -> web.Response:
     return json_response({"status": "ok"})
 
@@ -75,9 +114,17 @@ async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
 def make_app(config: Config, *, file_ops: FileOps | None = None) -> web.Application:
     app = web.Application(
         client_max_size=config.http.body_cap(config.limits),
-        middlewares=[error_envelope],
+        middlewares=[error_envelope, authenticate],
+        handler_args={
+            "keepalive_timeout": config.http.keepalive_timeout_seconds,
+            "max_line_size": config.http.max_header_bytes,
+            "max_field_size": config.http.max_header_bytes,
+            "max_headers": 64,
+        },
     )
     app[CONFIG] = config
+    app[TOKENS] = {t.token_sha256: t.name for t in config.tenants}
+    app.on_response_prepare.append(_security_headers)
     if file_ops is not None:
         app[FILE_OPS] = file_ops
     app.cleanup_ctx.append(_store_ctx)

@@ -9,7 +9,7 @@ from ..errors import UnsupportedMediaType
 from ..service import Admission, ImageRef, Upload
 from . import wire
 from .bodies import read_multipart
-from .common import CONFIG, STORE, json_response, read_json
+from .common import CONFIG, STORE, json_response, read_json, tenant_of
 
 READ_HEADERS = {
     "Cache-Control": "private, max-age=31536000, immutable",
@@ -42,7 +42,9 @@ async def admit(request: web.Request) -> web.Response:
         fields: dict[str, str | None] = {"source": body.source, "route": body.route, "session": body.session}
         uploads = [Upload.of_base64(i.data, i.media_type, i.name) for i in body.images]
     elif request.content_type == "multipart/form-data":
-        text_fields, uploads = await read_multipart(request, cap, config.limits)
+        text_fields, uploads = await read_multipart(
+            request, cap, config.limits, config.http.read_timeout_seconds
+        )
         fields = {k: text_fields.get(k) or None for k in ("source", "route", "session")}
     else:
         raise UnsupportedMediaType(
@@ -50,7 +52,11 @@ async def admit(request: web.Request) -> web.Response:
             f"not {request.content_type!r}"
         )
     result = await store.admit(
-        uploads, fields["source"] or "", route=fields["route"], session=fields["session"]
+        uploads,
+        fields["source"] or "",
+        route=fields["route"],
+        session=fields["session"],
+        tenant=tenant_of(request),
     )
     return admit_answer(result)
 
@@ -67,14 +73,15 @@ async def read(request: web.Request) -> web.Response:
     if_none_match = request.headers.get("If-None-Match")
     if if_none_match and _etag_matches(if_none_match, etag):
         # The client holds these exact bytes already (the ETag is their hash): say so without reading them.
-        await store.meta(text)
+        await store.meta(text, tenant_of(request))
         return web.Response(status=304, headers={"ETag": etag, **READ_HEADERS})
-    ref, data = await store.read(text)
+    ref, data = await store.read(text, tenant_of(request))
     return web.Response(body=data, headers={"Content-Type": ref.media_type, "ETag": etag, **READ_HEADERS})
 
 
 async def meta(request: web.Request) -> web.Response:
-    return json_response(attachment(await request.app[STORE].meta(request.match_info["ref"])))
+    found = await request.app[STORE].meta(request.match_info["ref"], tenant_of(request))
+    return json_response(attachment(found))
 
 
 def add_routes(router: web.UrlDispatcher) -> None:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
 from aiohttp import BodyPartReader, web
 
 from ..config import Limits
-from ..errors import InvalidRequest, PayloadTooLarge
+from ..errors import InvalidRequest, PayloadTooLarge, RequestTimeout
 from ..service import Upload
 
 _CHUNK = 1 << 16
@@ -21,20 +25,33 @@ def _too_large(cap: int) -> PayloadTooLarge:
     )
 
 
-async def read_capped(request: web.Request, cap: int) -> bytes:
+@contextlib.asynccontextmanager
+async def _within(seconds: float) -> AsyncIterator[None]:
+    """The whole body must arrive within `seconds`: a client trickling bytes cannot hold a connection."""
+    try:
+        async with asyncio.timeout(seconds):
+            yield
+    except TimeoutError:
+        raise RequestTimeout(
+            f"the request body did not arrive within {seconds:g} s", hint="send the body without pausing"
+        ) from None
+
+
+async def read_capped(request: web.Request, cap: int, within: float) -> bytes:
     """The whole body, refused with 413 as soon as it is known to exceed `cap`."""
     if request.content_length is not None and request.content_length > cap:
         raise _too_large(cap)
     buf = bytearray()
-    async for chunk in request.content.iter_chunked(_CHUNK):
-        buf += chunk
-        if len(buf) > cap:
-            raise _too_large(cap)
+    async with _within(within):
+        async for chunk in request.content.iter_chunked(_CHUNK):
+            buf += chunk
+            if len(buf) > cap:
+                raise _too_large(cap)
     return bytes(buf)
 
 
 async def read_multipart(
-    request: web.Request, cap: int, limits: Limits
+    request: web.Request, cap: int, limits: Limits, within: float
 ) -> tuple[dict[str, str], list[Upload]]:
     """Text fields `source`, `route`, `session`, and one image per file part, in order.
 
@@ -43,7 +60,8 @@ async def read_multipart(
     if request.content_length is not None and request.content_length > cap:
         raise _too_large(cap)
     try:
-        return await _read_parts(request, cap, limits)
+        async with _within(within):
+            return await _read_parts(request, cap, limits)
     except (ValueError, AssertionError) as e:  # aiohttp's word for a body that is not valid multipart
         raise InvalidRequest(f"malformed multipart body: {e}") from None
 

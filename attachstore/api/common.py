@@ -15,9 +15,16 @@ from .bodies import read_capped
 
 STORE = web.AppKey("store", Store)
 CONFIG = web.AppKey("config", Config)
-SMALL_BODY = 1 << 20  # every JSON body but an admission's
+TENANT = web.RequestKey("tenant", str)
+SMALL_BODY = 1 << 20  # every JSON body but an admission's and a render's
 
 T = TypeVar("T")
+
+
+def tenant_of(request: web.Request) -> str:
+    """Set by the authentication middleware: the caller's tenant ('' while no tokens are configured)."""
+    tenant: str = request[TENANT]
+    return tenant
 
 
 def json_response(value: object, status: int = 200) -> web.Response:
@@ -26,7 +33,9 @@ def json_response(value: object, status: int = 200) -> web.Response:
 
 def error_response(e: AttachstoreError) -> web.Response:
     body = wire.ErrorAnswer(wire.ErrorBody(e.code, e.message, e.index, e.hint))
-    return json_response(body, e.status)
+    response = json_response(body, e.status)
+    response.headers.update(e.headers)
+    return response
 
 
 def decode_error(e: msgspec.DecodeError) -> InvalidRequest:
@@ -44,6 +53,6 @@ async def read_json(request: web.Request, decoder: msgspec.json.Decoder[T], cap:
             f"{request.method} {request.path} takes application/json, not {request.content_type!r}"
         )
     try:
-        return decoder.decode(await read_capped(request, cap))
+        return decoder.decode(await read_capped(request, cap, request.app[CONFIG].http.read_timeout_seconds))
     except msgspec.DecodeError as e:
         raise decode_error(e) from None

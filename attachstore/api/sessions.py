@@ -8,9 +8,7 @@ from aiohttp import web
 from ..index import SessionRow
 from ..progress import rfc3339
 from . import wire
-from .common import CONFIG, STORE, json_response, read_json
-
-TENANT = ""  # every session belongs to the open tenant until tokens exist
+from .common import CONFIG, STORE, json_response, read_json, tenant_of
 
 create_decoder = msgspec.json.Decoder(wire.SessionCreate)
 route_decoder = msgspec.json.Decoder(wire.RouteSwitch)
@@ -19,7 +17,7 @@ holds_decoder = msgspec.json.Decoder(wire.Holds)
 
 
 def _key(request: web.Request) -> tuple[str, str]:
-    return TENANT, request.match_info["id"]
+    return tenant_of(request), request.match_info["id"]
 
 
 def session_answer(s: SessionRow, status: int = 200) -> web.Response:

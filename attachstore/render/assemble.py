@@ -85,7 +85,8 @@ async def render(store: Store, request: RenderRequest, *, tenant: str = "") -> R
         fates = {(o.message, o.block): Fate.TEXT_ONLY for o in occurrences}
         return _finish(request, provider, placeholders, fates, {}, {})
 
-    rows = {ref: await store.index.get(ref) for ref in dict.fromkeys(o.ref for o in occurrences)}
+    scope = store.scope(tenant)  # an image the caller may not see is unavailable, like a missing one
+    rows = {ref: await store.index.get(ref, scope) for ref in dict.fromkeys(o.ref for o in occurrences)}
     budget, count = _budget(request, route)
     used = sent = 0
     full = False
@@ -104,7 +105,7 @@ async def render(store: Store, request: RenderRequest, *, tenant: str = "") -> R
         sent += 1
 
     wanted = sorted({o.ref for o in occurrences if fates[(o.message, o.block)] is Fate.SENT})
-    read = await asyncio.gather(*(_read_base64(store, ref) for ref in wanted))
+    read = await asyncio.gather(*(_read_base64(store, ref, tenant) for ref in wanted))
     data = {ref: d for ref, d in zip(wanted, read, strict=True) if d is not None}
     for o in occurrences:
         if fates[(o.message, o.block)] is Fate.SENT and o.ref not in data:
@@ -122,10 +123,10 @@ def _budget(request: RenderRequest, route: Route | None) -> tuple[int, int | Non
     return budget, count
 
 
-async def _read_base64(store: Store, ref: str) -> str | None:
+async def _read_base64(store: Store, ref: str, tenant: str) -> str | None:
     """Verified bytes as base64, or None: one bad object never fails the request."""
     try:
-        _, data = await store.read(ref)
+        _, data = await store.read(ref, tenant)
     except AttachstoreError:
         return None
     return await asyncio.to_thread(lambda: base64.b64encode(data).decode("ascii"))
