@@ -74,6 +74,7 @@ def _parser() -> argparse.ArgumentParser:
 
     def action(name: str, help: str, *positionals: str) -> argparse.ArgumentParser:
         a = actions.add_parser(name, parents=[common], help=help)
+        a.add_argument("--tenant", default="", metavar="NAME", help="the tenant's sessions (default: open)")
         for positional in positionals:
             if positional == "refs":
                 a.add_argument(positional, nargs="+", metavar="REF")
@@ -173,7 +174,7 @@ def _cmd_stat(args: argparse.Namespace, config: Config) -> int:
 
 
 def _cmd_session(args: argparse.Namespace, config: Config) -> int:
-    key = ("", args.id)
+    key = (args.tenant, args.id)
 
     async def action(store: Store) -> object:
         sessions = store.sessions
