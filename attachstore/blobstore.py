@@ -79,13 +79,6 @@ class Put(Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class ObjectFile:
-    path: Path
-    size: int
-    mtime: float
-
-
-@dataclass(frozen=True, slots=True)
 class StoredFile:
     """A file found by walking the store. `ref` is None when its name and place are not an object's."""
 
@@ -134,13 +127,13 @@ class LocalBlobStore:
     async def discard(self, ref: Ref) -> None:
         await asyncio.to_thread(self.discard_sync, ref)
 
-    def stat(self, ref: Ref) -> ObjectFile | None:
+    def stat(self, ref: Ref) -> StoredFile | None:
         path = self.path(ref)
         try:
             st = os.stat(path)
         except FileNotFoundError:
             return None
-        return ObjectFile(path, st.st_size, st.st_mtime)
+        return StoredFile(path, ref, st.st_size, st.st_mtime)
 
     # -- write path ------------------------------------------------------------------------------------
 
