@@ -16,13 +16,12 @@ from typing import TypeVar
 
 import msgspec
 
-from . import __version__, maintenance
+from . import __version__, maintenance, server
 from .config import Config, load
 from .errors import AttachstoreError, ConfigError, InvalidRequest
 from .index import SessionRow
 from .progress import rfc3339
 from .schema import IndexUnusable
-from .server import serve
 from .service import SOURCES, Admission, ImageRef, Store, Upload
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -44,6 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("serve", parents=[common], help="run the HTTP daemon")
     s.add_argument("--listen", metavar="HOST:PORT", help="TCP address (default 127.0.0.1:8731)")
     s.add_argument("--unix-socket", metavar="PATH", help="listen on a Unix socket instead of TCP")
+    s.add_argument("--workers", type=int, default=1, metavar="N", help="serve from N processes (default 1)")
 
     s = sub.add_parser("put", parents=[common], help="admit image files, print their references")
     s.add_argument("files", nargs="+", metavar="FILE", help="image files, admitted as one batch")
@@ -216,8 +216,9 @@ def _cmd_token(args: argparse.Namespace, config: Config) -> int:
 
 def _cmd_serve(args: argparse.Namespace, config: Config) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    asyncio.run(serve(config))
-    return EXIT_OK
+    if args.workers < 1:
+        raise InvalidRequest("--workers: at least 1")
+    return server.run(config, args.workers)
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {

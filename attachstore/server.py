@@ -10,7 +10,13 @@ import os
 import signal
 import socket
 import stat
+import subprocess
+import sys
+import time
+from collections.abc import Coroutine
+from typing import Any
 
+import msgspec
 from aiohttp import web
 
 from .api import make_app
@@ -19,6 +25,7 @@ from .errors import ConfigError
 
 log = logging.getLogger("attachstore.server")
 SHUTDOWN_TIMEOUT = 30.0
+WORKER_ENV = "ATTACHSTORE_WORKER_CONFIG"  # a worker process's resolved configuration, as JSON
 
 
 def is_loopback(host: str) -> bool:
@@ -60,24 +67,60 @@ def _clear_stale_socket(path: str) -> None:
     raise ConfigError(f"unix_socket: another daemon is already serving on {path}")
 
 
-async def serve(config: Config) -> None:
+def bind(config: Config) -> socket.socket:
+    """The listening socket, made once: a single daemon serves on it, or several worker processes share it."""
+    if config.unix_socket:
+        _clear_stale_socket(config.unix_socket)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind(config.unix_socket)
+    else:
+        host, port = config.host_port
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    sock.listen(1024)
+    sock.set_inheritable(True)
+    return sock
+
+
+def run(config: Config, workers: int = 1) -> int:
+    """`attachstore serve`: check, bind, then serve in this process or in `workers` processes."""
     check_open_mode(config)
+    sock = bind(config)
+    where = f"unix:{config.unix_socket}" if config.unix_socket else f"http://{config.listen}"
+    log.info("attachstore serving %s on %s with %d worker(s)", config.data_dir, where, workers)
+    try:
+        if workers <= 1:
+            _run_loop(serve_on(config, sock))
+            return 0
+        return _supervise(config, sock, workers)
+    finally:
+        sock.close()
+        if config.unix_socket:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(config.unix_socket)
+
+
+def _run_loop(main: Coroutine[Any, Any, None]) -> None:
+    """uvloop when it is installed: a faster event loop for the same code."""
+    try:
+        import uvloop  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
+        asyncio.run(main)
+        return
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(main)
+
+
+async def serve_on(config: Config, sock: socket.socket) -> None:
+    """Serve until SIGTERM or SIGINT, then stop accepting, let in-flight requests finish (an admission
+    finishes or publishes nothing), and close the store."""
     app = make_app(config)
     runner = web.AppRunner(app, shutdown_timeout=SHUTDOWN_TIMEOUT, access_log=None)
     await runner.setup()
-    bound_socket: str | None = None
     try:
-        if config.unix_socket:
-            _clear_stale_socket(config.unix_socket)
-            site: web.BaseSite = web.UnixSite(runner, config.unix_socket)
-            where = f"unix:{config.unix_socket}"
-        else:
-            host, port = config.host_port
-            site = web.TCPSite(runner, host, port)
-            where = f"http://{config.listen}"
-        await site.start()
-        bound_socket = config.unix_socket  # ours from here on, so ours to remove
-        log.info("attachstore serving %s on %s", config.data_dir, where)
+        await web.SockSite(runner, sock).start()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -85,8 +128,48 @@ async def serve(config: Config) -> None:
         await stop.wait()
         log.info("stopping: finishing in-flight requests")
     finally:
-        # Stops accepting, lets in-flight admissions finish (or publish nothing), then closes the store.
         await runner.cleanup()
-        if bound_socket:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(bound_socket)
+
+
+def _supervise(config: Config, sock: socket.socket, workers: int) -> int:
+    """Several processes accept on one socket, each with its own event loop, index connections and decode
+    pool (the cores are shared out). SIGTERM/SIGINT are passed on; if one worker dies, all stop."""
+    per_worker = max(1, config.admission.workers // workers)
+    child_config = msgspec.structs.replace(
+        config, admission=msgspec.structs.replace(config.admission, decode_workers=per_worker)
+    )
+    env = {**os.environ, WORKER_ENV: msgspec.json.encode(child_config).decode()}
+    argv = [sys.executable, "-m", "attachstore.server", str(sock.fileno())]
+    children = [subprocess.Popen(argv, env=env, pass_fds=[sock.fileno()]) for _ in range(workers)]
+    stopping = False
+
+    def stop(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, stop)
+    failed = False
+    while any(child.poll() is None for child in children):
+        for child in children:
+            if child.poll() not in (None, 0) and not stopping:
+                log.error("worker %d exited with %s; stopping the others", child.pid, child.returncode)
+                failed = True
+                stop(signal.SIGTERM, None)
+        time.sleep(0.2)
+    return 1 if failed or any(child.returncode for child in children) else 0
+
+
+def _worker_main(fd: int) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    config = msgspec.json.decode(os.environ[WORKER_ENV], type=Config)
+    sock = socket.socket(fileno=fd)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides; a terminal's ^C reaches it
+    _run_loop(serve_on(config, sock))
+
+
+if __name__ == "__main__":
+    _worker_main(int(sys.argv[1]))

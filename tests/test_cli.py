@@ -233,3 +233,33 @@ def test_serve_leaves_another_daemons_socket_alone(tmp_path: Path) -> None:
         assert done.returncode == 2
         assert "already serving" in done.stderr
         assert path.exists()
+
+
+def test_serve_with_two_worker_processes(tmp_path: Path) -> None:
+    port = _free_port()
+    env = {**os.environ, "ATTACHSTORE_DATA_DIR": str(tmp_path / "data")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "attachstore", "serve", "--listen", f"127.0.0.1:{port}", "--workers", "2"],
+        env=env,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        _wait_ready(f"{base}/readyz", proc)
+        refs = []
+        for seed in range(6):  # several connections: both workers answer, from one store
+            image = png(7, 7, seed=seed)
+            body = json.dumps({"source": "user", "images": [{"data": base64.b64encode(image).decode()}]})
+            request = urllib.request.Request(
+                f"{base}/v1/attachments", data=body.encode(), headers={"Content-Type": "application/json"}
+            )
+            with urllib.request.urlopen(request, timeout=30) as r:
+                refs.append((json.loads(r.read())["attachments"][0]["ref"], image))
+        for ref, image in refs:
+            with urllib.request.urlopen(f"{base}/v1/attachments/{ref}", timeout=30) as r:
+                assert r.read() == image
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert b"with 2 worker(s)" in err
