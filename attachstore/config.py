@@ -93,11 +93,11 @@ class Placeholders(_Section, frozen=True):
 
     text_only: str = "[image omitted: this model does not accept images]"
     over_budget: str = (
-        "[image omitted to keep the request within its image size limit; to see it again, "
+        "[image omitted to keep the request within its image limits; to see it again, "
         "ask the user to attach it again]"
     )
     over_budget_path: str = (
-        "[image omitted to keep the request within its image size limit; to see it again, "
+        "[image omitted to keep the request within its image limits; to see it again, "
         "read the file again: {path}]"
     )
     unavailable: str = (
@@ -185,6 +185,12 @@ def load(
     for key, value in (overrides or {}).items():
         if value is not None:
             raw[key] = value
+    for name, route in (raw.get("routes") or {}).items() if isinstance(raw.get("routes"), dict) else ():
+        try:  # one at a time, so that the message names the route (msgspec cannot name a dict key)
+            msgspec.convert(route, Route)
+        except msgspec.ValidationError as e:
+            key = _name_the_key(str(e)).replace("'", "")
+            raise ConfigError(f'{source}: routes."{name}": {key}') from None
     try:
         config = msgspec.convert(raw, Config)
     except msgspec.ValidationError as e:

@@ -262,3 +262,19 @@ def test_token_formulas() -> None:
     # Gemini: 258 up to 384x384, else 258 per 768x768 tile.
     assert tokens.gemini(384, 384) == 258
     assert tokens.gemini(1000, 700) == 516
+
+
+async def test_an_image_that_fails_its_read_gives_its_budget_back(client: Client) -> None:
+    images = [png(40, 40, seed=10 + i) for i in range(3)]
+    refs = await stored(client, *images)
+    each = len(base64.b64encode(images[0]))
+    corrupt_all(client.app[STORE], [refs[2]])  # the newest
+    messages = [{"role": "user", "content": [image(r)]} for r in refs]
+    out = await render(client, messages, route="vision", max_image_bytes=2 * each)
+    assert out["summary"] == {**out["summary"], "included": 2, "omitted": 0, "unavailable": 1}
+    assert [len(image_urls(m)) for m in out["body"]["messages"]] == [1, 1, 0]
+
+
+async def test_an_empty_conversation_is_a_bad_request(client: Client) -> None:
+    response = await post_json(client, "/v1/render", {"route": "vision", "messages": []})
+    assert (response.status, (await error_of(response))["code"]) == (400, "INVALID_REQUEST")

@@ -290,13 +290,26 @@ async def test_routes_are_listed(client: Client) -> None:
     body = await (await client.get("/v1/routes")).json()
     assert body == {
         "routes": [
-            {"id": "plain", "input_modalities": ["text"], "provider": None, "max_request_image_bytes": None},
-            {"id": "texty", "input_modalities": ["text"], "provider": None, "max_request_image_bytes": None},
+            {
+                "id": "plain",
+                "input_modalities": ["text"],
+                "provider": None,
+                "max_request_image_bytes": None,
+                "max_request_images": None,
+            },
+            {
+                "id": "texty",
+                "input_modalities": ["text"],
+                "provider": None,
+                "max_request_image_bytes": None,
+                "max_request_images": None,
+            },
             {
                 "id": "vision",
                 "input_modalities": ["text", "image"],
                 "provider": "openai-chat",
                 "max_request_image_bytes": None,
+                "max_request_images": None,
             },
         ]
     }

@@ -8,7 +8,7 @@ from aiohttp import web
 from ..errors import UnsupportedMediaType
 from ..service import Admission, ImageRef, Upload
 from . import wire
-from .bodies import read_multipart
+from .bodies import IMAGES_HINT, read_multipart
 from .common import CONFIG, STORE, json_response, read_json, tenant_of
 
 READ_HEADERS = {
@@ -38,7 +38,7 @@ async def admit(request: web.Request) -> web.Response:
     store, config = request.app[STORE], request.app[CONFIG]
     cap = config.http.body_cap(config.limits)
     if request.content_type == "application/json":
-        body = await read_json(request, admit_decoder, cap)
+        body = await read_json(request, admit_decoder, cap, IMAGES_HINT)
         fields: dict[str, str | None] = {"source": body.source, "route": body.route, "session": body.session}
         uploads = [Upload.of_base64(i.data, i.media_type, i.name) for i in body.images]
     elif request.content_type == "multipart/form-data":

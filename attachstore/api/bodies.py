@@ -18,10 +18,12 @@ _MAX_TEXT_FIELD = 1024
 UNDECLARED = ("", "application/octet-stream")
 
 
-def _too_large(cap: int) -> PayloadTooLarge:
+IMAGES_HINT = "send fewer or smaller images per request"
+
+
+def _too_large(cap: int, hint: str = IMAGES_HINT) -> PayloadTooLarge:
     return PayloadTooLarge(
-        f"the request body is larger than {cap} bytes",
-        hint="send fewer or smaller images per request",
+        f"the request body is larger than {cap} bytes, the most this endpoint takes", hint=hint
     )
 
 
@@ -37,16 +39,16 @@ async def _within(seconds: float) -> AsyncIterator[None]:
         ) from None
 
 
-async def read_capped(request: web.Request, cap: int, within: float) -> bytes:
+async def read_capped(request: web.Request, cap: int, within: float, hint: str = IMAGES_HINT) -> bytes:
     """The whole body, refused with 413 as soon as it is known to exceed `cap`."""
     if request.content_length is not None and request.content_length > cap:
-        raise _too_large(cap)
+        raise _too_large(cap, hint)
     buf = bytearray()
     async with _within(within):
         async for chunk in request.content.iter_chunked(_CHUNK):
             buf += chunk
             if len(buf) > cap:
-                raise _too_large(cap)
+                raise _too_large(cap, hint)
     return bytes(buf)
 
 

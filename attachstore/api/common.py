@@ -47,12 +47,16 @@ def decode_error(e: msgspec.DecodeError) -> InvalidRequest:
     return InvalidRequest(f"invalid request at {where.rstrip('`') or '$'}: {what}")
 
 
-async def read_json(request: web.Request, decoder: msgspec.json.Decoder[T], cap: int = SMALL_BODY) -> T:
+async def read_json(
+    request: web.Request, decoder: msgspec.json.Decoder[T], cap: int = SMALL_BODY, hint: str | None = None
+) -> T:
     if request.content_type != "application/json":
         raise UnsupportedMediaType(
             f"{request.method} {request.path} takes application/json, not {request.content_type!r}"
         )
     try:
-        return decoder.decode(await read_capped(request, cap, request.app[CONFIG].http.read_timeout_seconds))
+        within = request.app[CONFIG].http.read_timeout_seconds
+        body = await read_capped(request, cap, within, hint or "this request is larger than any valid one")
+        return decoder.decode(body)
     except msgspec.DecodeError as e:
         raise decode_error(e) from None

@@ -13,7 +13,7 @@ render_decoder = msgspec.json.Decoder(RenderRequest)
 
 
 async def handle(request: web.Request) -> web.Response:
-    body = await read_json(request, render_decoder, RENDER_BODY)
+    body = await read_json(request, render_decoder, RENDER_BODY, "send a shorter conversation")
     return json_response(await render(request.app[STORE], body, tenant=tenant_of(request)))
 
 

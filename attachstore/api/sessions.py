@@ -59,7 +59,13 @@ async def routes(request: web.Request) -> web.Response:
     return json_response(
         wire.Routes(
             [
-                wire.RouteInfo(name, list(r.input_modalities), r.provider, r.max_request_image_bytes)
+                wire.RouteInfo(
+                    name,
+                    list(r.input_modalities),
+                    r.provider,
+                    r.max_request_image_bytes,
+                    r.max_request_images,
+                )
                 for name, r in sorted(configured.items())
             ]
         )

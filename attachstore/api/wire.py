@@ -89,6 +89,7 @@ class RouteInfo(msgspec.Struct):
     input_modalities: list[str]
     provider: str | None
     max_request_image_bytes: int | None
+    max_request_images: int | None
 
 
 class Routes(msgspec.Struct):

@@ -13,10 +13,11 @@ import asyncio
 import base64
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, get_args
 
 from ..config import Placeholders, Provider, Route
 from ..errors import AttachstoreError, InvalidRequest
+from ..index import ObjectRow
 from ..policy import accepts_images
 from ..refs import Ref
 from ..service import Store
@@ -26,6 +27,7 @@ from .neutral import ImageBlock, RenderRequest, TextBlock, check
 from .providers import render_body
 
 DEFAULT_BUDGET = 20 * 1024 * 1024  # base64 bytes
+PROVIDERS = get_args(Provider)
 
 
 class Fate(Enum):
@@ -80,19 +82,48 @@ async def render(store: Store, request: RenderRequest, *, tenant: str = "") -> R
         for j, b in enumerate(m.blocks)
         if isinstance(b, ImageBlock)
     ]
-    fates: dict[tuple[int, int], Fate] = {}
     if vision is False:  # nothing is looked up, nothing is read
-        fates = {(o.message, o.block): Fate.TEXT_ONLY for o in occurrences}
-        return _finish(request, provider, placeholders, fates, {}, {})
+        text_only = {(o.message, o.block): Fate.TEXT_ONLY for o in occurrences}
+        return _finish(request, provider, placeholders, text_only, {}, {})
 
     scope = store.scope(tenant)  # an image the caller may not see is unavailable, like a missing one
     rows = {ref: await store.index.get(ref, scope) for ref in dict.fromkeys(o.ref for o in occurrences)}
+    # Known unavailable without a read: no row (or not visible), or quarantined. A row marked missing is
+    # tried, since its file may be back.
+    unavailable = {ref for ref, row in rows.items() if row is None or row.state == "quarantined"}
     budget, count = _budget(request, route)
+    data: dict[str, str] = {}
+    while True:
+        fates = _plan(occurrences, rows, unavailable, budget, count)
+        wanted = sorted(
+            {o.ref for o in occurrences if fates[(o.message, o.block)] is Fate.SENT} - data.keys()
+        )
+        read = await asyncio.gather(*(_read_base64(store, ref, tenant) for ref in wanted))
+        failed = {ref for ref, d in zip(wanted, read, strict=True) if d is None}
+        data |= {ref: d for ref, d in zip(wanted, read, strict=True) if d is not None}
+        if not failed:
+            break
+        # An image that failed its read gives its share of the budget back to older ones: plan again.
+        unavailable |= failed
+    media = {ref: (row.media_type, row.width, row.height) for ref, row in rows.items() if row is not None}
+    return _finish(request, provider, placeholders, fates, data, media)
+
+
+def _plan(
+    occurrences: list[_Occurrence],
+    rows: dict[str, ObjectRow | None],
+    unavailable: set[str],
+    budget: int,
+    count: int | None,
+) -> dict[tuple[int, int], Fate]:
+    """Newest first, each image is sent while it and everything newer fits both budgets; from the first
+    that does not fit, everything older is left out. Sizes come from the index: nothing is read to decide."""
+    fates: dict[tuple[int, int], Fate] = {}
     used = sent = 0
     full = False
-    for o in reversed(occurrences):  # newest first: the oldest images are the ones left out
+    for o in reversed(occurrences):
         row = rows[o.ref]
-        if row is None or row.state != "ok":
+        if row is None or o.ref in unavailable:
             fates[(o.message, o.block)] = Fate.UNAVAILABLE
             continue
         size = _base64_size(row.bytes)
@@ -103,15 +134,7 @@ async def render(store: Store, request: RenderRequest, *, tenant: str = "") -> R
         fates[(o.message, o.block)] = Fate.SENT
         used += size
         sent += 1
-
-    wanted = sorted({o.ref for o in occurrences if fates[(o.message, o.block)] is Fate.SENT})
-    read = await asyncio.gather(*(_read_base64(store, ref, tenant) for ref in wanted))
-    data = {ref: d for ref, d in zip(wanted, read, strict=True) if d is not None}
-    for o in occurrences:
-        if fates[(o.message, o.block)] is Fate.SENT and o.ref not in data:
-            fates[(o.message, o.block)] = Fate.UNAVAILABLE  # missing or damaged on read
-    media = {ref: (row.media_type, row.width, row.height) for ref, row in rows.items() if row is not None}
-    return _finish(request, provider, placeholders, fates, data, media)
+    return fates
 
 
 def _budget(request: RenderRequest, route: Route | None) -> tuple[int, int | None]:
@@ -134,6 +157,8 @@ async def _read_base64(store: Store, ref: str, tenant: str) -> str | None:
 
 def _provider(request: RenderRequest, route: Route | None, route_name: str | None) -> Provider:
     if request.provider is not None:
+        if request.provider not in PROVIDERS:  # possible for a struct built in Python, not decoded
+            raise InvalidRequest(f"invalid request at $.provider: unknown provider {request.provider!r}")
         return request.provider
     if route is not None and route.provider is not None:
         return route.provider

@@ -60,11 +60,14 @@ class RenderRequest(_In, frozen=True):
 
 def check(request: RenderRequest) -> None:
     """What the types cannot say: which role may carry what."""
+    if not request.messages:
+        raise InvalidRequest("invalid request at $.messages: at least one message is needed")
     for i, m in enumerate(request.messages):
         where = f"$.messages[{i}]"
         if m.role in ("system", "assistant") and any(isinstance(b, ImageBlock) for b in m.blocks):
             raise UnsupportedContent(
-                f"{where}: a {m.role} message cannot carry images; only user and tool messages can",
+                f"{where}: {'a system' if m.role == 'system' else 'an assistant'} message cannot carry "
+                "images; only user and tool messages can",
                 hint="put the image in a user message, or in the result of the tool that produced it",
             )
         if m.tool_calls and m.role != "assistant":

@@ -17,11 +17,17 @@ def openai(width: int, height: int, detail: str | None) -> int:
     return 85 + 170 * ceil(w / 512) * ceil(h / 512)
 
 
+ANTHROPIC_MAX_PIXELS = 1600 * 750  # past about 1,600 tokens an image is scaled down further
+
+
 def anthropic(width: int, height: int) -> int:
-    """Long edge scaled down to at most 1568, then ceil(width * height / 750)."""
+    """Long edge scaled down to at most 1568, the area to at most ~1.2 MP, then ceil(width * height / 750)."""
     w, h = float(width), float(height)
     if max(w, h) > 1568:
         w, h = w * 1568 / max(w, h), h * 1568 / max(w, h)
+    if w * h > ANTHROPIC_MAX_PIXELS:
+        scale = (ANTHROPIC_MAX_PIXELS / (w * h)) ** 0.5
+        w, h = w * scale, h * scale
     return ceil(w * h / 750)
 
 
