@@ -291,7 +291,7 @@ class LocalBlobStore:
                 with contextlib.suppress(FileExistsError):
                     self.ops.link(target, path)
                 self.ops.unlink(target)
-            self.ops.fsync_dir(path.parent)
+            self._sync_after_removal(path.parent)
             self.ops.fsync_dir(self.quarantine_dir)
         except FileNotFoundError:
             return "missing"
@@ -308,7 +308,7 @@ class LocalBlobStore:
             return
         except OSError as e:
             raise storage_error(e, "removing an unpublished object") from e
-        self.ops.fsync_dir(path.parent)
+        self._sync_after_removal(path.parent)
 
     def probe_writable(self) -> None:
         path = self.staging / f"ready-{secrets.token_hex(8)}.tmp"
@@ -337,7 +337,13 @@ class LocalBlobStore:
             self.ops.unlink(path)
         except FileNotFoundError:
             return
-        self.ops.fsync_dir(path.parent)
+        self._sync_after_removal(path.parent)
+
+    def _sync_after_removal(self, directory: Path) -> None:
+        """Make a removal durable. If another remover (a concurrent gc) has already removed the directory
+        itself, that removal is the one to make durable, and it made it so."""
+        with contextlib.suppress(FileNotFoundError):
+            self.ops.fsync_dir(directory)
 
     def remove_empty_buckets(self) -> int:
         """rmdir every empty bucket directory, deepest first. A writer that loses its directory to this
@@ -353,9 +359,9 @@ class LocalBlobStore:
     def _rmdir(self, path: Path) -> int:
         try:
             os.rmdir(path)
-        except OSError:  # not empty (or not a directory): leave it
+        except OSError:  # not empty, not a directory, or gone already: leave it
             return 0
-        self.ops.fsync_dir(path.parent)
+        self._sync_after_removal(path.parent)
         return 1
 
 

@@ -95,9 +95,6 @@ class Index:
         self.path = path
         self._w = writer
         self._r = reader
-        # One statement at a time on the reader: while any statement is open, SQLite keeps that
-        # connection's read snapshot, and overlapping readers would never see newer commits.
-        self._read_lock = asyncio.Lock()
         self._lock = asyncio.Lock()
 
     @classmethod
@@ -133,8 +130,9 @@ class Index:
                 raise _storage_error(e) from e
 
     async def _read(self, sql: str, params: Sequence[object] = ()) -> list[sqlite3.Row]:
-        async with self._read_lock, self._r.execute(sql, params) as cur:
-            return list(await cur.fetchall())
+        """One statement, run to its end in one trip to the connection's thread. A statement left open
+        between trips would keep SQLite's read snapshot, and the reader would stop seeing new commits."""
+        return list(await self._r.execute_fetchall(sql, params))
 
     async def ping(self) -> None:
         await self._read("SELECT 1")
@@ -271,8 +269,7 @@ class Index:
     # -- sessions and holds --------------------------------------------------------------------------------
 
     async def get_session(self, key: SessionKey) -> SessionRow | None:
-        async with self._read_lock:
-            return await _session(self._r, key)
+        return await _session(self._r, key)
 
     async def create_session(self, key: SessionKey, route: str | None, now: float) -> tuple[SessionRow, bool]:
         """Create, or find the same session again. False when it already existed with this route."""
@@ -343,17 +340,16 @@ class Index:
 
 
 async def _session(db: aiosqlite.Connection, key: SessionKey, with_holds: bool = True) -> SessionRow | None:
-    async with db.execute("SELECT route, created_at FROM sessions WHERE tenant = ? AND id = ?", key) as cur:
-        found = await cur.fetchone()
-    if found is None:
+    """Each statement runs to its end in one trip (see Index._read)."""
+    sql = "SELECT route, created_at FROM sessions WHERE tenant = ? AND id = ?"
+    found = list(await db.execute_fetchall(sql, key))
+    if not found:
         return None
     holds: tuple[str, ...] = ()
     if with_holds:
-        async with db.execute(
-            "SELECT ref FROM holds WHERE tenant = ? AND session = ? ORDER BY created_at, rowid", key
-        ) as cur:
-            holds = tuple(r[0] for r in await cur.fetchall())
-    return SessionRow(key[0], key[1], found[0], found[1], holds)
+        sql = "SELECT ref FROM holds WHERE tenant = ? AND session = ? ORDER BY created_at, rowid"
+        holds = tuple(r[0] for r in await db.execute_fetchall(sql, key))
+    return SessionRow(key[0], key[1], found[0][0], found[0][1], holds)
 
 
 async def _require_session(db: aiosqlite.Connection, key: SessionKey) -> SessionRow:
