@@ -120,6 +120,8 @@ class Audit:
         report.rows += len(seen & rows.keys())
         if bar:
             bar.finish()
+        figures = {"files": report.files, "bytes": report.bytes, "findings": len(report.findings)}
+        await self.store.index.record_run("audit" if self.sample >= 1 else "audit_sample", figures)
         return report
 
     async def _throttle(self, done: int, started: float) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
-import logging
 import os
 import re
 import secrets
@@ -16,7 +15,7 @@ from typing import TypeVar
 
 import msgspec
 
-from . import __version__, maintenance, server
+from . import __version__, logs, maintenance, server
 from .config import Config, load
 from .errors import AttachstoreError, ConfigError, InvalidRequest
 from .index import SessionRow
@@ -215,7 +214,7 @@ def _cmd_token(args: argparse.Namespace, config: Config) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace, config: Config) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.setup()
     if args.workers < 1:
         raise InvalidRequest("--workers: at least 1")
     return server.run(config, args.workers)

@@ -135,4 +135,6 @@ async def execute(store: Store, gc_plan: GcPlan, progress: Progress | None = Non
     result.staging_removed, result.empty_dirs_removed = await asyncio.to_thread(sweep_files)
     if progress:
         progress.finish()
+    figures = {"collected": len(result.collected), "collected_bytes": result.collected_bytes}
+    await store.index.record_run("gc", figures | {"skipped": result.skipped})
     return result

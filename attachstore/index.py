@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -265,6 +266,24 @@ class Index:
                 await db.execute("DELETE FROM objects WHERE ref = ?", (ref,))
                 collected.append(ref)
         return collected
+
+    # -- figures for /metrics ----------------------------------------------------------------------------
+
+    async def stats(self) -> tuple[int, int]:
+        """How many objects the index holds, and their bytes."""
+        [(count, size)] = await self._read("SELECT count(*), coalesce(sum(bytes), 0) FROM objects")
+        return int(count), int(size)
+
+    async def record_run(self, command: str, figures: Mapping[str, float], now: float | None = None) -> None:
+        async with self.write() as db:
+            await db.execute(
+                "INSERT OR REPLACE INTO runs (command, finished_at, figures) VALUES (?, ?, ?)",
+                (command, time.time() if now is None else now, json.dumps(figures)),
+            )
+
+    async def runs(self) -> dict[str, tuple[float, dict[str, float]]]:
+        found = await self._read("SELECT command, finished_at, figures FROM runs")
+        return {command: (at, json.loads(figures)) for command, at, figures in found}
 
     # -- sessions and holds --------------------------------------------------------------------------------
 

@@ -52,6 +52,14 @@ MIGRATIONS: list[list[str]] = [
         # Everything stored before tenants existed was admitted without tokens.
         "INSERT INTO grants (tenant, ref) SELECT '', ref FROM objects",
     ],
+    [
+        # The last run of each maintenance command, for /metrics: gc and audit run in other processes.
+        """CREATE TABLE runs (
+        command     TEXT PRIMARY KEY,
+        finished_at REAL NOT NULL,
+        figures     TEXT NOT NULL
+        ) STRICT""",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -12,6 +12,7 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Coroutine
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
+from . import logs
 from .api import make_app
 from .config import Config
 from .errors import ConfigError
@@ -138,7 +140,13 @@ def _supervise(config: Config, sock: socket.socket, workers: int) -> int:
     child_config = msgspec.structs.replace(
         config, admission=msgspec.structs.replace(config.admission, decode_workers=per_worker)
     )
-    env = {**os.environ, WORKER_ENV: msgspec.json.encode(child_config).decode()}
+    # Each worker keeps its metric samples in files here, so /metrics on any worker reports them all.
+    samples = tempfile.TemporaryDirectory(prefix="attachstore-metrics-")
+    env = {
+        **os.environ,
+        WORKER_ENV: msgspec.json.encode(child_config).decode(),
+        "PROMETHEUS_MULTIPROC_DIR": samples.name,
+    }
     argv = [sys.executable, "-m", "attachstore.server", str(sock.fileno())]
     children = [subprocess.Popen(argv, env=env, pass_fds=[sock.fileno()]) for _ in range(workers)]
     stopping = False
@@ -160,11 +168,12 @@ def _supervise(config: Config, sock: socket.socket, workers: int) -> int:
                 failed = True
                 stop(signal.SIGTERM, None)
         time.sleep(0.2)
+    samples.cleanup()
     return 1 if failed or any(child.returncode for child in children) else 0
 
 
 def _worker_main(fd: int) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.setup()
     config = msgspec.json.decode(os.environ[WORKER_ENV], type=Config)
     sock = socket.socket(fileno=fd)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides; a terminal's ^C reaches it

@@ -10,10 +10,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from . import gate, policy
-from .blobstore import FileOps, LocalBlobStore
+from .blobstore import FileOps, LocalBlobStore, Put
 from .config import Config
 from .errors import AttachstoreError, Corrupt, InvalidRequest, Missing, NotFound, Rejected, ServerBusy
 from .index import Hold, Index, ObjectRow
+from .metrics import Metrics
 from .policy import Diagnostic
 from .pool import DecodePool
 from .probe import probe_header
@@ -117,6 +118,7 @@ class Store:
         self.index = index
         self.pool = pool
         self.sessions = Sessions(config, index)
+        self.metrics = Metrics()
         self._admitting = 0
 
     @classmethod
@@ -150,15 +152,24 @@ class Store:
             raise InvalidRequest("images: at least one image is required")
         if self._admitting >= self.config.admission.max_concurrent:
             # Past the cap, admissions wait outside rather than queue for the decoders; reads keep flowing.
+            self.metrics.admissions.labels(source, ServerBusy.code).inc()
             raise ServerBusy(
                 f"{self._admitting} admissions are in progress, the most this daemon takes at once",
                 hint="retry after the Retry-After delay",
             )
         self._admitting += 1
+        result = "admitted"
         try:
-            return await self._admit(uploads, source, route, session, tenant)
+            admission = await self._admit(uploads, source, route, session, tenant)
+            if admission.degraded:
+                result = next((d.code for d in admission.diagnostics if d.code), "degraded")
+            return admission
+        except AttachstoreError as e:
+            result = e.code
+            raise
         finally:
             self._admitting -= 1
+            self.metrics.admissions.labels(source, result).inc()
 
     async def _admit(
         self, uploads: Sequence[Upload], source: str, route: str | None, session: str | None, tenant: str
@@ -188,6 +199,8 @@ class Store:
             if soft:
                 return _degraded(uploads, names, e, [])
             raise
+        self.metrics.images_admitted.inc(len(admitted))
+        self.metrics.bytes_admitted.inc(sum(len(a.data) for a in admitted))
         return Admission(
             [
                 ImageRef(
@@ -295,6 +308,13 @@ class Store:
         for outcome in puts:
             if isinstance(outcome, BaseException):
                 raise outcome
+        self.metrics.dedup_hits.inc(sum(1 for p in puts if p is Put.EXISTED))
+        # A heal: damaged bytes replaced, or a file written again for an object the index already had.
+        healed = [
+            p is Put.HEALED or (p is Put.CREATED and str(a.ref) in existing)
+            for a, p in zip(admitted, puts, strict=True)
+        ]
+        self.metrics.heals.inc(sum(healed))
         rows = [
             ObjectRow(
                 ref=str(a.ref),
@@ -349,6 +369,18 @@ class Store:
 
     async def read(self, text: str, tenant: str | None = None) -> tuple[ImageRef, bytes]:
         """Verified bytes: the whole object re-hashed, its header checked against the index."""
+        try:
+            found = await self._read(text, tenant)
+        except (NotFound, Corrupt, Missing) as e:
+            kind = {NotFound: "not_found", Corrupt: "corrupt", Missing: "missing"}[type(e)]
+            self.metrics.reads.labels(kind).inc()
+            if kind != "not_found":
+                self.metrics.integrity_failures.labels(kind).inc()
+            raise
+        self.metrics.reads.labels("ok").inc()
+        return found
+
+    async def _read(self, text: str, tenant: str | None) -> tuple[ImageRef, bytes]:
         ref, row = await self._row(text, tenant)
         try:
             data = await self.blobs.read(ref, row.bytes)

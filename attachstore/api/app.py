@@ -12,8 +12,9 @@ from ..blobstore import FileOps
 from ..config import Config
 from ..errors import AttachstoreError, StorageUnavailable, Unauthorized
 from ..service import Store
-from . import attachments, render, sessions
+from . import attachments, observe, render, sessions
 from .common import CONFIG, STORE, TENANT, error_response, json_response
+from .observe import ERROR_CODE
 
 log = logging.getLogger("attachstore.api")
 
@@ -35,6 +36,7 @@ async def error_envelope(request: web.Request, handler: Handler) -> web.StreamRe
     try:
         return await handler(request)
     except AttachstoreError as e:
+        request[ERROR_CODE] = e.code
         if e.status >= 500:
             log.error("%s %s: %s %s", request.method, request.path, e.code, e.message)
         return error_response(e)
@@ -42,6 +44,7 @@ async def error_envelope(request: web.Request, handler: Handler) -> web.StreamRe
         if e.status < 400:
             raise
         code = _HTTP_CODES.get(e.status, "INVALID_REQUEST" if e.status < 500 else "INTERNAL")
+        request[ERROR_CODE] = code
         answer = error_response(AttachstoreError(e.reason, code=code))
         answer.set_status(e.status)
         if "Allow" in e.headers:
@@ -49,10 +52,12 @@ async def error_envelope(request: web.Request, handler: Handler) -> web.StreamRe
         return answer
     except Exception:
         log.exception("unhandled error in %s %s", request.method, request.path)
+        request[ERROR_CODE] = AttachstoreError.code
         return error_response(AttachstoreError("internal error"))
 
 
-OPEN_PATHS = frozenset({"/healthz", "/readyz"})  # liveness and readiness say nothing about anyone's data
+# Liveness, readiness and metrics say nothing about anyone's data.
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 
 
 @web.middleware
@@ -114,7 +119,7 @@ async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
 def make_app(config: Config, *, file_ops: FileOps | None = None) -> web.Application:
     app = web.Application(
         client_max_size=config.http.body_cap(config.limits),
-        middlewares=[error_envelope, authenticate],
+        middlewares=[observe.access, error_envelope, authenticate],
         handler_args={
             "keepalive_timeout": config.http.keepalive_timeout_seconds,
             "max_line_size": config.http.max_header_bytes,
@@ -133,4 +138,5 @@ def make_app(config: Config, *, file_ops: FileOps | None = None) -> web.Applicat
     render.add_routes(app.router)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", observe.metrics)
     return app

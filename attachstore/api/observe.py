@@ -1,0 +1,83 @@
+"""What operators see of the HTTP edge: a request id, one JSON log line and a latency sample per request,
+and GET /metrics."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
+
+from ..logs import fields
+from .common import STORE, TENANT
+
+log = logging.getLogger("attachstore.access")
+ERROR_CODE = web.RequestKey("error_code", str)
+REQUEST_ID = web.RequestKey("request_id", str)
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def access(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Accept the caller's X-Request-Id (if it is a plain token) or make one, echo it, and log the request."""
+    given = request.headers.get("X-Request-Id", "")
+    request_id = given if _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
+    request[REQUEST_ID] = request_id
+    started = time.perf_counter()
+    status = 500
+    try:
+        response = await handler(request)
+        status = response.status
+        response.headers["X-Request-Id"] = request_id
+        return response
+    except web.HTTPException as e:  # redirects and the like pass through the error envelope
+        status = e.status
+        e.headers["X-Request-Id"] = request_id
+        raise
+    finally:
+        elapsed = time.perf_counter() - started
+        resource = request.match_info.route.resource
+        endpoint = resource.canonical if resource is not None else "unmatched"
+        request.app[STORE].metrics.request_seconds.labels(request.method, endpoint, str(status)).observe(
+            elapsed
+        )
+        log.info(
+            "request",
+            extra=fields(
+                request_id=request_id,
+                method=request.method,
+                endpoint=endpoint,
+                status=status,
+                code=request.get(ERROR_CODE),
+                duration_ms=round(elapsed * 1000, 3),
+                tenant=request.get(TENANT),
+                ref=request.match_info.get("ref", "")[:140] or None,
+            ),
+        )
+
+
+async def metrics(request: web.Request) -> web.Response:
+    store = request.app[STORE]
+    m = store.metrics
+    objects, size = await store.index.stats()
+    m.objects.set(objects)
+    m.stored_bytes.set(size)
+    for command, (finished_at, figures) in (await store.index.runs()).items():
+        m.last_run.labels(command).set(finished_at)
+        for figure, value in figures.items():
+            m.last_run_result.labels(command, figure).set(value)
+    registry = m.registry
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # serve --workers N: every worker's samples, summed
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    response = web.Response(body=generate_latest(registry))
+    response.headers["Content-Type"] = CONTENT_TYPE_LATEST
+    return response

@@ -1,0 +1,40 @@
+"""Logs as one JSON object per line: for a request, the request id, endpoint, status, code, duration, tenant
+and ref; never image bytes, base64 or tokens (nothing here is given any)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+FIELDS = "attachstore_fields"  # the `extra` key a record's structured fields travel under
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        line.update(getattr(record, FIELDS, {}))
+        if record.exc_info:
+            line["error"] = self.formatException(record.exc_info)
+        return json.dumps(line, separators=(",", ":"), default=str)
+
+
+def setup(level: int = logging.INFO) -> None:
+    """JSON lines on standard error, for the daemon."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+
+
+def fields(**values: Any) -> dict[str, Any]:
+    """`extra=` for a log call: the structured fields of its line."""
+    return {FIELDS: {k: v for k, v in values.items() if v is not None}}

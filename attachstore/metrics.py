@@ -1,0 +1,72 @@
+"""Prometheus metrics (GET /metrics): one registry per store, no globals."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+# Latency buckets for requests: from a cached read (sub-millisecond) to a batch of full decodes.
+_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry(auto_describe=True)
+        self.admissions = Counter(
+            "attachstore_admissions",
+            "Admission requests by source and result (admitted, or the rejection's code)",
+            ["source", "result"],
+            registry=r,
+        )
+        self.images_admitted = Counter("attachstore_images_admitted", "Images admitted", registry=r)
+        self.bytes_admitted = Counter("attachstore_admitted_bytes", "Bytes of images admitted", registry=r)
+        self.dedup_hits = Counter(
+            "attachstore_dedup_hits", "Admitted images whose intact bytes were already stored", registry=r
+        )
+        self.heals = Counter(
+            "attachstore_heals",
+            "Damaged or missing objects rewritten from the bytes of an admission",
+            registry=r,
+        )
+        self.reads = Counter(
+            "attachstore_reads",
+            "Verified reads by result (ok, not_found, corrupt, missing)",
+            ["result"],
+            registry=r,
+        )
+        self.integrity_failures = Counter(
+            "attachstore_integrity_failures",
+            "Objects found damaged (corrupt) or gone (missing) on a read",
+            ["kind"],
+            registry=r,
+        )
+        self.request_seconds = Histogram(
+            "attachstore_request_duration_seconds",
+            "HTTP request latency by endpoint",
+            ["method", "endpoint", "status"],
+            buckets=_BUCKETS,
+            registry=r,
+        )
+        # Gauges set at scrape time from the index; with several workers the latest sample wins.
+        self.objects = Gauge(
+            "attachstore_objects", "Objects in the index", registry=r, multiprocess_mode="mostrecent"
+        )
+        self.stored_bytes = Gauge(
+            "attachstore_stored_bytes",
+            "Bytes of the objects in the index",
+            registry=r,
+            multiprocess_mode="mostrecent",
+        )
+        self.last_run = Gauge(
+            "attachstore_maintenance_last_run_timestamp_seconds",
+            "When gc or audit last finished (Unix time)",
+            ["command"],
+            registry=r,
+            multiprocess_mode="mostrecent",
+        )
+        self.last_run_result = Gauge(
+            "attachstore_maintenance_last_run_result",
+            "Figures of the last gc (collected, collected_bytes, skipped) and audit (files, bytes, findings)",
+            ["command", "figure"],
+            registry=r,
+            multiprocess_mode="mostrecent",
+        )

@@ -1,0 +1,127 @@
+"""Request ids, JSON request logs, and /metrics."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from attachstore.logs import JsonFormatter
+from tests.conftest import MakeClient
+from tests.faults import flip_byte
+from tests.images import png
+from tests.test_api import admit, object_path
+
+Client = TestClient[Any, Any]
+
+
+async def samples(client: Client) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    response = await client.get("/metrics")
+    assert response.status == 200
+    assert response.headers["Content-Type"].startswith("text/plain")
+    found = {}
+    for family in text_string_to_metric_families(await response.text()):
+        for s in family.samples:
+            found[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return found
+
+
+async def test_counters_move_as_requests_are_made(client: Client, data_dir: Any) -> None:
+    before = await samples(client)
+    assert before[("attachstore_objects", ())] == 0
+    image = png(10, 10)
+    assert (await admit(client, image)).status == 201
+    assert (await admit(client, image)).status == 201  # a dedup hit
+    assert (await admit(client, b"not an image")).status == 422
+    ref = (await (await admit(client, image)).json())["attachments"][0]["ref"]
+    assert (await client.get(f"/v1/attachments/{ref}")).status == 200
+    flip_byte(object_path(data_dir, ref), 20)
+    assert (await client.get(f"/v1/attachments/{ref}")).status == 500
+    after = await samples(client)
+    assert after[("attachstore_admissions_total", (("result", "admitted"), ("source", "user")))] == 3
+    assert (
+        after[("attachstore_admissions_total", (("result", "UNSUPPORTED_IMAGE_TYPE"), ("source", "user")))]
+        == 1
+    )
+    assert after[("attachstore_dedup_hits_total", ())] == 2
+    assert after[("attachstore_images_admitted_total", ())] == 3
+    assert after[("attachstore_reads_total", (("result", "ok"),))] == 1
+    assert after[("attachstore_reads_total", (("result", "corrupt"),))] == 1
+    assert after[("attachstore_integrity_failures_total", (("kind", "corrupt"),))] == 1
+    assert after[("attachstore_objects", ())] == 1
+    latency = (
+        "attachstore_request_duration_seconds_count",
+        (("endpoint", "/v1/attachments"), ("method", "POST"), ("status", "201")),
+    )
+    assert after[latency] == 3
+
+
+async def test_heals_and_maintenance_runs_are_counted(client: Client, data_dir: Any) -> None:
+    from attachstore import gc
+    from attachstore.api.common import STORE
+
+    image = png(11, 11)
+    ref = (await (await admit(client, image)).json())["attachments"][0]["ref"]
+    object_path(data_dir, ref).unlink()
+    assert (await admit(client, image)).status == 201
+    store = client.app[STORE]
+    await gc.execute(store, await gc.plan(store, grace=0))
+    after = await samples(client)
+    assert after[("attachstore_heals_total", ())] == 1
+    assert (
+        after[("attachstore_maintenance_last_run_result", (("command", "gc"), ("figure", "collected")))] == 1
+    )
+    assert after[("attachstore_maintenance_last_run_timestamp_seconds", (("command", "gc"),))] > 0
+
+
+async def test_request_ids_are_accepted_or_made_and_echoed(client: Client) -> None:
+    given = await client.get("/healthz", headers={"X-Request-Id": "host-42.turn-7"})
+    assert given.headers["X-Request-Id"] == "host-42.turn-7"
+    made = await client.get("/healthz", headers={"X-Request-Id": "bad id with spaces"})
+    assert len(made.headers["X-Request-Id"]) == 32
+    assert made.headers["X-Request-Id"] != (await client.get("/healthz")).headers["X-Request-Id"]
+
+
+async def test_logs_never_carry_images_base64_or_tokens(
+    make_client: MakeClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    token = "secret-token-of-alpha"
+    tenants = [{"name": "alpha", "token_sha256": hashlib.sha256(token.encode()).hexdigest()}]
+    routes = {"vision": {"input_modalities": ["text", "image"], "provider": "anthropic"}}
+    client = await make_client(tenants=tenants, routes=routes)
+    headers = {"Authorization": f"Bearer {token}", "X-Request-Id": "r-1"}
+    image = png(30, 30)
+    encoded = base64.b64encode(image).decode()
+    caplog.set_level(logging.INFO, logger="attachstore")
+    response = await client.post(
+        "/v1/attachments", json={"source": "user", "images": [{"data": encoded}]}, headers=headers
+    )
+    ref = (await response.json())["attachments"][0]["ref"]
+    rendered = await client.post(
+        "/v1/render",
+        json={"route": "vision", "messages": [{"role": "user", "content": [{"type": "image", "ref": ref}]}]},
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    assert encoded[:40] in await rendered.text()  # the body does carry it; the logs must not
+    await client.get("/v1/routes", headers={"Authorization": "Bearer wrong-token"})
+    lines = [JsonFormatter().format(r) for r in caplog.records]
+    text = "\n".join(lines)
+    for secret in (encoded[:40], encoded[-40:], token, "wrong-token"):
+        assert secret not in text
+    access = [json.loads(line) for line in lines if '"msg":"request"' in line]
+    assert [a["endpoint"] for a in access] == ["/v1/attachments", "/v1/render", "/v1/routes"]
+    first = access[0]
+    assert (first["request_id"], first["status"], first["tenant"], first["method"]) == (
+        "r-1",
+        201,
+        "alpha",
+        "POST",
+    )
+    assert first["duration_ms"] >= 0
+    assert access[2]["code"] == "UNAUTHORIZED"
