@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import msgspec
@@ -108,10 +108,11 @@ def _run_loop(main: Coroutine[Any, Any, None]) -> None:
     """uvloop when it is installed: a faster event loop for the same code."""
     try:
         import uvloop  # type: ignore[import-not-found, unused-ignore]
+
+        factory: Callable[[], asyncio.AbstractEventLoop] | None = uvloop.new_event_loop
     except ImportError:
-        asyncio.run(main)
-        return
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        factory = None
+    with asyncio.Runner(loop_factory=factory) as runner:
         runner.run(main)
 
 

@@ -12,7 +12,7 @@ from ..blobstore import FileOps
 from ..config import Config
 from ..errors import AttachstoreError, StorageUnavailable, Unauthorized
 from ..service import Store
-from . import attachments, observe, render, sessions
+from . import attachments, observe, openapi, render, sessions, wire
 from .common import CONFIG, STORE, TENANT, error_response, json_response
 from .observe import ERROR_CODE
 
@@ -20,6 +20,7 @@ log = logging.getLogger("attachstore.api")
 
 FILE_OPS = web.AppKey("file_ops", FileOps)
 TOKENS = web.AppKey("tokens", dict[str, str])  # sha256 of a token -> its tenant
+OPENAPI = web.AppKey("openapi", bytes)  # the encoded description, made once
 _HTTP_CODES = {
     404: "NOT_FOUND",
     405: "METHOD_NOT_ALLOWED",
@@ -57,7 +58,7 @@ async def error_envelope(request: web.Request, handler: Handler) -> web.StreamRe
 
 
 # Liveness, readiness and metrics say nothing about anyone's data.
-OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json"})
 
 
 @web.middleware
@@ -107,6 +108,10 @@ async def readyz(request: web.Request) -> web.Response:
     return json_response({"status": "ready"})
 
 
+async def openapi_json(request: web.Request) -> web.Response:
+    return web.Response(body=request.app[OPENAPI], content_type="application/json")
+
+
 async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
     store = await Store.open(app[CONFIG], app.get(FILE_OPS))
     app[STORE] = store
@@ -139,4 +144,6 @@ def make_app(config: Config, *, file_ops: FileOps | None = None) -> web.Applicat
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", observe.metrics)
+    app[OPENAPI] = wire.encoder.encode(openapi.document())
+    app.router.add_get("/openapi.json", openapi_json)
     return app

@@ -7,6 +7,7 @@ import contextlib
 from collections.abc import AsyncIterator
 
 from aiohttp import BodyPartReader, web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from ..config import Limits
 from ..errors import InvalidRequest, PayloadTooLarge, RequestTimeout
@@ -64,7 +65,7 @@ async def read_multipart(
     try:
         async with _within(within):
             return await _read_parts(request, cap, limits)
-    except (ValueError, AssertionError) as e:  # aiohttp's word for a body that is not valid multipart
+    except (ValueError, AssertionError, HttpProcessingError) as e:  # aiohttp's words for "not multipart"
         raise InvalidRequest(f"malformed multipart body: {e}") from None
 
 
