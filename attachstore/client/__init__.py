@@ -1,0 +1,43 @@
+"""A Python client of the attachstore daemon (docs/client.md): `AsyncClient` for asyncio code, `Client` for
+blocking code, the same typed methods on both, and errors that carry the daemon's stable codes.
+
+It imports nothing of the server: only aiohttp, msgspec and the error and reference types."""
+
+from .aio import DEFAULT_URL, AsyncClient
+from .errors import AttachstoreClientError, ConnectionFailed, TimedOut
+from .models import (
+    Admission,
+    Attachment,
+    Blob,
+    Diagnostic,
+    Image,
+    Provider,
+    Rendered,
+    RouteInfo,
+    Session,
+    Source,
+    Status,
+    Summary,
+)
+from .sync import Client
+
+__all__ = [
+    "DEFAULT_URL",
+    "Admission",
+    "AsyncClient",
+    "Attachment",
+    "AttachstoreClientError",
+    "Blob",
+    "Client",
+    "ConnectionFailed",
+    "Diagnostic",
+    "Image",
+    "Provider",
+    "Rendered",
+    "RouteInfo",
+    "Session",
+    "Source",
+    "Status",
+    "Summary",
+    "TimedOut",
+]

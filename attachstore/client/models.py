@@ -1,0 +1,130 @@
+"""What the client sends and gets back: the answers of the HTTP API (docs/api.md) as typed values.
+
+Decoding ignores fields it does not know, so a newer daemon that adds a field does not break an older client.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+import msgspec
+
+Source = Literal["user", "tool", "mcp", "command"]
+Provider = Literal["openai-chat", "openai-responses", "anthropic", "gemini"]
+
+
+class Image(msgspec.Struct, frozen=True):
+    """One image to admit. `media_type` is the declared type (checked against the bytes; None: not declared);
+    `name` the display name (the daemon keeps its last path component)."""
+
+    data: bytes
+    media_type: str | None = None
+    name: str | None = None
+
+
+class Attachment(msgspec.Struct, frozen=True):
+    ref: str
+    media_type: str
+    bytes: int
+    width: int
+    height: int
+    frames: int
+    name: str | None
+
+
+class Diagnostic(msgspec.Struct, frozen=True):
+    """Why one image of a soft-rejected batch was dropped; `code` is None for a valid image."""
+
+    index: int
+    media_type: str | None
+    name: str | None
+    code: str | None
+    message: str
+    hint: str | None
+
+
+class Admission(msgspec.Struct, frozen=True):
+    """The answer of an admission. `degraded` (sources `tool` and `mcp` only): nothing was stored, and `text`
+    says why, for the model; return it as the tool's result."""
+
+    attachments: list[Attachment]
+    degraded: bool = False
+    diagnostics: list[Diagnostic] = []
+    text: str | None = None
+
+    @property
+    def refs(self) -> list[str]:
+        return [a.ref for a in self.attachments]
+
+
+class Blob(msgspec.Struct, frozen=True):
+    """A read with its headers. `data` is None when the daemon answered 304 (the caller holds the bytes)."""
+
+    ref: str
+    data: bytes | None
+    media_type: str | None
+    etag: str | None
+
+    @property
+    def not_modified(self) -> bool:
+        return self.data is None
+
+
+class Session(msgspec.Struct, frozen=True):
+    id: str = msgspec.field(name="session")
+    route: str | None
+    holds: list[str]  # in the order they were first held
+    created: datetime
+
+
+class Released(msgspec.Struct, frozen=True):
+    session: str
+    released: int
+
+
+class RouteInfo(msgspec.Struct, frozen=True):
+    id: str
+    input_modalities: list[str]
+    provider: str | None = None
+    max_request_image_bytes: int | None = None
+    max_request_images: int | None = None
+
+    @property
+    def vision(self) -> bool:
+        return "image" in self.input_modalities
+
+
+class Routes(msgspec.Struct, frozen=True):
+    routes: list[RouteInfo]
+
+
+class Summary(msgspec.Struct, frozen=True):
+    included: int
+    omitted: int
+    unavailable: int
+    base64_bytes: int
+    estimated_image_tokens: int
+
+
+class Rendered(msgspec.Struct, frozen=True):
+    """`body` holds the request fields to merge into the provider call (docs/render.md)."""
+
+    provider: str
+    body: dict[str, Any]
+    summary: Summary
+
+
+class Status(msgspec.Struct, frozen=True):
+    status: str
+
+
+class ErrorBody(msgspec.Struct, frozen=True):
+    code: str
+    message: str
+    index: int | None = None
+    hint: str | None = None
+
+
+class ErrorAnswer(msgspec.Struct, frozen=True):
+    error: ErrorBody
