@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint bench venv clean
+.PHONY: run test lint bench fuzz venv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,12 @@ lint: $(STAMP)  ## format check, lint, strict typing
 
 bench: $(STAMP)  ## throughput and latency against baselines measured in the same run
 	$(BIN)/python -m tests.bench $(ARGS)
+
+FUZZ_SECONDS ?= 60
+fuzz: $(STAMP)  ## fuzz the admission gate for FUZZ_SECONDS (default 60); inputs that crash it go to build/fuzz
+	$(BIN)/python -m pip install --quiet -e '.[fuzz]'
+	$(BIN)/python -m tests.fuzz_gate -max_total_time=$(FUZZ_SECONDS) -timeout=30 \
+		-artifact_prefix=build/fuzz/ build/fuzz/corpus
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -9,18 +9,18 @@ from __future__ import annotations
 
 import binascii
 import re
-import struct
 import warnings
-import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from io import BytesIO
 from math import sqrt
 
-from PIL import Image, ImageFile, UnidentifiedImageError
+from PIL import Image, ImageFile, PngImagePlugin, UnidentifiedImageError
 
+from . import containers
 from .config import Limits
+from .containers import Malformed
 from .errors import InvalidRequest, Rejected
 from .probe import MEDIA_TYPES, probe_header, sniff
 
@@ -35,8 +35,13 @@ _OTHER_MAGIC = ((b"BM", "BMP"), (b"II*\x00", "TIFF"), (b"MM\x00*", "TIFF"), (b"%
 _CONVERT = "convert it to PNG, JPEG, GIF or WebP and read it again"
 _NOT_BASE64 = re.compile(r"[^A-Za-z0-9+/=]")
 
-_PNG_CHUNK = struct.Struct(">I4s")
-_U32BE = struct.Struct(">I")
+# The container walks run on every image of these formats; each returns where the image ends.
+_WALKS: dict[str, Callable[[bytes], int]] = {
+    "image/png": containers.png_end,
+    "image/gif": containers.gif_end,
+    "image/webp": containers.webp_end,
+}
+TRAILING_DATA = ("allow", "reject")
 
 
 def decode_base64(text: str) -> bytes:
@@ -137,11 +142,15 @@ class Inspection:
     frames: int
 
 
-def inspect(data: bytes, declared: str | None, limits: Limits) -> Inspection:
+def inspect(data: bytes, declared: str | None, limits: Limits, *, trailing_data: str = "allow") -> Inspection:
     """Every per-image check of the gate, ending in a full decode of every frame; raises Rejected.
 
+    With trailing_data="reject", bytes after the end of the image (a polyglot's payload) are INVALID_IMAGE;
+    with "allow" they are kept and ignored, as the decoders ignore them.
     Not thread-safe: it sets Pillow's process-wide limits while it runs (a decode worker runs one at a time).
     The size reported is the header's (for GIF the logical screen, for MPO the first picture)."""
+    if trailing_data not in TRAILING_DATA:
+        raise ValueError(f"trailing_data must be 'allow' or 'reject', not {trailing_data!r}")
     media_type = precheck(len(data), data, declared, limits)
     header = probe_header(data)
     if header is None:
@@ -162,7 +171,7 @@ def inspect(data: bytes, declared: str | None, limits: Limits) -> Inspection:
             f"shrink it to at most {_fit(width, height, limits)} and read it again",
         )
     with _strict_pillow(limits):
-        frames, decoded_type = _decode(data, media_type, (width, height), limits)
+        frames, decoded_type = _decode(data, media_type, (width, height), limits, trailing_data)
     if decoded_type != media_type:  # cannot happen while one plugin is tried per type; kept as a backstop
         raise Rejected(
             "IMAGE_TYPE_MISMATCH",
@@ -172,14 +181,16 @@ def inspect(data: bytes, declared: str | None, limits: Limits) -> Inspection:
     return Inspection(media_type, width, height, frames)
 
 
-def _decode(data: bytes, media_type: str, size: tuple[int, int], limits: Limits) -> tuple[int, str | None]:
+def _decode(
+    data: bytes, media_type: str, size: tuple[int, int], limits: Limits, trailing_data: str
+) -> tuple[int, str | None]:
     """Open, count frames, walk the container, then decode every frame; returns (frames, decoded type)."""
     try:
         # Only the sniffed format's plugin may open it: no other decoder ever sees the bytes.
         im = Image.open(BytesIO(data), formats=[_NAMES[media_type].upper()])
     except Exception as e:  # Pillow raises many types; a bad file must never surface as anything but a code
         # Where Pillow says only "cannot identify image file", the container walk can say what is wrong.
-        raise _invalid(media_type, _structure_problem(data, media_type) or _reason(e)) from None
+        raise _invalid(media_type, _container_fault(data, media_type) or _reason(e)) from None
     where = ""
     with im:
         try:
@@ -191,8 +202,11 @@ def _decode(data: bytes, media_type: str, size: tuple[int, int], limits: Limits)
             if frames < 1:
                 raise _Damaged("it has no frames")
             _check_frames(frames, size, limits)
-            if problem := _structure_problem(data, media_type):
-                raise _Damaged(problem)
+            # A JPEG's segments are walked only to find its end: its decoder checks its own structure.
+            if trailing_data == "reject" or media_type in _WALKS:
+                end = _end_of_image(data, media_type)  # raises Malformed
+                if trailing_data == "reject" and end < len(data):
+                    raise _trailing(media_type, len(data) - end, end)
             decoded = 0  # pixels of the frames decoded so far
             for index in range(frames):
                 where = f"frame {index + 1} of {frames}: " if frames > 1 else ""
@@ -204,7 +218,7 @@ def _decode(data: bytes, media_type: str, size: tuple[int, int], limits: Limits)
             return frames, _DECODED_TYPE.get(im.format or "")
         except Rejected:
             raise
-        except Exception as e:  # _Damaged, or whatever Pillow raised
+        except Exception as e:  # _Damaged, Malformed, or whatever Pillow raised
             raise _invalid(media_type, where + _reason(e)) from None
 
 
@@ -240,72 +254,32 @@ def _check_extent(im: Image.Image, decoded: int, limits: Limits) -> None:
         )
 
 
-def _structure_problem(data: bytes, media_type: str) -> str | None:
-    """What is wrong with the container, for the formats where Pillow is too lenient to tell."""
-    if media_type == "image/png":
-        return _png_problem(data)
-    if media_type == "image/gif":
-        return _gif_problem(data)
-    return None  # JPEG and WebP decoders stop at a missing end marker or a short RIFF themselves
-
-
-def _png_problem(data: bytes) -> str | None:
-    """The first structural fault in a PNG: a chunk that is cut off or has a bad type or CRC, no IEND, or an
-    acTL that comes after IDAT or whose frame count disagrees with the fcTL chunks. Pillow's verify() skips
-    the IEND CRC and Pillow leaves frames past the acTL count undecoded, so the gate walks the chunks itself.
-    Bytes after IEND are ignored."""
-    view = memoryview(data)
-    pos, declared, controls, image_data = 8, None, 0, False
-    while True:
-        if pos + 12 > len(data):
-            return "the file is truncated: it ends before the IEND chunk"
-        length, kind = _PNG_CHUNK.unpack_from(data, pos)
-        name = kind.decode("latin-1")
-        end = pos + 12 + length
-        if not kind.isalpha():
-            return f"malformed chunk type {name!r} at offset {pos}"
-        if length > 0x7FFFFFFF or end > len(data):
-            return f"the file is truncated: chunk {name} at offset {pos} runs past the end"
-        if zlib.crc32(view[pos + 4 : end - 4]) != _U32BE.unpack_from(data, end - 4)[0]:
-            return f"bad CRC in chunk {name} at offset {pos}"
-        if kind == b"acTL":
-            if declared is not None or length != 8 or image_data:
-                return f"misplaced, malformed or repeated acTL chunk at offset {pos}"
-            declared = _U32BE.unpack_from(data, pos + 8)[0]
-        elif kind == b"IDAT":
-            image_data = True
-        elif kind == b"fcTL":
-            controls += 1
-        elif kind == b"IEND":
-            break
-        pos = end
-    if declared is not None and declared != controls:
-        return f"the acTL chunk declares {declared:,} frames but there are {controls} fcTL chunks"
+def _container_fault(data: bytes, media_type: str) -> str | None:
+    """What the container walk finds wrong, for the formats where Pillow is too lenient to tell; None for
+    JPEG, whose decoder stops at a missing end marker itself."""
+    walk = _WALKS.get(media_type)
+    if walk is None:
+        return None
+    try:
+        walk(data)
+    except Malformed as e:
+        return str(e)
     return None
 
 
-def _gif_problem(data: bytes) -> str | None:
-    """The first structural fault in a GIF: a block that is cut off or unknown, or no trailer. Pillow takes a
-    GIF that stops between two frames for a complete, shorter animation; the trailer tells them apart."""
-    flags, end = data[10], len(data)
-    pos = 13 + (3 << ((flags & 7) + 1) if flags & 0x80 else 0)  # past the global colour table
-    while pos < end:
-        block = data[pos]
-        if block == 0x3B:  # trailer; bytes after it are ignored
-            return None
-        if block == 0x21:  # extension: introducer and label, then sub-blocks
-            pos += 2
-        elif block == 0x2C:  # image: descriptor, local colour table, LZW code size, then sub-blocks
-            if pos + 10 > end:
-                break
-            flags = data[pos + 9]
-            pos += 11 + (3 << ((flags & 7) + 1) if flags & 0x80 else 0)
-        else:
-            return f"unknown block {block:#04x} at offset {pos}"
-        while pos < end and data[pos]:  # sub-blocks: a length byte, then that many bytes; 0 ends them
-            pos += data[pos] + 1
-        pos += 1
-    return "the file is truncated: it ends before the trailer"
+def _end_of_image(data: bytes, media_type: str) -> int:
+    """Where the image ends (raises Malformed): PNG past IEND, GIF past the trailer, WebP at 8 + the RIFF
+    size, JPEG past the EOI of the last picture its MP index lists (of the only one, without an index)."""
+    return _WALKS.get(media_type, containers.jpeg_end)(data)
+
+
+def _trailing(media_type: str, extra: int, end: int) -> Rejected:
+    follows = "1 byte follows" if extra == 1 else f"{extra:,} bytes follow"
+    return Rejected(
+        "INVALID_IMAGE",
+        f"{follows} the end of the image (the {_NAMES[media_type]} image ends at offset {end:,})",
+        hint="re-encode the image, or cut it at its end, and read it again",
+    )
 
 
 @contextmanager
@@ -331,7 +305,7 @@ class _Damaged(Exception):
 
 
 def _reason(e: BaseException) -> str:
-    if isinstance(e, _Damaged):
+    if isinstance(e, (_Damaged, Malformed)):
         return str(e)
     if isinstance(e, (Image.DecompressionBombError, Image.DecompressionBombWarning)):
         return "decoding would exceed the pixel limit (a decompression bomb)"
@@ -340,6 +314,12 @@ def _reason(e: BaseException) -> str:
     if isinstance(e, MemoryError):
         return "the decoder ran out of memory"
     text = " ".join(str(e).split())[:200]  # one line, bounded
+    if "MAX_TEXT_CHUNK" in text:  # Pillow inflates a zTXt, iTXt or iCCP chunk no further than its limit
+        limit = PngImagePlugin.MAX_TEXT_CHUNK
+        return f"a compressed text or ICC profile chunk inflates past {limit:,} bytes (a decompression bomb)"
+    if "MAX_TEXT_MEMORY" in text:
+        limit = PngImagePlugin.MAX_TEXT_MEMORY
+        return f"its text chunks inflate past {limit:,} bytes in all (a decompression bomb)"
     if text == "could not create decoder object":  # Pillow's words for libwebp refusing the file
         return "libwebp cannot parse it: the file is truncated or malformed"
     if isinstance(e, (OSError, SyntaxError, ValueError, EOFError)) and text:

@@ -8,6 +8,7 @@ import sys
 
 from .config import Limits
 from .errors import AttachstoreError, Rejected
+from .gate import TRAILING_DATA
 from .worker import LENGTH, READY, Failed, Job, Outcome, Passed, job_encoder, outcome_decoder
 
 _STREAM_LIMIT = 1 << 16
@@ -49,15 +50,26 @@ class DecodePool:
         self._idle: list[_Worker] = []
         self._closed = False
 
-    async def inspect(self, data: bytes, declared: str | None, limits: Limits, algorithm: str) -> Passed:
-        """The deep checks; raises `Rejected` with the gate's code, or INVALID_IMAGE past the time bound."""
+    async def inspect(
+        self,
+        data: bytes,
+        declared: str | None,
+        limits: Limits,
+        algorithm: str,
+        *,
+        trailing_data: str = "allow",
+    ) -> Passed:
+        """The deep checks; raises `Rejected` with the gate's code, or INVALID_IMAGE past the time bound.
+        `trailing_data` is gate.inspect's ("allow" or "reject")."""
+        if trailing_data not in TRAILING_DATA:  # here, where a caller's mistake surfaces as its own error
+            raise ValueError(f"trailing_data must be 'allow' or 'reject', not {trailing_data!r}")
         async with self._slots:
             if self._closed:
                 raise AttachstoreError("the decode pool is closed")
             worker = self._idle.pop() if self._idle else await self._spawn()
             try:
                 outcome = await asyncio.wait_for(
-                    worker.ask(Job(data, declared, limits, algorithm)), self.timeout
+                    worker.ask(Job(data, declared, limits, algorithm, trailing_data)), self.timeout
                 )
             except TimeoutError:
                 await worker.stop()

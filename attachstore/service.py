@@ -250,7 +250,13 @@ class Store:
                     break
         deep = await asyncio.gather(
             *(
-                self.pool.inspect(c, u.media_type, limits, self.config.hash)
+                self.pool.inspect(
+                    c,
+                    u.media_type,
+                    limits,
+                    self.config.hash,
+                    trailing_data=self.config.admission.trailing_data,
+                )
                 for c, u in zip(cheap, uploads, strict=False)
                 if not isinstance(c, Rejected)
             ),

@@ -25,6 +25,7 @@ class Job(msgspec.Struct, array_like=True):
     declared: str | None
     limits: Limits
     algorithm: str
+    trailing_data: str = "allow"  # gate.inspect's: "reject" refuses bytes after the image's end
 
 
 class Passed(msgspec.Struct, tag=True, array_like=True):
@@ -54,7 +55,7 @@ def run(job: Job) -> Outcome:
     from .gate import inspect
 
     try:
-        found = inspect(job.data, job.declared, job.limits)
+        found = inspect(job.data, job.declared, job.limits, trailing_data=job.trailing_data)
     except Rejected as e:
         return Failed(e.code, e.message, e.hint)
     digest = Ref.of(job.algorithm, job.data).digest

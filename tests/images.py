@@ -109,6 +109,20 @@ def tiff(width: int = 4, height: int = 4) -> bytes:
 
 # Damage of any kind
 
+# The codes gate.inspect may answer for one image (SPEC section 4's per-image table, less the base64 one):
+# whatever is done to an image's bytes, the gate ends in success or one of these.
+INSPECT_CODES = frozenset(
+    {
+        "IMAGE_TOO_LARGE",
+        "UNSUPPORTED_IMAGE_TYPE",
+        "IMAGE_TYPE_MISMATCH",
+        "IMAGE_DIMENSION_TOO_LARGE",
+        "IMAGE_TOO_MANY_PIXELS",
+        "TOO_MANY_FRAMES",
+        "INVALID_IMAGE",
+    }
+)
+
 
 def flip(data: bytes, offset: int, mask: int = 0xFF) -> bytes:
     """`data` with the byte at `offset` XORed with `mask`."""
@@ -260,3 +274,100 @@ def jpeg_claiming(width: int, height: int, data: bytes | None = None) -> bytes:
 
 def jpeg_insert(data: bytes, offset: int, new: bytes) -> bytes:
     return data[:offset] + new + data[offset:]
+
+
+def gif_frame_size(data: bytes, index: int, width: int, height: int) -> bytes:
+    """Frame `index`'s descriptor rewritten to claim another size (its pixel data unchanged)."""
+    out = bytearray(data)
+    struct.pack_into("<HH", out, gif_descriptors(data)[index] + 5, width, height)
+    return bytes(out)
+
+
+def gif_comment(data: bytes, text: bytes) -> bytes:
+    """A comment extension holding `text` inserted before the first frame."""
+    blocks = b"".join(
+        bytes([len(part)]) + part for part in (text[i : i + 255] for i in range(0, len(text), 255))
+    )
+    at = gif_descriptors(data)[0]
+    return data[:at] + b"\x21\xfe" + blocks + b"\x00" + data[at:]
+
+
+# JPEG and MPO surgery, continued
+
+
+def mpo_pictures(data: bytes) -> list[int]:
+    """Offsets of every picture in an MPO, from Pillow's reading of its MP index (relative to the index)."""
+    with Image.open(io.BytesIO(data)) as im:
+        entries = im.mpinfo[0xB002]  # type: ignore[attr-defined]
+    base = data.index(b"MPF\x00") + 4
+    return [0] + [base + e["DataOffset"] for e in entries[1:]]
+
+
+def mpo_claiming(data: bytes, index: int, width: int, height: int) -> bytes:
+    """An MPO whose picture `index` has a frame header claiming another size."""
+    start = mpo_pictures(data)[index]
+    return data[:start] + jpeg_claiming(width, height, data[start:])
+
+
+def jpeg_segment(marker: int, body: bytes) -> bytes:
+    return struct.pack(">BBH", 0xFF, marker, len(body) + 2) + body
+
+
+# WebP surgery
+
+
+def riff(chunks: bytes) -> bytes:
+    """A WebP file around `chunks` (each FourCC, size, payload and pad byte)."""
+    return b"RIFF" + struct.pack("<I", 4 + len(chunks)) + b"WEBP" + chunks
+
+
+def riff_chunk(fourcc: bytes, payload: bytes) -> bytes:
+    return fourcc + struct.pack("<I", len(payload)) + payload + b"\x00" * (len(payload) & 1)
+
+
+def webp_vp8x(width: int, height: int, data: bytes, flags: int = 0) -> bytes:
+    """A simple WebP (`data`) wrapped in an extended file whose VP8X canvas claims width x height."""
+    canvas = (width - 1).to_bytes(3, "little") + (height - 1).to_bytes(3, "little")
+    return riff(riff_chunk(b"VP8X", bytes([flags, 0, 0, 0]) + canvas) + data[12:])
+
+
+def webp_claiming(width: int, height: int, data: bytes) -> bytes:
+    """A simple lossy (VP8) or lossless (VP8L) WebP whose bitstream header claims another size."""
+    out = bytearray(data)
+    if data.startswith(b"VP8L", 12):
+        (bits,) = struct.unpack_from("<I", data, 21)
+        bits = bits & ~0xFFFFFFF | (width - 1) | (height - 1) << 14
+        struct.pack_into("<I", out, 21, bits)
+    else:
+        struct.pack_into("<HH", out, 26, width, height)
+    return bytes(out)
+
+
+def webp_frame_size(data: bytes, width: int, height: int) -> bytes:
+    """An animated WebP whose first ANMF frame claims another size (24-bit minus-one fields at 12..18)."""
+    at = data.index(b"ANMF") + 8
+    out = bytearray(data)
+    out[at + 6 : at + 12] = (width - 1).to_bytes(3, "little") + (height - 1).to_bytes(3, "little")
+    return bytes(out)
+
+
+def jpeg_scans(data: bytes) -> list[tuple[int, int]]:
+    """(start, end) of every scan in a JPEG: its SOS segment and the entropy-coded data after it."""
+    pos, out = 2, []
+    while data[pos + 1] != 0xD9:
+        start = pos
+        pos += 2 + struct.unpack_from(">H", data, pos + 2)[0]
+        if data[start + 1] == 0xDA:
+            while data[pos] != 0xFF or data[pos + 1] == 0 or 0xD0 <= data[pos + 1] <= 0xD7:
+                pos += 2 if data[pos] == 0xFF else 1
+            out.append((start, pos))
+    return out
+
+
+@cache
+def jpeg_scan_bomb(scans: int, side: int = 2000) -> bytes:
+    """A flat grey progressive JPEG whose last scan is repeated until there are `scans`: a few bytes a scan,
+    and libjpeg passes over every block of the image for each one (a warning, not an error)."""
+    data = encode(Image.new("L", (side, side), 128), "JPEG", progressive=True, quality=50)
+    start, end = jpeg_scans(data)[-1]
+    return data[:start] + data[start:end] * (scans - len(jpeg_scans(data)) + 1) + data[end:]

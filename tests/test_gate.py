@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import random
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -24,12 +26,13 @@ from tests import images
 
 DEFAULTS = Limits()
 ROOMY = Limits(max_image_bytes=16 * 2**20)  # for noisy 1600x1200 PNGs, larger than the default allows
+NAMES = {"image/png": "PNG", "image/jpeg": "JPEG", "image/gif": "GIF", "image/webp": "WebP"}
 
 
-def rejected(call: Callable[..., Any], *args: Any) -> Rejected:
-    """The Rejected that `call(*args)` raises; every rejection says what happened in one line."""
+def rejected(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Rejected:
+    """The Rejected that `call(*args, **kwargs)` raises; every rejection says what happened in one line."""
     with pytest.raises(Rejected) as info:
-        call(*args)
+        call(*args, **kwargs)
     error = info.value
     assert error.message
     assert "\n" not in error.message
@@ -335,16 +338,86 @@ def test_apng_declaring_two_billion_frames_is_refused_before_decoding() -> None:
         (lambda: images.apng(32, 24, 2, default_image=True), ("image/png", 32, 24, 3)),
         (lambda: images.mpo(32, 24, 3), ("image/jpeg", 32, 24, 3)),
         (lambda: images.mpo(32, 24, 2, later=(16, 12)), ("image/jpeg", 32, 24, 2)),
+        (lambda: images.jpeg(64, 48, restart_marker_blocks=1), ("image/jpeg", 64, 48, 1)),
+        (lambda: images.jpeg(64, 48, progressive=True, restart_marker_rows=1), ("image/jpeg", 64, 48, 1)),
+        (lambda: images.jpeg(7, 5)[:-2] + b"\xff\xff\xff\xd9", ("image/jpeg", 7, 5, 1)),  # fill bytes
+        (  # a whole JPEG (an EXIF thumbnail, say) inside an APP1 segment
+            lambda: images.jpeg_insert(images.jpeg(7, 5), 2, images.jpeg_segment(0xE1, images.jpeg(4, 4))),
+            ("image/jpeg", 7, 5, 1),
+        ),
     ],
 )
 def test_inspect_accepts(make: Callable[[], bytes], expected: tuple[str, int, int, int]) -> None:
     assert inspect(make(), None, ROOMY) == Inspection(*expected)
     assert inspect(make(), expected[0], ROOMY) == Inspection(*expected)
+    # The container walks find each one's end exactly where its bytes end.
+    assert inspect(make(), None, ROOMY, trailing_data="reject") == Inspection(*expected)
+    error = rejected(inspect, make() + b"\x00", None, ROOMY, trailing_data="reject")
+    assert (error.code, error.hint) == (
+        "INVALID_IMAGE",
+        "re-encode the image, or cut it at its end, and read it again",
+    )
+    assert error.message.startswith(f"1 byte follows the end of the image (the {NAMES[expected[0]]} image")
 
 
-def test_trailing_bytes_after_the_image_are_ignored() -> None:
+@pytest.mark.parametrize("mode", ["allow", "reject"])
+def test_trailing_bytes_after_the_image(mode: str) -> None:
     for data in (images.png(4, 4), images.jpeg(4, 4), images.gif(4, 4), images.webp(4, 4)):
-        assert inspect(data + b"trailing", None, DEFAULTS).width == 4
+        assert inspect(data, None, DEFAULTS, trailing_data=mode).width == 4
+        if mode == "allow":  # kept and ignored, as the decoders ignore them
+            assert inspect(data + b"trailing", None, DEFAULTS, trailing_data=mode).width == 4
+        else:
+            error = rejected(inspect, data + b"trailing", None, DEFAULTS, trailing_data="reject")
+            assert error.code == "INVALID_IMAGE"
+            assert "8 bytes follow the end of the image" in error.message
+            assert f"ends at offset {len(data):,}" in error.message
+
+
+def test_trailing_data_is_checked_after_the_frame_count() -> None:
+    # The SPEC's order: TOO_MANY_FRAMES comes before any INVALID_IMAGE, bytes after the end included.
+    data = images.apng_declaring(images.apng(8, 6, 2), 2**31) + b"trailing"
+    assert rejected(inspect, data, None, DEFAULTS, trailing_data="reject").code == "TOO_MANY_FRAMES"
+
+
+def test_jpeg_without_an_end_is_invalid_when_trailing_data_is_refused() -> None:
+    # Where the walk cannot find the end of a JPEG, bytes after it cannot be told apart: refused.
+    data = images.jpeg(16, 12)
+    broken = data[:-2] + b"\xff\x00"  # the EOI turned into stuffed scan data
+    error = rejected(inspect, broken, None, DEFAULTS, trailing_data="reject")
+    assert error.code == "INVALID_IMAGE"
+    assert "the picture at offset 0 has no EOI marker" in error.message
+
+
+def test_jpeg_walk_is_linear_in_runs_of_0xff() -> None:
+    # A marker search written as "0xFF+ then a code" backtracks over a run once for every byte of it: a 1 MB
+    # run took hours. Fill bytes, stuffing and restart markers by the megabyte must cost milliseconds.
+    data = images.jpeg(16, 12)
+    scan_end = images.jpeg_scans(data)[0][1]
+    for filler in (
+        b"\xff" * 2**20 + b"\x00",
+        b"\xff\x00" * 2**19,
+        b"\xff\xd0" * 2**19,
+        b"\xff\xff\x00" * 2**18,
+    ):
+        damaged = data[:scan_end] + filler + data[scan_end:]
+        started = time.perf_counter()
+        with contextlib.suppress(Rejected):
+            inspect(damaged, None, DEFAULTS, trailing_data="reject")
+        assert time.perf_counter() - started < 5
+
+
+def test_mpo_end_is_the_end_of_its_last_picture() -> None:
+    data = images.mpo(16, 12, 3)
+    assert inspect(data, None, DEFAULTS, trailing_data="reject").frames == 3
+    error = rejected(inspect, data + images.jpeg(4, 4), None, DEFAULTS, trailing_data="reject")
+    assert f"ends at offset {len(data):,}" in error.message
+    # Without a readable MP index (here its TIFF byte order is damaged), the pictures after the first are
+    # bytes after the end: Pillow reads such a file as one JPEG as well.
+    at = data.index(b"MPF\x00") + 4
+    unindexed = data[:at] + b"XX" + data[at + 2 :]
+    first_end = images.mpo_pictures(data)[1]
+    error = rejected(inspect, unindexed, None, DEFAULTS, trailing_data="reject")
+    assert f"ends at offset {first_end:,}" in error.message
 
 
 # Decoding: what is damaged
