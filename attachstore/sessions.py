@@ -12,7 +12,9 @@ from .errors import InvalidRequest, SessionNotFound
 from .index import Hold, Index, SessionKey, SessionRow
 from .refs import Ref
 
-_SESSION_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+# "." and ".." are excluded: URL handling everywhere drops them as dot segments, so no client could name them.
+SESSION_ID_PATTERN = r"^(?!\.\.?$)[A-Za-z0-9._:-]{1,128}$"
+_SESSION_ID = re.compile(SESSION_ID_PATTERN)
 MAX_HOLDS_PER_REQUEST = 1000
 
 
@@ -20,7 +22,7 @@ def check_session_id(text: str) -> str:
     if not _SESSION_ID.fullmatch(text):
         raise InvalidRequest(
             f"not a session id: {text[:140]!r}",
-            hint="a session id is 1 to 128 characters of letters, digits and . _ : -",
+            hint="a session id is 1 to 128 characters of letters, digits and . _ : -, and not . or ..",
         )
     return text
 

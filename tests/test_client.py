@@ -313,12 +313,14 @@ async def test_session_lifecycle(ac: AsyncClient) -> None:
     assert (await ac.get_session("chat-42.b")).holds == [a.ref, b.ref]
 
 
-async def test_dot_session_ids_reach_the_daemon(ac: AsyncClient) -> None:
-    # Valid ids that a URL library would remove as dot segments if they were not escaped.
-    for id in (".", "..", "..."):
-        assert (await ac.create_session(id)).id == id
-        assert (await ac.get_session(id)).id == id
-        assert await ac.delete_session(id) == 0
+async def test_dot_session_ids(ac: AsyncClient) -> None:
+    # "." and ".." are refused (URL handling would drop them as dot segments); "..." is an id like any.
+    for id in (".", ".."):
+        e = await fails(ac.create_session(id))
+        assert (e.code, e.status) == ("INVALID_REQUEST", 400)
+    assert (await ac.create_session("...")).id == "..."
+    assert (await ac.get_session("...")).id == "..."
+    assert await ac.delete_session("...") == 0
 
 
 # --- the daemon ---

@@ -16,6 +16,7 @@ from ..service import Upload
 _CHUNK = 1 << 16
 _TEXT_FIELDS = ("source", "route", "session")
 _MAX_TEXT_FIELD = 1024
+MAX_FILENAME = 4096  # as a JSON image's name
 UNDECLARED = ("", "application/octet-stream")
 
 
@@ -77,6 +78,8 @@ async def _read_parts(request: web.Request, cap: int, limits: Limits) -> tuple[d
     while (part := await reader.next()) is not None:
         if not isinstance(part, BodyPartReader):
             raise InvalidRequest("nested multipart bodies are not accepted")
+        if part.filename is not None and len(part.filename) > MAX_FILENAME:
+            raise InvalidRequest(f"a file part's filename is longer than {MAX_FILENAME} characters")
         if part.filename is None:
             if part.name not in _TEXT_FIELDS:
                 raise InvalidRequest(

@@ -9,6 +9,7 @@ import msgspec
 
 from .. import __version__
 from ..render import Rendered, RenderRequest
+from ..sessions import SESSION_ID_PATTERN
 from . import wire
 
 ERRORS = "#/components/schemas/ErrorAnswer"
@@ -28,7 +29,7 @@ _SHAPES: list[Any] = [
     Rendered,
 ]
 REF = {"type": "string", "maxLength": 256, "description": "sha256:<64 hex> or blake3:<64 hex>"}
-SESSION_ID = {"type": "string", "pattern": "^[A-Za-z0-9._:-]{1,128}$"}
+SESSION_ID = {"type": "string", "pattern": SESSION_ID_PATTERN}
 
 
 def _json(name: str) -> dict[str, Any]:

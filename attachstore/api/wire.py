@@ -7,8 +7,10 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
+from ..sessions import SESSION_ID_PATTERN
+
 Source = Literal["user", "tool", "mcp", "command"]
-SessionId = Annotated[str, Meta(pattern=r"^[A-Za-z0-9._:-]{1,128}$")]
+SessionId = Annotated[str, Meta(pattern=SESSION_ID_PATTERN)]
 RouteId = Annotated[str, Meta(min_length=1, max_length=256)]
 RefText = Annotated[str, Meta(max_length=128)]
 

@@ -9,6 +9,7 @@ from msgspec import Meta
 
 from ..config import Provider
 from ..errors import InvalidRequest, UnsupportedContent
+from ..sessions import SESSION_ID_PATTERN
 
 Detail = Literal["auto", "low", "high"]
 
@@ -52,7 +53,7 @@ class RenderRequest(_In, frozen=True):
     messages: list[MessageIn]
     provider: Provider | None = None  # else the route's
     route: Annotated[str, Meta(min_length=1, max_length=256)] | None = None
-    session: Annotated[str, Meta(pattern=r"^[A-Za-z0-9._:-]{1,128}$")] | None = None
+    session: Annotated[str, Meta(pattern=SESSION_ID_PATTERN)] | None = None
     max_image_bytes: Annotated[int, Meta(gt=0)] | None = None  # base64 bytes; else the route's, else 20 MiB
     max_images: Annotated[int, Meta(ge=0)] | None = None  # else the route's, else no limit
     vision: bool | None = None  # false: project to text whatever the route says
