@@ -12,6 +12,7 @@ import os
 import random
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -35,6 +36,50 @@ _NO_LIMITS = Limits(
     max_batch_images=1,
     max_batch_bytes=1 << 40,
 )
+
+
+_BATCH = 128  # files per trip to a thread
+_THREADS = 2
+
+
+@dataclass(frozen=True, slots=True)
+class _Look:
+    """One file, read, hashed and probed off the event loop. Clean files come back without their bytes."""
+
+    file: StoredFile
+    clean: bool
+    intact: bool = False
+    data: bytes | None = None
+    error: OSError | None = None
+
+
+def _examine(files: list[StoredFile], rows: dict[str, ObjectRow]) -> list[_Look]:
+    looks = []
+    for f in files:
+        if f.ref is None:
+            looks.append(_Look(f, clean=False))
+            continue
+        try:
+            data = f.path.read_bytes()
+        except FileNotFoundError:
+            looks.append(_Look(f, clean=False))
+            continue
+        except OSError as e:
+            looks.append(_Look(f, clean=False, error=e))
+            continue
+        intact = f.ref.matches(data)
+        row = rows.get(str(f.ref))
+        header = probe_header(data) if intact and row is not None else None
+        clean = (
+            row is not None
+            and intact
+            and row.state == "ok"
+            and len(data) == row.bytes
+            and header is not None
+            and (header.media_type, header.width, header.height) == (row.media_type, row.width, row.height)
+        )
+        looks.append(_Look(f, clean, intact, None if clean else data))
+    return looks
 
 
 class Kind(StrEnum):
@@ -103,15 +148,27 @@ class Audit:
         bar = self.progress(len(files), sum(f.size for f in files)) if self.progress else None
         started = time.monotonic()
         seen: set[str] = set()
-        for f in files:
-            if f.ref is not None:
-                seen.add(str(f.ref))
-            await self._check_file(f, rows.get(str(f.ref)) if f.ref else None, report)
-            report.files += 1
-            report.bytes += f.size
-            if bar:
-                bar.advance(1, f.size)
-            await self._throttle(report.bytes, started)
+        # Files are read, hashed and probed in batches on a few threads (the hash releases the GIL); only
+        # what looks wrong comes back with its bytes for a closer look, confirmed under the index lock.
+        batches = [files[i : i + _BATCH] for i in range(0, len(files), _BATCH)]
+        with ThreadPoolExecutor(_THREADS, thread_name_prefix="audit") as pool:
+            loop = asyncio.get_running_loop()
+            pending = [loop.run_in_executor(pool, _examine, b, rows) for b in batches[:_THREADS]]
+            for i in range(len(batches)):
+                looks = await pending[i]
+                if i + _THREADS < len(batches):
+                    pending.append(loop.run_in_executor(pool, _examine, batches[i + _THREADS], rows))
+                for look in looks:
+                    f = look.file
+                    if f.ref is not None:
+                        seen.add(str(f.ref))
+                    if not look.clean:
+                        await self._check_file(look, rows.get(str(f.ref)) if f.ref else None, report)
+                    report.files += 1
+                    report.bytes += f.size
+                    if bar:
+                        bar.advance(1, f.size)
+                await self._throttle(report.bytes, started)
         for ref, row in rows.items():
             if ref in seen or not self._pick(ref):
                 continue
@@ -132,7 +189,8 @@ class Audit:
 
     # -- a file, against its row ------------------------------------------------------------------------
 
-    async def _check_file(self, f: StoredFile, row: ObjectRow | None, report: AuditReport) -> None:
+    async def _check_file(self, look: _Look, row: ObjectRow | None, report: AuditReport) -> None:
+        f = look.file
         path = str(f.path)
         if f.ref is None:
             done = await self._quarantine_path(f.path) if self.repair else None
@@ -143,25 +201,20 @@ class Audit:
             )
             return
         ref = f.ref
-        try:
-            data = await asyncio.to_thread(f.path.read_bytes)
-        except FileNotFoundError:
-            return  # removed since the walk (GC): the row pass decides about its row
-        except OSError as e:
-            report.findings.append(
-                Finding(Kind.CORRUPT, str(ref), path, f"cannot be read: {e.strerror or e}")
-            )
-            return
-        intact = await asyncio.to_thread(ref.matches, data)
+        if look.data is None:
+            if look.error is not None:
+                detail = f"cannot be read: {look.error.strerror or look.error}"
+                report.findings.append(Finding(Kind.CORRUPT, str(ref), path, detail))
+            return  # else removed since the walk (GC): the row pass decides about its row
         if row is None:
-            await self._stray(ref, f, data, intact, report)
-        elif not intact:
+            await self._stray(ref, f, look.data, look.intact, report)
+        elif not look.intact:
             done = await self._quarantine(ref, row) if self.repair else None
             report.findings.append(
                 Finding(Kind.CORRUPT, str(ref), path, "the bytes do not hash to the object's name", done)
             )
         else:
-            await self._compare(ref, row, data, report)
+            await self._compare(ref, row, look.data, report)
 
     async def _compare(self, ref: Ref, row: ObjectRow, data: bytes, report: AuditReport) -> None:
         header = probe_header(data)

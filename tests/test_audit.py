@@ -146,6 +146,6 @@ async def test_max_rate_paces_the_reads(store: Store, monkeypatch: pytest.Monkey
         pauses.append(seconds)
 
     monkeypatch.setattr("attachstore.audit.asyncio.sleep", sleep)
-    await Audit(store, max_rate=100.0, settle=0).run()  # 100 bytes/s: every file is ahead of the pace
-    assert len(pauses) == 2
-    assert all(p > 1 for p in pauses)
+    await Audit(store, max_rate=100.0, settle=0).run()  # 100 bytes/s: the reads are far ahead of the pace
+    assert pauses
+    assert sum(pauses) > 1
