@@ -69,8 +69,11 @@ def _clear_stale_socket(path: str) -> None:
     raise ConfigError(f"unix_socket: another daemon is already serving on {path}")
 
 
-def bind(config: Config) -> socket.socket:
-    """The listening socket, made once: a single daemon serves on it, or several worker processes share it."""
+def bind(config: Config, *, listen: bool = True, reuse_port: bool = False) -> socket.socket:
+    """The listening socket. A Unix socket is made once and shared by every worker process. For TCP with
+    several workers each binds its own with SO_REUSEPORT, so that the kernel spreads connections across
+    them (one shared socket lets whichever process wakes first accept every pending connection); the
+    supervisor then only holds the address, bound but not listening."""
     if config.unix_socket:
         _clear_stale_socket(config.unix_socket)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -80,8 +83,11 @@ def bind(config: Config) -> socket.socket:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind((host, port))
-    sock.listen(1024)
+    if listen:
+        sock.listen(1024)
     sock.set_inheritable(True)
     return sock
 
@@ -89,7 +95,8 @@ def bind(config: Config) -> socket.socket:
 def run(config: Config, workers: int = 1) -> int:
     """`attachstore serve`: check, bind, then serve in this process or in `workers` processes."""
     check_open_mode(config)
-    sock = bind(config)
+    spread = workers > 1 and not config.unix_socket
+    sock = bind(config, listen=not spread, reuse_port=spread)
     where = f"unix:{config.unix_socket}" if config.unix_socket else f"http://{config.listen}"
     log.info("attachstore serving %s on %s with %d worker(s)", config.data_dir, where, workers)
     try:
@@ -148,8 +155,11 @@ def _supervise(config: Config, sock: socket.socket, workers: int) -> int:
         WORKER_ENV: msgspec.json.encode(child_config).decode(),
         "PROMETHEUS_MULTIPROC_DIR": samples.name,
     }
-    argv = [sys.executable, "-m", "attachstore.server", str(sock.fileno())]
-    children = [subprocess.Popen(argv, env=env, pass_fds=[sock.fileno()]) for _ in range(workers)]
+    if config.unix_socket:
+        argv, fds = [sys.executable, "-m", "attachstore.server", str(sock.fileno())], [sock.fileno()]
+    else:
+        argv, fds = [sys.executable, "-m", "attachstore.server", "tcp"], []
+    children = [subprocess.Popen(argv, env=env, pass_fds=fds) for _ in range(workers)]
     stopping = False
 
     def stop(signum: int, frame: object) -> None:
@@ -173,13 +183,13 @@ def _supervise(config: Config, sock: socket.socket, workers: int) -> int:
     return 1 if failed or any(child.returncode for child in children) else 0
 
 
-def _worker_main(fd: int) -> None:
+def _worker_main(where: str) -> None:
     logs.setup()
     config = msgspec.json.decode(os.environ[WORKER_ENV], type=Config)
-    sock = socket.socket(fileno=fd)
+    sock = bind(config, reuse_port=True) if where == "tcp" else socket.socket(fileno=int(where))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides; a terminal's ^C reaches it
     _run_loop(serve_on(config, sock))
 
 
 if __name__ == "__main__":
-    _worker_main(int(sys.argv[1]))
+    _worker_main(sys.argv[1])

@@ -7,7 +7,6 @@ import logging
 import os
 import re
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
@@ -29,7 +28,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 async def access(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Accept the caller's X-Request-Id (if it is a plain token) or make one, echo it, and log the request."""
     given = request.headers.get("X-Request-Id", "")
-    request_id = given if _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
+    request_id = given if _REQUEST_ID.fullmatch(given) else os.urandom(16).hex()
     request[REQUEST_ID] = request_id
     started = time.perf_counter()
     status = 500

@@ -1,0 +1,209 @@
+"""The table: one row per figure, the ratio as the result, the target next to it with a pass/fail mark."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+Row = dict[str, Any]
+
+# Targets, as (kind, bound): "min" means ratio >= bound, "max" means ratio <= bound.
+TARGETS = {
+    "read_rps": ("min", 0.60),
+    "read_p99": ("max", 3.0),
+    "admit": ("min", 0.85),
+    "render": ("min", 0.80),
+    "audit": ("min", 0.70),
+    "scale_p99": ("max", 1.25),
+    "memory_mb": ("max", 400.0),
+}
+
+
+def _num(x: Any) -> float | None:
+    if isinstance(x, int | float) and not (isinstance(x, float) and math.isnan(x)):
+        return float(x)
+    return None
+
+
+def _verdict(target: str, value: Any) -> bool | None:
+    v = _num(value)
+    if v is None:
+        return None
+    kind, bound = TARGETS[target]
+    return v >= bound if kind == "min" else v < bound if target == "memory_mb" else v <= bound
+
+
+def _target_text(target: str) -> str:
+    kind, bound = TARGETS[target]
+    if target == "memory_mb":
+        return f"< {bound:.0f} MB"
+    if kind == "min":
+        return f">= {bound:.0%}"
+    return f"<= {bound:g}x"
+
+
+def _row(
+    scenario: str,
+    metric: str,
+    subject: Any,
+    baseline: Any,
+    ratio: Any = None,
+    target: str | None = None,
+    ratio_kind: str = "pct",
+) -> Row:
+    return {
+        "scenario": scenario,
+        "metric": metric,
+        "attachstore": subject,
+        "baseline": baseline,
+        "ratio": ratio,
+        "ratio_kind": ratio_kind,
+        "target": _target_text(target) if target else "",
+        "pass": _verdict(target, ratio) if target else None,
+    }
+
+
+def rows(results: dict[str, Any]) -> list[Row]:
+    out: list[Row] = [
+        _row(name, "ERROR", str(r["error"])[:100], None)
+        for name, r in results.items()
+        if isinstance(r, dict) and "error" in r
+    ]
+    results = {k: v for k, v in results.items() if not (isinstance(v, dict) and "error" in v)}
+    read = results.get("read")
+    if read:
+        for level in read["levels"]:
+            name = f"read c={level['connections']} vs nginx"
+            a, n = level["attachstore"], level["nginx"]
+            have = isinstance(n, dict)
+            out.append(
+                _row(
+                    name, "req/s", a["rps"], n["rps"] if have else "unavail.", level["rps_ratio"], "read_rps"
+                )
+            )
+            out.append(_row(name, "p50 ms", a["p50_ms"], n["p50_ms"] if have else "unavail."))
+            out.append(
+                _row(
+                    name,
+                    "p99 ms",
+                    a["p99_ms"],
+                    n["p99_ms"] if have else "unavail.",
+                    level["p99_ratio"],
+                    "read_p99",
+                    "times",
+                )
+            )
+    admit = results.get("admit")
+    if admit:
+        a, f = admit["attachstore"], admit["floor_in_process"]
+        name = "admit c=8 vs in-process"
+        out.append(_row(name, "images/s", a["rps"], f["rps"], admit["ratio"], "admit"))
+        out.append(_row(name, "p50 ms", a["p50_ms"], f["p50_ms"]))
+        out.append(_row(name, "p99 ms", a["p99_ms"], f["p99_ms"]))
+    render = results.get("render")
+    if render:
+        a, f = render["attachstore"], render["floor_in_process"]
+        name = f"render {render['images']} img vs floor"
+        out.append(_row(name, "renders/s", a["rps"], f["rps"], render["ratio"], "render"))
+        out.append(_row(name, "p50 ms", a["p50_ms"], f["p50_ms"]))
+        out.append(_row(name, "p99 ms", a["p99_ms"], f["p99_ms"]))
+    scale = results.get("scale")
+    if scale:
+        small, large = (str(n) for n in scale["sizes"])
+        label = f"{_size(large)} vs {_size(small)}"
+        for what in ("read", "admit"):
+            s, lg = scale[what][small], scale[what][large]
+            name = f"scale {what} {label}"
+            out.append(_row(name, "req/s", lg["rps"], s["rps"]))
+            out.append(_row(name, "p50 ms", lg["p50_ms"], s["p50_ms"]))
+            out.append(
+                _row(
+                    name, "p99 ms", lg["p99_ms"], s["p99_ms"], scale[what]["p99_ratio"], "scale_p99", "times"
+                )
+            )
+        gc = scale["gc_dry_run"]
+        out.append(
+            _row(f"gc --dry-run {label}", "objects/s", gc[large]["objects_per_s"], gc[small]["objects_per_s"])
+        )
+        out.append(_row(f"gc --dry-run {label}", "seconds", gc[large]["seconds"], gc[small]["seconds"]))
+        for n in (large, small):
+            au = scale["audit"][n]
+            name = f"audit {_size(n)} vs raw sha256"
+            out.append(
+                _row(
+                    name, "MB/s", au["audit"]["mb_per_s"], au["raw_sha256"]["mb_per_s"], au["ratio"], "audit"
+                )
+            )
+    memory = results.get("memory")
+    if memory:
+        out.append(
+            _row(
+                "memory under admit",
+                "peak RSS MB",
+                memory["peak_rss_mb"],
+                "",
+                memory["peak_rss_mb"],
+                "memory_mb",
+                "mb",
+            )
+        )
+    return out
+
+
+def _size(n: str | int) -> str:
+    n = int(n)
+    if n >= 1_000_000 and n % 1_000_000 == 0:
+        return f"{n // 1_000_000}M"
+    if n >= 1000 and n % 1000 == 0:
+        return f"{n // 1000}k"
+    return str(n)
+
+
+def _fmt(x: Any) -> str:
+    v = _num(x)
+    if v is None:
+        return "" if x is None else str(x)
+    if abs(v) >= 100:
+        return f"{v:,.0f}"
+    if abs(v) >= 10:
+        return f"{v:.1f}"
+    return f"{v:.2f}"
+
+
+def _fmt_ratio(r: Row) -> str:
+    v = _num(r["ratio"])
+    if v is None:
+        return "" if r["ratio"] is None else str(r["ratio"])
+    if r["ratio_kind"] == "times":
+        return f"{v:.2f}x"
+    if r["ratio_kind"] == "mb":
+        return ""
+    return f"{v:.0%}"
+
+
+def table(table_rows: list[Row]) -> str:
+    head = ("scenario", "metric", "attachstore", "baseline", "ratio", "target", "result")
+    body = [
+        (
+            r["scenario"],
+            r["metric"],
+            _fmt(r["attachstore"]),
+            _fmt(r["baseline"]),
+            _fmt_ratio(r),
+            r["target"],
+            {True: "PASS", False: "FAIL", None: "n/a"}[r["pass"]] if r["target"] else "",
+        )
+        for r in table_rows
+    ]
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *body, strict=True)]
+    lines = []
+    for i, cells in enumerate([head, *body]):
+        lines.append(
+            "  ".join(
+                str(c).ljust(w) if j < 2 or j > 4 else str(c).rjust(w)
+                for j, (c, w) in enumerate(zip(cells, widths, strict=True))
+            ).rstrip()
+        )
+        if i == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)

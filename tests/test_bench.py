@@ -1,0 +1,79 @@
+"""Smoke run of the benchmark (`python -m tests.bench --quick`): every scenario runs and reports numbers.
+
+No timing is asserted: this machine is shared and noisy, and `--quick` sizes say nothing about speed."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _side(figures: Any, keys: tuple[str, ...] = ("rps", "p50_ms", "p99_ms")) -> None:
+    assert isinstance(figures, dict), figures
+    for key in keys:
+        assert _number(figures[key]), (key, figures)
+
+
+def test_quick_bench_reports_every_scenario(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.bench", "--quick", "--json", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "scenario" in done.stdout  # the table was printed
+    result = json.loads(out.read_text())
+    scenarios = result["scenarios"]
+    assert set(scenarios) >= {"read", "admit", "render", "scale", "memory"}
+
+    read = scenarios["read"]
+    assert [level["connections"] for level in read["levels"]] == [16, 64]
+    for level in read["levels"]:
+        _side(level["attachstore"])
+        if level["nginx"] == "unavailable":  # never a made-up figure
+            assert level["rps_ratio"] == level["p99_ratio"] == "unavailable"
+        else:
+            _side(level["nginx"])
+            assert _number(level["rps_ratio"])
+            assert _number(level["p99_ratio"])
+
+    for name in ("admit", "render"):
+        _side(scenarios[name]["attachstore"])
+        _side(scenarios[name]["floor_in_process"])
+        assert _number(scenarios[name]["ratio"])
+
+    scale = scenarios["scale"]
+    small, large = (str(n) for n in scale["sizes"])
+    assert (small, large) == ("1000", "2000")
+    for what in ("read", "admit"):
+        _side(scale[what][small])
+        _side(scale[what][large])
+        assert _number(scale[what]["p99_ratio"])
+    for size in (small, large):
+        _side(scale["gc_dry_run"][size], ("seconds", "objects_per_s"))
+        _side(scale["audit"][size]["audit"], ("seconds", "mb_per_s"))
+        _side(scale["audit"][size]["raw_sha256"], ("seconds", "mb_per_s"))
+        assert _number(scale["audit"][size]["ratio"])
+        assert scale["audit"][size]["audit"]["findings"] == 0  # the synthesized store is a valid one
+
+    memory = scenarios["memory"]
+    assert _number(memory["peak_rss_mb"])
+    assert memory["peak_rss_mb"] > 0
+
+    assert result["table"]
+    assert all("ratio" in row for row in result["table"])
+    assert _number(result["meta"]["seconds"])
