@@ -235,6 +235,10 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        if getattr(args, "tenant", "") and not TENANT_NAME.fullmatch(args.tenant):
+            raise InvalidRequest("--tenant: 1 to 64 letters, digits and . _ -, as in [[tenants]] name")
+        if args.command == "token":  # makes a token; reads no configuration
+            return _cmd_token(args, load(None, env={}))
         config = _config(args)
         return COMMANDS[args.command](args, config)
     except (ConfigError, IndexUnusable) as e:

@@ -197,8 +197,13 @@ def load(
         raise ConfigError(f"{source}: {_name_the_key(str(e))}") from None
     if not config.data_dir:
         config = msgspec.structs.replace(config, data_dir=default_data_dir(env))
-    if config.admission.decode_timeout_seconds <= 0:
-        raise ConfigError(f"{source}: bad value for 'admission.decode_timeout': must be longer than 0")
+    for key, seconds in (
+        ("admission.decode_timeout", config.admission.decode_timeout_seconds),
+        ("http.read_timeout", config.http.read_timeout_seconds),
+        ("http.keepalive_timeout", config.http.keepalive_timeout_seconds),
+    ):
+        if seconds <= 0:
+            raise ConfigError(f"{source}: bad value for {key!r}: must be longer than 0")
     hashes = [t.token_sha256 for t in config.tenants]
     if len(set(hashes)) != len(hashes):
         # A tenant may have several tokens (to rotate them); a token names exactly one tenant.

@@ -114,8 +114,9 @@ def precheck(size: int, head: bytes, declared: str | None, limits: Limits) -> st
         alias = _ALIASES.get(wanted)
         raise Rejected(
             "UNSUPPORTED_IMAGE_TYPE",
-            f"the declared media type {declared!r} is not supported; use image/png, image/jpeg, image/gif "
-            "or image/webp",
+            # Quoted short: this text can reach a model, and the declared type came from whoever sent it.
+            f"the declared media type {wanted[:80]!r} is not supported; use image/png, image/jpeg, "
+            "image/gif or image/webp",
             hint=f"declare it as {alias}" if alias else _CONVERT,
         )
     sniffed = sniff(head)

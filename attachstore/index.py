@@ -68,6 +68,9 @@ class Hold:
 
 
 _COLUMNS = "ref, media_type, bytes, width, height, frames, name, created_at, lease_at, state"
+_TENANT_COLUMNS = (
+    "objects.ref, media_type, bytes, width, height, frames, grants.name, created_at, lease_at, state"
+)
 
 
 def _storage_error(e: sqlite3.Error) -> AttachstoreError:
@@ -143,10 +146,11 @@ class Index:
         if tenant is None:
             found = await self._read(f"SELECT {_COLUMNS} FROM objects WHERE ref = ?", (ref,))
         else:
+            # The tenant's own display name stands in for the object's.
             found = await self._read(
-                f"""SELECT {_COLUMNS} FROM objects
-                WHERE ref = ? AND EXISTS (SELECT 1 FROM grants WHERE grants.ref = ? AND tenant = ?)""",
-                (ref, ref, tenant),
+                f"""SELECT {_TENANT_COLUMNS} FROM objects
+                JOIN grants ON grants.ref = objects.ref AND grants.tenant = ? WHERE objects.ref = ?""",
+                (tenant, ref),
             )
         return _row(found[0]) if found else None
 
@@ -205,8 +209,9 @@ class Index:
             )
             if tenant is not None:
                 await db.executemany(
-                    "INSERT OR IGNORE INTO grants (tenant, ref) VALUES (?, ?)",
-                    [(tenant, r.ref) for r in rows],
+                    """INSERT INTO grants (tenant, ref, name) VALUES (?, ?, ?)
+                    ON CONFLICT (tenant, ref) DO UPDATE SET name = coalesce(grants.name, excluded.name)""",
+                    [(tenant, r.ref, r.name) for r in rows],
                 )
             if hold is not None:
                 await _add_holds(

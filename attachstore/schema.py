@@ -60,6 +60,12 @@ MIGRATIONS: list[list[str]] = [
         figures     TEXT NOT NULL
         ) STRICT""",
     ],
+    [
+        # A display name belongs to whoever gave it: each tenant sees the first name it admitted bytes with,
+        # never another tenant's.
+        "ALTER TABLE grants ADD COLUMN name TEXT",
+        "UPDATE grants SET name = (SELECT name FROM objects WHERE objects.ref = grants.ref)",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

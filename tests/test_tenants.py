@@ -210,3 +210,16 @@ async def test_security_headers_on_every_response(client: Client) -> None:
         assert response.headers["X-Frame-Options"] == "DENY"
         assert response.headers["Referrer-Policy"] == "no-referrer"
         assert "Cache-Control" in response.headers
+
+
+async def test_a_display_name_is_seen_only_by_the_tenant_that_gave_it(client: Client) -> None:
+    image = png(14, 9)
+    body = {"source": "user", "images": [{"data": b64(image), "name": "alpha-secret-plan.png"}]}
+    ref = (await (await client.post("/v1/attachments", json=body, headers=auth("alpha"))).json())[
+        "attachments"
+    ][0]["ref"]
+    body["images"][0]["name"] = "beta.png"
+    assert (await client.post("/v1/attachments", json=body, headers=auth("beta"))).status == 201
+    beta = await (await client.get(f"/v1/attachments/{ref}/meta", headers=auth("beta"))).json()
+    alpha = await (await client.get(f"/v1/attachments/{ref}/meta", headers=auth("alpha"))).json()
+    assert (alpha["name"], beta["name"]) == ("alpha-secret-plan.png", "beta.png")

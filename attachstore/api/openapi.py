@@ -219,7 +219,16 @@ def document() -> dict[str, Any]:
                 )
             },
             "/healthz": {"get": _op("Liveness", {"200": {"description": "alive"}}, security=[])},
-            "/readyz": {"get": _op("Readiness", _answers({"200": {"description": "ready"}}), security=[])},
+            "/readyz": {
+                "get": _op(
+                    "Readiness",
+                    {
+                        "200": {"description": "ready"},
+                        "503": {"description": "not ready", **_json("ErrorAnswer")},
+                    },
+                    security=[],
+                )
+            },
             "/metrics": {
                 "get": _op(
                     "Prometheus metrics",

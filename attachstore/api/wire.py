@@ -21,7 +21,7 @@ class _In(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 
 class ImageIn(_In, frozen=True):
     data: str
-    media_type: str | None = None
+    media_type: Annotated[str, Meta(max_length=255)] | None = None
     name: Annotated[str, Meta(max_length=4096)] | None = None
 
 
