@@ -144,10 +144,13 @@ async def serve_on(config: Config, sock: socket.socket) -> None:
 def _supervise(config: Config, sock: socket.socket, workers: int) -> int:
     """Several processes accept on one socket, each with its own event loop, index connections and decode
     pool (the cores are shared out). SIGTERM/SIGINT are passed on; if one worker dies, all stop."""
-    per_worker = max(1, config.admission.workers // workers)
-    child_config = msgspec.structs.replace(
-        config, admission=msgspec.structs.replace(config.admission, decode_workers=per_worker)
+    # The decoders and the admission cap are the daemon's, shared out among its workers.
+    admission = msgspec.structs.replace(
+        config.admission,
+        decode_workers=max(1, config.admission.workers // workers),
+        max_concurrent=max(1, config.admission.max_concurrent // workers),
     )
+    child_config = msgspec.structs.replace(config, admission=admission)
     # Each worker keeps its metric samples in files here, so /metrics on any worker reports them all.
     samples = tempfile.TemporaryDirectory(prefix="attachstore-metrics-")
     env = {
