@@ -162,7 +162,7 @@ def _supervise(config: Config, sock: socket.socket, workers: int) -> int:
         argv, fds = [sys.executable, "-m", "attachstore.server", str(sock.fileno())], [sock.fileno()]
     else:
         argv, fds = [sys.executable, "-m", "attachstore.server", "tcp"], []
-    children = [subprocess.Popen(argv, env=env, pass_fds=fds) for _ in range(workers)]
+    children: list[subprocess.Popen[bytes]] = []
     stopping = False
 
     def stop(signum: int, frame: object) -> None:
@@ -172,8 +172,12 @@ def _supervise(config: Config, sock: socket.socket, workers: int) -> int:
             if child.poll() is None:
                 child.send_signal(signal.SIGTERM)
 
+    # Handlers first: a signal while the workers start must still reach every one of them.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, stop)
+    for _ in range(workers):
+        if not stopping:
+            children.append(subprocess.Popen(argv, env=env, pass_fds=fds))
     failed = False
     while any(child.poll() is None for child in children):
         for child in children:
@@ -183,10 +187,25 @@ def _supervise(config: Config, sock: socket.socket, workers: int) -> int:
                 stop(signal.SIGTERM, None)
         time.sleep(0.2)
     samples.cleanup()
-    return 1 if failed or any(child.returncode for child in children) else 0
+    # A worker still starting when asked to stop dies of the SIGTERM itself (it serves nothing yet): clean.
+    clean = (0, -signal.SIGTERM) if stopping else (0,)
+    return 1 if failed or any(child.returncode not in clean for child in children) else 0
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGTERM this worker if the supervisor goes (killed before it could pass a signal on), so
+    that no worker is left serving on its own."""
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    if os.getppid() == 1:  # the supervisor was already gone
+        sys.exit(0)
 
 
 def _worker_main(where: str) -> None:
+    _die_with_parent()
     logs.setup()
     config = msgspec.json.decode(os.environ[WORKER_ENV], type=Config)
     sock = bind(config, reuse_port=True) if where == "tcp" else socket.socket(fileno=int(where))
