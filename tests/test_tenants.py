@@ -223,3 +223,39 @@ async def test_a_display_name_is_seen_only_by_the_tenant_that_gave_it(client: Cl
     beta = await (await client.get(f"/v1/attachments/{ref}/meta", headers=auth("beta"))).json()
     alpha = await (await client.get(f"/v1/attachments/{ref}/meta", headers=auth("alpha"))).json()
     assert (alpha["name"], beta["name"]) == ("alpha-secret-plan.png", "beta.png")
+
+
+async def _raw(port: int, request: bytes) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bytes]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request)
+    await writer.drain()
+    head = await asyncio.wait_for(reader.read(65536), 10)
+    return reader, writer, head
+
+
+async def test_an_oversized_header_is_refused(make_client: MakeClient) -> None:
+    client = await make_client(http={"max_header_bytes": 1024})
+    assert client.port is not None
+    _, writer, head = await _raw(
+        client.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 2000 + b"\r\n\r\n"
+    )
+    writer.close()
+    assert head.split(b"\r\n")[0].split(b" ")[1] in (b"400", b"431")
+    assert (await client.get("/healthz")).status == 200  # and the daemon keeps serving
+
+
+async def test_an_idle_connection_is_closed_after_the_keepalive_timeout(make_client: MakeClient) -> None:
+    client = await make_client(http={"keepalive_timeout": "300ms"})
+    assert client.port is not None
+    reader, writer, head = await _raw(client.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200")
+    # Idle past the timeout: the daemon closes its end (the read sees the end of the stream).
+    assert await asyncio.wait_for(reader.read(100), 10) == b""
+    writer.close()
+    # With the default (15 s), the same connection is still open a second later.
+    default = await make_client()
+    assert default.port is not None
+    reader, writer, _ = await _raw(default.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(reader.read(100), 1)
+    writer.close()
