@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ipaddress
 import logging
 import os
@@ -123,14 +124,15 @@ def _run_loop(main: Coroutine[Any, Any, None]) -> None:
         runner.run(main)
 
 
-async def serve_on(config: Config, sock: socket.socket) -> None:
+async def serve_on(config: Config, sock: socket.socket | Callable[[], socket.socket]) -> None:
     """Serve until SIGTERM or SIGINT, then stop accepting, let in-flight requests finish (an admission
-    finishes or publishes nothing), and close the store."""
+    finishes or publishes nothing), and close the store. Given a function, the socket is made only once
+    the store is open, so that no connection waits on a worker that cannot serve it yet."""
     app = make_app(config)
     runner = web.AppRunner(app, shutdown_timeout=SHUTDOWN_TIMEOUT, access_log=None)
     await runner.setup()
     try:
-        await web.SockSite(runner, sock).start()
+        await web.SockSite(runner, sock if isinstance(sock, socket.socket) else sock()).start()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -208,7 +210,11 @@ def _worker_main(where: str) -> None:
     _die_with_parent()
     logs.setup()
     config = msgspec.json.decode(os.environ[WORKER_ENV], type=Config)
-    sock = bind(config, reuse_port=True) if where == "tcp" else socket.socket(fileno=int(where))
+    sock: socket.socket | Callable[[], socket.socket]
+    if where == "tcp":
+        sock = functools.partial(bind, config, reuse_port=True)
+    else:
+        sock = socket.socket(fileno=int(where))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides; a terminal's ^C reaches it
     _run_loop(serve_on(config, sock))
 
