@@ -154,6 +154,21 @@ class Index:
             )
         return _row(found[0]) if found else None
 
+    async def get_many(self, refs: Sequence[str], tenant: str | None = None) -> dict[str, ObjectRow]:
+        """The rows of those of `refs` that `tenant` may see, a few hundred per statement."""
+        rows: dict[str, ObjectRow] = {}
+        for start in range(0, len(refs), 500):
+            chunk = refs[start : start + 500]
+            marks = ", ".join("?" * len(chunk))
+            if tenant is None:
+                sql, params = f"SELECT {_COLUMNS} FROM objects WHERE ref IN ({marks})", tuple(chunk)
+            else:
+                sql = f"""SELECT {_TENANT_COLUMNS} FROM objects JOIN grants
+                ON grants.ref = objects.ref AND grants.tenant = ? WHERE objects.ref IN ({marks})"""
+                params = (tenant, *chunk)
+            rows |= {r.ref: r for r in map(_row, await self._read(sql, params))}
+        return rows
+
     async def renew(self, refs: Iterable[str], now: float | None = None) -> dict[str, ObjectRow]:
         """Renew the lease of every listed object that has a row; return those rows.
 

@@ -376,18 +376,26 @@ class Store:
     async def read(self, text: str, tenant: str | None = None) -> tuple[ImageRef, bytes]:
         """Verified bytes: the whole object re-hashed, its header checked against the index."""
         try:
-            found = await self._read(text, tenant)
-        except (NotFound, Corrupt, Missing) as e:
-            kind = {NotFound: "not_found", Corrupt: "corrupt", Missing: "missing"}[type(e)]
+            ref, row = await self._row(text, tenant)
+        except NotFound:
+            self.metrics.reads.labels("not_found").inc()
+            raise
+        return await self.verified(ref, row)
+
+    async def verified(self, ref: Ref, row: ObjectRow) -> tuple[ImageRef, bytes]:
+        """The bytes of an object whose row the caller has already looked up (and may see): re-hashed in
+        full and their header checked against the row, like every read."""
+        try:
+            found = await self._verified(ref, row)
+        except (Corrupt, Missing) as e:
+            kind = "corrupt" if isinstance(e, Corrupt) else "missing"
             self.metrics.reads.labels(kind).inc()
-            if kind != "not_found":
-                self.metrics.integrity_failures.labels(kind).inc()
+            self.metrics.integrity_failures.labels(kind).inc()
             raise
         self.metrics.reads.labels("ok").inc()
         return found
 
-    async def _read(self, text: str, tenant: str | None) -> tuple[ImageRef, bytes]:
-        ref, row = await self._row(text, tenant)
+    async def _verified(self, ref: Ref, row: ObjectRow) -> tuple[ImageRef, bytes]:
         try:
             data = await self.blobs.read(ref, row.bytes)
         except Missing:

@@ -124,13 +124,13 @@ async def test_the_oldest_images_leave_first_and_are_never_read(
     each = len(base64.b64encode(images[0]))
     read: list[str] = []
     store = client.app[STORE]
-    real = store.read
+    real = store.verified
 
-    async def recording(ref: str, *rest: Any) -> Any:
-        read.append(ref)
+    async def recording(ref: Any, *rest: Any) -> Any:
+        read.append(str(ref))
         return await real(ref, *rest)
 
-    monkeypatch.setattr(store, "read", recording)
+    monkeypatch.setattr(store, "verified", recording)
     messages = [
         {
             "role": "user",

@@ -87,7 +87,9 @@ async def render(store: Store, request: RenderRequest, *, tenant: str = "") -> R
         return _finish(request, provider, placeholders, text_only, {}, {})
 
     scope = store.scope(tenant)  # an image the caller may not see is unavailable, like a missing one
-    rows = {ref: await store.index.get(ref, scope) for ref in dict.fromkeys(o.ref for o in occurrences)}
+    unique = list(dict.fromkeys(o.ref for o in occurrences))
+    found = await store.index.get_many(unique, scope) if unique else {}
+    rows: dict[str, ObjectRow | None] = {ref: found.get(ref) for ref in unique}
     # Known unavailable without a read: no row (or not visible), or quarantined. A row marked missing is
     # tried, since its file may be back.
     unavailable = {ref for ref, row in rows.items() if row is None or row.state == "quarantined"}
@@ -98,7 +100,7 @@ async def render(store: Store, request: RenderRequest, *, tenant: str = "") -> R
         wanted = sorted(
             {o.ref for o in occurrences if fates[(o.message, o.block)] is Fate.SENT} - data.keys()
         )
-        read = await asyncio.gather(*(_read_base64(store, ref, tenant) for ref in wanted))
+        read = await asyncio.gather(*(_read_base64(store, ref, rows[ref]) for ref in wanted))
         failed = {ref for ref, d in zip(wanted, read, strict=True) if d is None}
         data |= {ref: d for ref, d in zip(wanted, read, strict=True) if d is not None}
         if not failed:
@@ -146,10 +148,13 @@ def _budget(request: RenderRequest, route: Route | None) -> tuple[int, int | Non
     return budget, count
 
 
-async def _read_base64(store: Store, ref: str, tenant: str) -> str | None:
-    """Verified bytes as base64, or None: one bad object never fails the request."""
+async def _read_base64(store: Store, ref: str, row: ObjectRow | None) -> str | None:
+    """Verified bytes as base64, or None: one bad object never fails the request. The row was looked up
+    (and its visibility checked) with all the others, in one statement."""
+    if row is None:
+        return None
     try:
-        _, data = await store.read(ref, tenant)
+        _, data = await store.verified(Ref.parse(ref), row)
     except AttachstoreError:
         return None
     return await asyncio.to_thread(lambda: base64.b64encode(data).decode("ascii"))
