@@ -124,9 +124,6 @@ class LocalBlobStore:
     async def quarantine(self, ref: Ref) -> str:
         return await asyncio.to_thread(self.quarantine_sync, ref)
 
-    async def discard(self, ref: Ref) -> None:
-        await asyncio.to_thread(self.discard_sync, ref)
-
     def stat(self, ref: Ref) -> StoredFile | None:
         path = self.path(ref)
         try:

@@ -141,6 +141,11 @@ class Config(_Section, frozen=True):
         return Path(self.data_dir)
 
     @property
+    def is_open(self) -> bool:
+        """No tokens configured: one tenant (''), which sees everything, on a daemon reachable only locally."""
+        return not self.tenants
+
+    @property
     def host_port(self) -> tuple[str, int]:
         host, _, port = self.listen.rpartition(":")
         return host.strip("[]"), int(port)

@@ -42,7 +42,7 @@ def is_loopback(host: str) -> bool:
 
 def check_open_mode(config: Config) -> None:
     """Without tokens the daemon is open, so it may only be reachable from this machine."""
-    if config.unix_socket or config.tenants:
+    if config.unix_socket or not config.is_open:
         return
     host, _ = config.host_port
     if not is_loopback(host):

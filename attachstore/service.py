@@ -179,7 +179,7 @@ class Store:
             found = await self.sessions.get((tenant, session))
             route = route if route is not None else found.route
             session_route = found.route
-            hold = Hold((tenant, session), self.sessions.guard_images, everything=self.scope(tenant) is None)
+            hold = Hold((tenant, session), self.sessions.guard_images, everything=self.config.is_open)
         names = [display_name(u.name) for u in uploads]
         soft = source in policy.SOFT_SOURCES
         batch_error, verdicts = await self._validate(
@@ -349,7 +349,7 @@ class Store:
     def scope(self, tenant: str | None) -> str | None:
         """Whose grants bound what a caller sees: None (everything) for the operator, and for everyone
         while no tokens are configured."""
-        return tenant if self.config.tenants else None
+        return None if self.config.is_open else tenant
 
     async def _row(self, text: str, tenant: str | None) -> tuple[Ref, ObjectRow]:
         """The row of a ref the caller may see; one it may not see answers exactly like a missing one,
@@ -365,13 +365,6 @@ class Store:
     async def meta(self, text: str, tenant: str | None = None) -> ImageRef:
         _, row = await self._row(text, tenant)
         return image_ref(row)
-
-    async def exists(self, text: str, tenant: str | None = None) -> bool:
-        try:
-            await self._row(text, tenant)
-        except NotFound:
-            return False
-        return True
 
     async def read(self, text: str, tenant: str | None = None) -> tuple[ImageRef, bytes]:
         """Verified bytes: the whole object re-hashed, its header checked against the index."""

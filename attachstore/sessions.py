@@ -64,8 +64,8 @@ class Sessions:
         if len(refs) > MAX_HOLDS_PER_REQUEST:
             raise InvalidRequest(f"refs: at most {MAX_HOLDS_PER_REQUEST} refs per request")
         parsed = list(dict.fromkeys(str(Ref.parse(r)) for r in refs))
-        everything = not self.config.tenants  # without tokens there is one tenant, which sees everything
-        return await self.index.add_holds(Hold(key, self.guard_images, everything), parsed, time.time())
+        hold = Hold(key, self.guard_images, everything=self.config.is_open)
+        return await self.index.add_holds(hold, parsed, time.time())
 
     async def delete(self, key: SessionKey) -> int:
         check_session_id(key[1])

@@ -12,7 +12,6 @@ from ..render import Rendered, RenderRequest
 from ..sessions import SESSION_ID_PATTERN
 from . import wire
 
-ERRORS = "#/components/schemas/ErrorAnswer"
 _SHAPES: list[Any] = [
     wire.AdmitRequest,
     wire.AdmitAnswer,
