@@ -142,7 +142,7 @@ class Config(_Section, frozen=True):
 
     @property
     def is_open(self) -> bool:
-        """No tokens configured: one tenant (''), which sees everything, on a daemon reachable only locally."""
+        """No tokens: one tenant (''), which sees everything, on a daemon reachable only locally."""
         return not self.tenants
 
     @property
