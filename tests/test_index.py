@@ -3,6 +3,7 @@ from pathlib import Path
 
 import pytest
 
+from attachstore.errors import StorageFull, StorageUnavailable
 from attachstore.index import Index, ObjectRow
 from attachstore.schema import SCHEMA_VERSION, IndexUnusable
 
@@ -75,5 +76,23 @@ async def test_discard_unpublished_spares_published_refs(tmp_path: Path) -> None
         await index.publish([row()], lambda: None)
         await index.discard_unpublished([row().ref, "sha256:" + "c" * 64], removed.append)
         assert removed == ["sha256:" + "c" * 64]
+    finally:
+        await index.close()
+
+
+async def test_a_full_disk_under_sqlite_is_storage_full(tmp_path: Path) -> None:
+    index = await Index.open(tmp_path / "index.sqlite3")
+    try:
+        for code, expected in (
+            (sqlite3.SQLITE_FULL, StorageFull),
+            (sqlite3.SQLITE_IOERR, StorageUnavailable),
+        ):
+            error = sqlite3.OperationalError("database or disk is full")
+            error.sqlite_errorcode = code
+            with pytest.raises(expected):
+                async with index.write():
+                    raise error
+        await index.publish([row()], lambda: None)  # nothing stuck: the next transaction commits
+        assert await index.get(row().ref) is not None
     finally:
         await index.close()
