@@ -322,8 +322,8 @@ class Audit:
             now,
         )
 
-        def still_there() -> None:
-            if self.store.blobs.stat(ref) is None:
+        async def still_there() -> None:
+            if await asyncio.to_thread(self.store.blobs.stat, ref) is None:
                 raise FileNotFoundError(str(ref))
 
         try:

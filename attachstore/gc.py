@@ -98,16 +98,15 @@ async def execute(store: Store, gc_plan: GcPlan, progress: Progress | None = Non
     result = GcResult()
     sizes = {r.ref: r.bytes for r in gc_plan.garbage}
 
-    def remove(ref: str) -> None:
-        store.blobs.discard_sync(Ref.parse(ref))
-
     refs = [r.ref for r in gc_plan.garbage]
     for start in range(0, len(refs), _BATCH):
         batch = refs[start : start + _BATCH]
-        collected = await store.index.collect(batch, gc_plan.cutoff, remove)
-        result.collected += collected
-        result.collected_bytes += sum(sizes[r] for r in collected)
-        result.skipped += len(batch) - len(collected)
+        collected = await store.index.collect(
+            batch, gc_plan.cutoff, store.discard_object
+        )  # variants go with a source
+        result.collected += [ref for ref, _ in collected]
+        result.collected_bytes += sum(size for _, size in collected)
+        result.skipped += len(set(batch) - {ref for ref, _ in collected})
         if progress:
             progress.advance(len(batch), sum(sizes[r] for r in batch))
 
@@ -115,8 +114,8 @@ async def execute(store: Store, gc_plan: GcPlan, progress: Progress | None = Non
     stray = {str(f.ref): f for f in gc_plan.unindexed if f.ref is not None}
     removed: list[str] = []
 
-    def remove_stray(ref: str) -> None:
-        store.blobs.remove_file(stray[ref].path)
+    async def remove_stray(ref: str) -> None:
+        await asyncio.to_thread(store.blobs.remove_file, stray[ref].path)
         removed.append(ref)
 
     strays = list(stray)

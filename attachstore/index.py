@@ -12,7 +12,7 @@ import contextlib
 import json
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,6 +71,20 @@ _COLUMNS = "ref, media_type, bytes, width, height, frames, name, created_at, lea
 _TENANT_COLUMNS = (
     "objects.ref, media_type, bytes, width, height, frames, grants.name, created_at, lease_at, state"
 )
+
+
+# Not held by a session and not a variant some source still links to: what GC may consider.
+_UNHELD = """NOT EXISTS (SELECT 1 FROM holds WHERE holds.ref = objects.ref)
+    AND NOT EXISTS (SELECT 1 FROM variants WHERE variants.variant = objects.ref)"""
+_UPSERT_OBJECT = f"""INSERT INTO objects ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'ok')
+    ON CONFLICT (ref) DO UPDATE SET
+        media_type = excluded.media_type, bytes = excluded.bytes, width = excluded.width,
+        height = excluded.height, frames = excluded.frames, name = COALESCE(objects.name, excluded.name),
+        lease_at = excluded.lease_at, state = 'ok'"""
+
+
+def _object_values(r: ObjectRow) -> tuple[object, ...]:
+    return (r.ref, r.media_type, r.bytes, r.width, r.height, r.frames, r.name, r.created_at, r.lease_at)
 
 
 def _storage_error(e: sqlite3.Error) -> AttachstoreError:
@@ -190,7 +204,7 @@ class Index:
     async def publish(
         self,
         rows: Sequence[ObjectRow],
-        check: Callable[[], object],
+        check: Callable[[], Awaitable[object]],
         hold: Hold | None = None,
         tenant: str | None = None,
     ) -> None:
@@ -199,29 +213,8 @@ class Index:
         async with self.write() as db:
             if hold is not None:
                 hold.guard(await _require_session(db, hold.key))
-            await asyncio.to_thread(check)
-            await db.executemany(
-                f"""INSERT INTO objects ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'ok')
-                ON CONFLICT (ref) DO UPDATE SET
-                    media_type = excluded.media_type, bytes = excluded.bytes, width = excluded.width,
-                    height = excluded.height, frames = excluded.frames,
-                    name = COALESCE(objects.name, excluded.name),
-                    lease_at = excluded.lease_at, state = 'ok'""",
-                [
-                    (
-                        r.ref,
-                        r.media_type,
-                        r.bytes,
-                        r.width,
-                        r.height,
-                        r.frames,
-                        r.name,
-                        r.created_at,
-                        r.lease_at,
-                    )
-                    for r in rows
-                ],
-            )
+            await check()
+            await db.executemany(_UPSERT_OBJECT, [_object_values(r) for r in rows])
             if tenant is not None:
                 await db.executemany(
                     """INSERT INTO grants (tenant, ref, name) VALUES (?, ?, ?)
@@ -233,13 +226,33 @@ class Index:
                     db, hold.key, [r.ref for r in rows], rows[0].lease_at if rows else time.time()
                 )
 
-    async def discard_unpublished(self, refs: Iterable[str], remove: Callable[[str], object]) -> None:
+    async def discard_unpublished(
+        self, refs: Iterable[str], remove: Callable[[str], Awaitable[object]]
+    ) -> None:
         """Under the write lock, call `remove(ref)` for each ref that no row publishes."""
         async with self.write() as db:
             for ref in refs:
                 async with db.execute("SELECT 1 FROM objects WHERE ref = ?", (ref,)) as cur:
                     if await cur.fetchone() is None:
-                        await asyncio.to_thread(remove, ref)
+                        await remove(ref)
+
+    async def published_now(self, ref: str) -> bool:
+        """Whether a row publishes `ref`, asked under the write lock: a publishing transaction has either
+        committed or not begun (the audit's confirmation that a file is stray)."""
+        async with self.write() as db:
+            return bool(await db.execute_fetchall("SELECT 1 FROM objects WHERE ref = ?", (ref,)))
+
+    async def confirm_missing(self, ref: str, gone: Callable[[], Awaitable[bool]], mark: bool) -> str | None:
+        """Under the write lock: the row's state if the row is still there and `gone()` confirms its object
+        is absent, else None. With `mark`, a row in state 'ok' becomes 'missing' (and 'ok' is returned)."""
+        async with self.write() as db:
+            found = await db.execute_fetchall("SELECT state FROM objects WHERE ref = ?", (ref,))
+            if not found or not await gone():
+                return None
+            state = str(next(iter(found))[0])
+            if mark and state == "ok":
+                await db.execute("UPDATE objects SET state = 'missing' WHERE ref = ?", (ref,))
+            return state
 
     async def set_state(self, row: ObjectRow, state: str) -> None:
         """Record what a read found, unless the row changed since it was read (a concurrent admission renewed
@@ -255,8 +268,7 @@ class Index:
         """Rows with no hold whose lease is older than `cutoff`: the GC's candidates, to be re-checked."""
         found = await self._read(
             f"""SELECT {_COLUMNS} FROM objects
-            WHERE lease_at < ? AND NOT EXISTS (SELECT 1 FROM holds WHERE holds.ref = objects.ref)
-            ORDER BY ref""",
+            WHERE lease_at < ? AND {_UNHELD} ORDER BY ref""",
             (cutoff,),
         )
         return [_row(r) for r in found]
@@ -267,25 +279,71 @@ class Index:
     async def rows(self) -> list[ObjectRow]:
         return [_row(r) for r in await self._read(f"SELECT {_COLUMNS} FROM objects ORDER BY ref")]
 
-    async def collect(self, refs: Sequence[str], cutoff: float, remove: Callable[[str], object]) -> list[str]:
-        """Under the write lock, re-check each candidate (still no hold, lease still older than `cutoff`),
-        call `remove(ref)` (which removes the file and makes that durable), then delete its row. An
-        admission that renewed the lease first keeps its object; one that comes after finds no row and
-        writes the bytes again. Returns the refs collected."""
-        collected: list[str] = []
+    async def collect(
+        self, refs: Sequence[str], cutoff: float, remove: Callable[[str], Awaitable[object]]
+    ) -> list[tuple[str, int]]:
+        """Under the write lock, re-check each candidate (still no hold, not a live variant, lease still older
+        than `cutoff`), call `remove(ref)` (which removes the file and makes that durable), then delete its
+        row. The variants derived from it go with it, unless something else keeps them (a hold, a grant from
+        an admission of the same bytes, another source). An admission that renewed the lease first keeps its
+        object; one that comes after finds no row and writes the bytes again. Returns (ref, bytes) of every
+        object collected, variants included."""
+        collected: list[tuple[str, int]] = []
         async with self.write() as db:
             for ref in refs:
-                async with db.execute(
-                    """SELECT 1 FROM objects WHERE ref = ? AND lease_at < ?
-                    AND NOT EXISTS (SELECT 1 FROM holds WHERE holds.ref = objects.ref)""",
-                    (ref, cutoff),
-                ) as cur:
-                    if await cur.fetchone() is None:
-                        continue
-                await asyncio.to_thread(remove, ref)
-                await db.execute("DELETE FROM objects WHERE ref = ?", (ref,))
-                collected.append(ref)
+                found = await db.execute_fetchall(
+                    f"SELECT bytes FROM objects WHERE ref = ? AND lease_at < ? AND {_UNHELD}", (ref, cutoff)
+                )
+                if not found:
+                    continue
+                variants = [
+                    v
+                    for (v,) in await db.execute_fetchall(
+                        "SELECT variant FROM variants WHERE source = ?", (ref,)
+                    )
+                ]
+                await remove(ref)
+                await db.execute("DELETE FROM objects WHERE ref = ?", (ref,))  # its variant links cascade
+                collected.append((ref, int(next(iter(found))[0])))
+                for v in variants:
+                    orphan = await db.execute_fetchall(
+                        f"""SELECT bytes FROM objects WHERE ref = ? AND {_UNHELD}
+                        AND NOT EXISTS (SELECT 1 FROM grants WHERE grants.ref = objects.ref)""",
+                        (v,),
+                    )
+                    if orphan:
+                        await remove(v)
+                        await db.execute("DELETE FROM objects WHERE ref = ?", (v,))
+                        collected.append((v, int(next(iter(orphan))[0])))
         return collected
+
+    # -- variants --------------------------------------------------------------------------------------
+
+    async def variant(self, source: str, spec: str) -> ObjectRow | None:
+        """The row of the variant of `source` derived with `spec`, if there is one."""
+        found = await self._read(
+            f"""SELECT {_COLUMNS} FROM variants JOIN objects ON objects.ref = variants.variant
+            WHERE variants.source = ? AND variants.spec = ?""",
+            (source, spec),
+        )
+        return _row(found[0]) if found else None
+
+    async def publish_variant(
+        self, row: ObjectRow, source: str, spec: str, check: Callable[[], Awaitable[object]]
+    ) -> bool:
+        """Publish a derived object and link it to its source, in one transaction; False (nothing committed)
+        when the source is gone, collected meanwhile. `check` runs under the write lock first."""
+        async with self.write() as db:
+            if not await db.execute_fetchall("SELECT 1 FROM objects WHERE ref = ?", (source,)):
+                return False
+            await check()
+            await db.execute(f"{_UPSERT_OBJECT}", _object_values(row))
+            await db.execute(
+                """INSERT INTO variants (source, spec, variant, created_at) VALUES (?, ?, ?, ?)
+                ON CONFLICT (source, spec) DO UPDATE SET variant = excluded.variant""",
+                (source, spec, row.ref, row.lease_at),
+            )
+        return True
 
     # -- figures for /metrics ----------------------------------------------------------------------------
 

@@ -66,6 +66,18 @@ MIGRATIONS: list[list[str]] = [
         "ALTER TABLE grants ADD COLUMN name TEXT",
         "UPDATE grants SET name = (SELECT name FROM objects WHERE objects.ref = grants.ref)",
     ],
+    [
+        # Route-sized copies derived from a stored object (docs/normalization.md). A variant is an object
+        # like any other; the link keeps it while its source lives, and goes with its source.
+        """CREATE TABLE variants (
+        source      TEXT NOT NULL REFERENCES objects (ref) ON DELETE CASCADE,
+        spec        TEXT NOT NULL,
+        variant     TEXT NOT NULL REFERENCES objects (ref),
+        created_at  REAL NOT NULL,
+        PRIMARY KEY (source, spec)
+        ) STRICT, WITHOUT ROWID""",
+        "CREATE INDEX variants_variant ON variants (variant)",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -296,9 +296,7 @@ class Store:
             raise AttachstoreError("an object kept disappearing while it was being published")
         except BaseException:
             # Publish nothing: remove the files this batch may have put in place that no row publishes.
-            await self.index.discard_unpublished(
-                [str(r) for r in unique], lambda ref: self.blobs.discard_sync(Ref.parse(ref))
-            )
+            await self.index.discard_unpublished([str(r) for r in unique], self.discard_object)
             raise
 
     async def _store_once(
@@ -336,13 +334,25 @@ class Store:
             for a in admitted
         ]
 
-        def files_still_there() -> None:
-            for a in admitted:
-                found = self.blobs.stat(a.ref)
-                if found is None or found.size != len(a.data):
-                    raise _FileGone(str(a.ref))
+        async def files_still_there() -> None:
+            await self._still_there([(a.ref, len(a.data)) for a in admitted])
 
         await self.index.publish(rows, files_still_there, hold, tenant)
+
+    async def _still_there(self, objects: Sequence[tuple[Ref, int]]) -> None:
+        """Raise _FileGone unless every object's file is in place with its size (run under the write lock,
+        just before the transaction that publishes them)."""
+
+        def check() -> None:
+            for ref, size in objects:
+                found = self.blobs.stat(ref)
+                if found is None or found.size != size:
+                    raise _FileGone(str(ref))
+
+        await asyncio.to_thread(check)
+
+    async def discard_object(self, ref: str) -> None:
+        await asyncio.to_thread(self.blobs.discard_sync, Ref.parse(ref))
 
     # -- reads -----------------------------------------------------------------------------------------
 

@@ -8,6 +8,10 @@ from attachstore.index import Index, ObjectRow
 from attachstore.schema import SCHEMA_VERSION, IndexUnusable
 
 
+async def _nothing() -> None:
+    pass
+
+
 def row(ref: str = "sha256:" + "a" * 64, name: str | None = "a.png", at: float = 100.0) -> ObjectRow:
     return ObjectRow(ref, "image/png", 10, 2, 3, 1, name, at, at)
 
@@ -34,7 +38,7 @@ async def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
 async def test_publish_renew_and_state(tmp_path: Path) -> None:
     index = await Index.open(tmp_path / "index.sqlite3")
     try:
-        await index.publish([row()], lambda: None)
+        await index.publish([row()], _nothing)
         assert await index.get(row().ref) == row()
         renewed = await index.renew([row().ref, "sha256:" + "b" * 64], now=200.0)
         assert list(renewed) == [row().ref]
@@ -42,7 +46,7 @@ async def test_publish_renew_and_state(tmp_path: Path) -> None:
         assert got is not None
         assert (got.created_at, got.lease_at) == (100.0, 200.0)
         # A second publication keeps the first display name and created time, refreshes the lease.
-        await index.publish([row(name="b.png", at=300.0)], lambda: None)
+        await index.publish([row(name="b.png", at=300.0)], _nothing)
         got = await index.get(row().ref)
         assert got is not None
         assert (got.name, got.lease_at) == ("a.png", 300.0)
@@ -58,7 +62,7 @@ async def test_publish_renew_and_state(tmp_path: Path) -> None:
 async def test_a_failed_check_commits_nothing(tmp_path: Path) -> None:
     index = await Index.open(tmp_path / "index.sqlite3")
 
-    def gone() -> None:
+    async def gone() -> None:
         raise FileNotFoundError
 
     try:
@@ -73,8 +77,12 @@ async def test_discard_unpublished_spares_published_refs(tmp_path: Path) -> None
     index = await Index.open(tmp_path / "index.sqlite3")
     removed: list[str] = []
     try:
-        await index.publish([row()], lambda: None)
-        await index.discard_unpublished([row().ref, "sha256:" + "c" * 64], removed.append)
+        await index.publish([row()], _nothing)
+
+        async def remove(ref: str) -> None:
+            removed.append(ref)
+
+        await index.discard_unpublished([row().ref, "sha256:" + "c" * 64], remove)
         assert removed == ["sha256:" + "c" * 64]
     finally:
         await index.close()
@@ -92,7 +100,7 @@ async def test_a_full_disk_under_sqlite_is_storage_full(tmp_path: Path) -> None:
             with pytest.raises(expected):
                 async with index.write():
                     raise error
-        await index.publish([row()], lambda: None)  # nothing stuck: the next transaction commits
+        await index.publish([row()], _nothing)  # nothing stuck: the next transaction commits
         assert await index.get(row().ref) is not None
     finally:
         await index.close()
