@@ -371,3 +371,151 @@ def jpeg_scan_bomb(scans: int, side: int = 2000) -> bytes:
     data = encode(Image.new("L", (side, side), 128), "JPEG", progressive=True, quality=50)
     start, end = jpeg_scans(data)[-1]
     return data[:start] + data[start:end] * (scans - len(jpeg_scans(data)) + 1) + data[end:]
+
+
+# Photos, screenshots and animations for normalization (tests/test_normalize.py)
+
+D50 = (0.9642, 1.0, 0.8249)  # the ICC profile connection space's white
+SRGB_CURVE = (2.4, 1 / 1.055, 0.055 / 1.055, 1 / 12.92, 0.04045)  # the sRGB tone curve as an ICC 'para'
+MARKER = (200, 100, 50)  # photo_with_exif's corner square, in the photo's own colour space
+
+
+def _s15(value: float) -> bytes:
+    return struct.pack(">i", round(value * 65536))
+
+
+def _icc_xyz(x: float, y: float, z: float) -> bytes:
+    return b"XYZ \0\0\0\0" + _s15(x) + _s15(y) + _s15(z)
+
+
+def _icc_text(text: str) -> bytes:
+    encoded = text.encode("utf-16-be")
+    return b"mluc\0\0\0\0" + struct.pack(">II2s2sII", 1, 12, b"en", b"US", len(encoded), 28) + encoded
+
+
+def _icc_curve(*params: float) -> bytes:
+    """A parametric curve: a pure gamma (one parameter) or the sRGB form (five)."""
+    kind = {1: 0, 5: 3}[len(params)]
+    return b"para\0\0\0\0" + struct.pack(">HH", kind, 0) + b"".join(_s15(p) for p in params)
+
+
+def icc_profile(space: str, tags: dict[bytes, bytes]) -> bytes:
+    """A version 4 display profile for colour space `space` ('RGB' or 'GRAY') holding `tags` (signature:
+    tag data); tags with equal data share it, as profiles share one TRC between three channels."""
+    table, body, offset = b"", b"", 128 + 4 + 12 * len(tags)
+    placed: dict[bytes, int] = {}
+    for signature, data in tags.items():
+        if data not in placed:
+            placed[data] = offset + len(body)
+            body += data + b"\0" * (-len(data) % 4)
+        table += signature + struct.pack(">II", placed[data], len(data))
+    header = struct.pack(
+        ">I4sI4s4s4s", offset + len(body), b"lcms", 0x04300000, b"mntr", space.encode().ljust(4), b"XYZ "
+    )
+    header += struct.pack(">6H", 2024, 1, 1, 0, 0, 0) + b"acsp" + bytes(28) + _icc_xyz(*D50)[8:] + bytes(48)
+    return header + struct.pack(">I", len(tags)) + table + body
+
+
+@cache
+def display_p3() -> bytes:
+    """Display P3 (phone cameras' colour space): wider primaries than sRGB, the same white and tone curve."""
+    curve = _icc_curve(*SRGB_CURVE)
+    return icc_profile(
+        "RGB",
+        {
+            b"desc": _icc_text("Display P3 (test)"),
+            b"cprt": _icc_text("No copyright"),
+            b"wtpt": _icc_xyz(*D50),
+            b"rXYZ": _icc_xyz(0.5151, 0.2412, -0.0011),
+            b"gXYZ": _icc_xyz(0.2920, 0.6922, 0.0419),
+            b"bXYZ": _icc_xyz(0.1571, 0.0666, 0.7841),
+            b"rTRC": curve,
+            b"gTRC": curve,
+            b"bTRC": curve,
+        },
+    )
+
+
+@cache
+def linear_grey() -> bytes:
+    """A greyscale profile with a linear tone curve: its mid grey 128 is sRGB's 188."""
+    tags = {
+        b"desc": _icc_text("Linear grey (test)"),
+        b"cprt": _icc_text("No copyright"),
+        b"wtpt": _icc_xyz(*D50),
+    }
+    return icc_profile("GRAY", tags | {b"kTRC": _icc_curve(1.0)})
+
+
+def p3_to_srgb(colour: tuple[int, int, int]) -> tuple[int, int, int]:
+    """A Display P3 colour in sRGB, computed from the published matrix (not through a colour engine)."""
+
+    def linear(value: int) -> float:
+        v = value / 255
+        return v / 12.92 if v <= 0.04045 else ((v + 0.055) / 1.055) ** 2.4
+
+    def encoded(linear: float) -> int:
+        v = min(1.0, max(0.0, linear))
+        return round(255 * (12.92 * v if v <= 0.0031308 else 1.055 * v ** (1 / 2.4) - 0.055))
+
+    r, g, b = map(linear, colour)
+    matrix = ((1.2249401, -0.2249404, 0.0), (-0.0420569, 1.0420571, 0.0), (-0.0196376, -0.0786361, 1.0982735))
+    red, green, blue = (encoded(m[0] * r + m[1] * g + m[2] * b) for m in matrix)
+    return red, green, blue
+
+
+@cache
+def photo_with_exif(
+    width: int, height: int, *, orientation: int = 1, gps: bool = True, icc: bytes | None = None
+) -> bytes:
+    """A JPEG like a phone's: smooth grey blobs (they compress as a photo does) with a MARKER square in the
+    stored top-left corner, EXIF (this orientation, a camera model, GPS tags), XMP, a comment, and `icc`."""
+    blobs = noise(width // 64 + 2, height // 64 + 2, "L").point(lambda v: 96 + v // 4)
+    im = blobs.resize((width, height), Image.Resampling.BICUBIC).convert("RGB")
+    side = min(width, height) // 8
+    im.paste(MARKER, (0, 0, side, side))
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    exif[0x0110] = "Test camera"
+    if gps:
+        exif.get_ifd(0x8825).update({1: "N", 2: (52.0, 22.0, 0.0), 3: "E", 4: (4.0, 53.0, 0.0)})
+    xmp = b'<x:xmpmeta xmlns:x="adobe:ns:meta/"><rdf:RDF/></x:xmpmeta>'
+    options: dict[str, Any] = {"exif": exif, "xmp": xmp, "comment": b"taken at home", "quality": 90}
+    return encode(im, "JPEG", **options, **({"icc_profile": icc} if icc else {}))
+
+
+def screenshot(width: int, height: int, *, alpha: bool = True) -> Image.Image:
+    """Flat panels in a few colours, on a transparent (or white) background: under 256 colours."""
+    im = Image.new("RGBA" if alpha else "RGB", (width, height), (0, 0, 0, 0) if alpha else (255, 255, 255))
+    for i in range(12):
+        box = (
+            i * width // 16,
+            i * height // 16,
+            i * width // 16 + width // 4,
+            i * height // 16 + height // 5,
+        )
+        im.paste(((i * 37) % 256, (i * 91) % 256, (i * 53) % 256), box)
+    return im
+
+
+@cache
+def animated(fmt: str, width: int, height: int, durations: tuple[int, ...], loop: int = 0) -> bytes:
+    """An animation (GIF, PNG or WEBP) of smooth, distinct frames with these durations (ms)."""
+    frames = [
+        noise(width // 16 + 2, height // 16 + 2, "RGB", seed).resize(
+            (width, height), Image.Resampling.BICUBIC
+        )
+        for seed in range(len(durations))
+    ]
+    if fmt == "GIF":  # Pillow's GIF writer would quantize with median cut, which is slow
+        frames = [frame.quantize(256, Image.Quantize.FASTOCTREE) for frame in frames]
+    first, *rest = frames
+    return encode(first, fmt, save_all=True, append_images=rest, duration=list(durations), loop=loop)
+
+
+def gif_xmp(data: bytes, packet: bytes) -> bytes:
+    """An XMP application extension inserted before the first frame: the packet stored raw, then the
+    258-byte "magic trailer" that lets a reader walking sub-blocks land on the terminator."""
+    trailer = bytes([1, *range(255, -1, -1), 0])
+    at = gif_descriptors(data)[0]
+    return data[:at] + b"\x21\xff\x0bXMP DataXMP" + packet + trailer + data[at:]

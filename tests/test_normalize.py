@@ -1,0 +1,443 @@
+from __future__ import annotations
+
+import hashlib
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from PIL import Image, ImageCms, PngImagePlugin
+
+from attachstore.config import Limits
+from attachstore.gate import Inspection, inspect
+from attachstore.normalize import Normalized, Target, Unfittable, fit, strip_metadata
+from tests import images
+
+DEFAULT = Target(2000, 4_000_000, 3_670_016)  # the admission defaults (config.Limits)
+ROOMY = Limits(max_image_bytes=16 * 2**20)
+
+
+def opened(data: bytes) -> Image.Image:
+    return Image.open(io.BytesIO(data))
+
+
+def frames(data: bytes) -> list[bytes]:
+    """The decoded pixels of every frame."""
+    with opened(data) as im:
+        out = []
+        for index in range(getattr(im, "n_frames", 1)):
+            im.seek(index)
+            out.append(im.tobytes())
+        return out
+
+
+def durations(data: bytes) -> list[int]:
+    with opened(data) as im:
+        out = []
+        for index in range(getattr(im, "n_frames", 1)):
+            im.seek(index)
+            im.load()  # a WebP frame's duration is known once it is decoded
+            out.append(im.info["duration"])
+        return out
+
+
+def passes_gate(result: Normalized, target: Target) -> Inspection:
+    """The gate's whole check of a result under the target's limits, refusing trailing bytes."""
+    limits = Limits(max_side=target.max_side, max_pixels=target.max_pixels, max_image_bytes=target.max_bytes)
+    found = inspect(result.data, result.media_type, limits, trailing_data="reject")
+    assert (found.width, found.height) == (result.width, result.height)
+    return found
+
+
+def within(target: Target, result: Normalized) -> bool:
+    return (
+        max(result.width, result.height) <= target.max_side
+        and result.width * result.height <= target.max_pixels
+        and len(result.data) <= target.max_bytes
+    )
+
+
+def close(pixel: object, expected: tuple[int, ...], tolerance: int) -> bool:
+    assert isinstance(pixel, tuple)
+    return all(abs(a - b) <= tolerance for a, b in zip(pixel, expected, strict=True))
+
+
+def has_no_metadata(data: bytes) -> None:
+    with opened(data) as im:
+        assert not im.getexif()
+        assert not {"exif", "xmp", "icc_profile", "comment", "photoshop"} & set(im.info)
+        assert not getattr(im, "text", None)
+    for needle in (b"Exif", b"ICC_PROFILE", b"http://ns.adobe.com", b"iCCP", b"tEXt", b"iTXt", b"zTXt"):
+        assert needle not in data
+
+
+# fit: still images
+
+
+def test_an_oversize_phone_photo_comes_out_upright_srgb_and_clean() -> None:
+    # 4000x3000 stored, orientation 6 (turn 90° clockwise to view), GPS tags, a Display P3 profile.
+    data = images.photo_with_exif(4000, 3000, orientation=6, icc=images.display_p3())
+    result = fit(data, "image/jpeg", DEFAULT)
+    assert result.media_type == "image/jpeg"
+    assert (result.width, result.height) == (1500, 2000)  # portrait now, 3:4 kept
+    assert within(DEFAULT, result)
+    assert result.steps == ("orientation", "colour", "metadata", "resized", "reencoded")
+    assert passes_gate(result, DEFAULT).frames == 1
+    has_no_metadata(result.data)
+    with opened(result.data) as im:
+        # The stored top-left corner is the viewed top-right one; its P3 colour is the same colour in sRGB.
+        marker = images.p3_to_srgb(images.MARKER)
+        assert marker != images.MARKER
+        assert close(im.getpixel((1500 - 40, 40)), marker, 4)
+        for corner in ((40, 40), (40, 2000 - 40), (1500 - 40, 2000 - 40)):
+            r, g, b = im.getpixel(corner)  # type: ignore[misc]
+            assert max(r, g, b) - min(r, g, b) <= 4  # grey blobs: far from the marker
+
+
+@pytest.mark.parametrize(
+    ("size", "target"),
+    [
+        ((4000, 3000), Target(2000, 4_000_000, 10**7)),
+        ((3000, 3000), Target(2000, 1_000_000, 10**7)),
+        ((300, 200), Target(2000, 10_000, 10**7)),
+        ((5000, 1), Target(2000, 4_000_000, 10**7)),
+        ((1, 3), Target(2, 4_000_000, 10**7)),
+        ((700, 500), Target(100, 100, 10**7)),
+    ],
+)
+def test_resizing_keeps_the_aspect_ratio_within_both_limits(size: tuple[int, int], target: Target) -> None:
+    result = fit(images.encode(Image.new("L", size, 90), "PNG"), "image/png", target)
+    assert within(target, result)
+    assert result.steps == ("resized", "reencoded")
+    long, short = max(size), min(size)
+    got_long, got_short = max(result.width, result.height), min(result.width, result.height)
+    assert (result.width >= result.height) == (size[0] >= size[1])
+    assert got_short >= 1
+    assert abs(got_short - got_long * short / long) <= 1  # the aspect ratio, to a pixel
+    # As large as the limits allow: a longer side one pixel longer would break one of them.
+    longer = got_long + 1
+    shorter = max(1, round(longer * short / long))
+    assert longer > target.max_side or longer * shorter > target.max_pixels or longer > long
+
+
+def test_an_image_within_the_target_is_still_reencoded_and_never_upscaled() -> None:
+    data = images.jpeg(300, 200)
+    result = fit(data, "image/jpeg", DEFAULT)
+    assert (result.width, result.height) == (300, 200)
+    assert result.steps == ("reencoded",)
+    assert passes_gate(result, DEFAULT)
+
+
+def test_an_srgb_profile_is_dropped_without_converting() -> None:
+    srgb = ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).tobytes()
+    data = images.photo_with_exif(400, 300, gps=False, icc=srgb)
+    result = fit(data, "image/jpeg", DEFAULT)
+    assert result.steps == ("metadata", "reencoded")
+    has_no_metadata(result.data)
+    with opened(result.data) as im:
+        assert close(im.convert("RGB").getpixel((10, 10)), images.MARKER, 4)
+
+
+def test_a_profile_that_cannot_be_read_or_does_not_match_is_dropped() -> None:
+    for data in (
+        images.encode(Image.new("RGB", (20, 20), (1, 2, 3)), "PNG", icc_profile=b"not a profile"),
+        images.encode(Image.new("L", (20, 20), 100), "PNG", icc_profile=images.display_p3()),  # RGB on grey
+    ):
+        result = fit(data, "image/png", DEFAULT)
+        assert result.steps == ("metadata", "reencoded")
+        has_no_metadata(result.data)
+        with opened(result.data) as im, opened(data) as before:
+            assert im.convert(before.mode).getpixel((3, 3)) == before.getpixel((3, 3))  # not converted
+
+
+def test_a_grey_image_is_converted_through_its_grey_profile() -> None:
+    data = images.encode(Image.new("L", (64, 64), 128), "PNG", icc_profile=images.linear_grey())
+    result = fit(data, "image/png", DEFAULT)
+    assert result.steps == ("colour", "metadata", "reencoded")
+    with opened(result.data) as im:
+        assert im.mode == "L"
+        assert abs(im.getpixel((5, 5)) - 188) <= 1  # type: ignore[operator]  # linear 0.5 is sRGB's 188
+
+
+def test_a_cmyk_jpeg_comes_out_rgb_with_the_right_colours() -> None:
+    im = Image.new("CMYK", (64, 32), (0, 0, 0, 0))  # white, then red on the right
+    im.paste((0, 255, 255, 0), (32, 0, 64, 32))
+    result = fit(images.encode(im, "JPEG", quality=95), "image/jpeg", DEFAULT)
+    with opened(result.data) as out:
+        assert out.mode in ("RGB", "P")
+        rgb = out.convert("RGB")
+        assert close(rgb.getpixel((8, 16)), (255, 255, 255), 6)
+        assert close(rgb.getpixel((56, 16)), (255, 0, 0), 6)
+
+
+def test_a_16_bit_greyscale_png_is_scaled_not_clipped() -> None:
+    im = Image.new("I;16", (8, 8), 257 * 200)
+    result = fit(images.encode(im, "PNG"), "image/png", DEFAULT)
+    with opened(result.data) as out:
+        assert out.convert("L").getpixel((3, 3)) == 200
+
+
+def test_a_screenshot_with_alpha_stays_transparent() -> None:
+    data = images.encode(images.screenshot(2400, 1600), "PNG")
+    result = fit(data, "image/png", DEFAULT)
+    assert result.media_type in ("image/png", "image/webp")
+    assert (result.width, result.height) == (2000, 1333)
+    assert passes_gate(result, DEFAULT)
+    with opened(result.data) as im:
+        rgba = im.convert("RGBA")
+        assert rgba.getpixel((1990, 10))[3] == 0  # type: ignore[index]  # the background
+        assert rgba.getpixel((10, 10))[3] == 255  # type: ignore[index]  # the first panel
+
+
+def test_few_colours_become_an_exact_palette_png() -> None:
+    for alpha in (False, True):
+        im = images.screenshot(400, 300, alpha=alpha)
+        result = fit(images.encode(im, "PNG"), "image/png", DEFAULT)
+        assert result.media_type == "image/png"
+        with opened(result.data) as out:
+            assert out.mode == "P"
+            # Exact where it shows: premultiplied, a clear pixel's colour does not count.
+            assert (
+                out.convert("RGBA").convert("RGBa").tobytes() == im.convert("RGBA").convert("RGBa").tobytes()
+            )
+
+
+def test_a_noisy_photo_climbs_down_the_quality_ladder() -> None:
+    data = images.jpeg(400, 300, quality=95)
+    source = images.noise(400, 300)
+    best, worst = (len(images.encode(source, "JPEG", quality=q)) for q in (90, 50))
+    max_bytes = (best + worst) // 2  # under quality 90, over quality 50
+    target = Target(2000, 4_000_000, max_bytes)
+    result = fit(data, "image/jpeg", target)
+    assert result.media_type == "image/jpeg"
+    assert (result.width, result.height) == (400, 300)  # a lower quality was enough: no shrinking
+    assert result.steps == ("reencoded",)
+    assert within(target, result)
+    assert passes_gate(result, target)
+
+
+def test_dimensions_shrink_when_the_lowest_quality_is_too_large() -> None:
+    data = images.jpeg(400, 300, quality=95)
+    target = Target(2000, 4_000_000, len(images.encode(images.noise(400, 300), "JPEG", quality=50)) // 3)
+    result = fit(data, "image/jpeg", target)
+    assert within(target, result)
+    assert result.width < 400
+    assert abs(result.width - result.height * 4 / 3) <= 1
+    assert result.steps == ("resized", "reencoded")
+    assert passes_gate(result, target)
+
+
+def test_an_impossible_target_is_unfittable() -> None:
+    with pytest.raises(Unfittable) as info:
+        fit(images.jpeg(400, 300), "image/jpeg", Target(2000, 4_000_000, 100))
+    message = str(info.value)
+    assert "100 bytes" in message
+    assert "\n" not in message
+
+
+def test_a_multi_picture_jpeg_is_fitted_from_its_first_picture() -> None:
+    data = images.mpo(400, 300, later=(100, 100))
+    result = fit(data, "image/jpeg", Target(200, 4_000_000, 10**7))
+    assert (result.width, result.height) == (200, 150)
+    assert "metadata" in result.steps  # the later pictures and their index are gone
+
+
+# fit: animations
+
+
+@pytest.mark.parametrize(
+    ("fmt", "media_type"), [("GIF", "image/gif"), ("WEBP", "image/webp"), ("PNG", "image/png")]
+)
+def test_an_animation_keeps_its_frames_and_timing(fmt: str, media_type: str) -> None:
+    timing = (40, 80, 120, 160)
+    data = images.animated(fmt, 300, 200, timing, loop=3)
+    target = Target(150, 4_000_000, 3_670_016)
+    result = fit(data, media_type, target)
+    assert result.media_type == media_type
+    assert (result.width, result.height) == (150, 100)
+    assert result.steps == ("resized", "reencoded")
+    assert passes_gate(result, target).frames == 4
+    assert durations(result.data) == list(timing)
+    with opened(result.data) as im:
+        assert im.info["loop"] == 3
+
+
+def test_an_animation_over_the_byte_limit_shrinks_or_is_unfittable() -> None:
+    data = images.gif_animated(120, 80, 3)  # noise: a GIF of it barely compresses
+    target = Target(2000, 4_000_000, len(data) // 3)
+    result = fit(data, "image/gif", target)
+    assert within(target, result)
+    assert result.width < 120
+    assert passes_gate(result, target).frames == 3
+    with pytest.raises(Unfittable, match="animation"):
+        fit(data, "image/gif", Target(2000, 4_000_000, 200))
+
+
+# fit: the same bytes every time
+
+
+def fingerprints() -> list[str]:
+    """The media type and sha256 of fit's output for a JPEG photo, a WebP with alpha and an animated GIF:
+    each encoder must give the same bytes every time, in any process."""
+    cases = [
+        (images.photo_with_exif(800, 600, orientation=6, icc=images.display_p3()), "image/jpeg", 500, 10**7),
+        (images.png(300, 200, "RGBA"), "image/png", 200, 40_000),
+        (images.animated("GIF", 200, 100, (40, 80)), "image/gif", 100, 10**7),
+    ]
+    out = []
+    for data, media_type, side, size in cases:
+        result = fit(data, media_type, Target(side, 4_000_000, size))
+        out.append(f"{result.media_type} {hashlib.sha256(result.data).hexdigest()}")
+    return out
+
+
+def test_fit_is_deterministic_even_in_another_process() -> None:
+    first = fingerprints()
+    assert [line.split()[0] for line in first] == ["image/jpeg", "image/webp", "image/gif"]
+    assert fingerprints() == first
+    code = "from tests.test_normalize import fingerprints; print('\\n'.join(fingerprints()))"
+    root = Path(__file__).resolve().parents[1]
+    child = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
+    assert child.stdout.splitlines() == first
+
+
+# strip_metadata
+
+
+def stripped(data: bytes, media_type: str) -> bytes:
+    """strip_metadata's result, checked: same pixels in every frame, and the gate takes it."""
+    result = strip_metadata(data, media_type)
+    before = frames(data)
+    if media_type == "image/jpeg":
+        before = before[:1]  # a multi-picture JPEG keeps its first picture
+    assert frames(result) == before
+    inspect(result, media_type, ROOMY, trailing_data="reject")
+    return result
+
+
+def test_strip_jpeg_keeps_orientation_and_profile_and_nothing_else() -> None:
+    photo = images.photo_with_exif(400, 300, orientation=6, icc=images.display_p3())
+    sos = photo.index(b"\xff\xda")
+    app13 = images.jpeg_segment(0xED, b"Photoshop 3.0\x008BIM\x04\x04\x00\x00\x00\x00\x00\x00")
+    extended = images.jpeg_segment(0xE1, b"http://ns.adobe.com/xmp/extension/\x00" + b"0" * 40)
+    data = images.jpeg_insert(photo, sos, app13 + extended + images.jpeg_segment(0xFE, b"second comment"))
+    result = stripped(data, "image/jpeg")
+    with opened(result) as im, opened(data) as before:
+        assert dict(im.getexif()) == {0x0112: 6}  # GPS, the camera model: gone
+        assert not im.getexif().get_ifd(0x8825)
+        assert im.info["icc_profile"] == before.info["icc_profile"]
+        assert {"jfif", "exif", "icc_profile"} <= set(im.info)
+        assert not {"xmp", "comment", "photoshop"} & set(im.info)
+    for needle in (b"http://ns.adobe.com", b"Photoshop", b"comment", b"Test camera"):
+        assert needle not in result
+
+
+def test_strip_jpeg_with_orientation_1_keeps_no_exif() -> None:
+    result = stripped(images.photo_with_exif(64, 48), "image/jpeg")
+    assert b"Exif" not in result
+    with opened(result) as im:
+        assert not im.getexif()
+
+
+@pytest.mark.parametrize(
+    "exif",
+    [
+        b"Exif\x00\x00MM\x00*\x00\x00\x00\x08\x00\x05\x01\x12",  # an IFD cut short
+        b"Exif\x00\x00not a TIFF header",
+        b"Exif\x00\x00II*\x00\x08\x00\x00\x00\x01\x00"  # one tag: orientation 9, which does not exist
+        b"\x12\x01\x03\x00\x01\x00\x00\x00\x09\x00\x00\x00\x00\x00\x00\x00",
+    ],
+)
+def test_a_damaged_exif_block_or_orientation_is_dropped(exif: bytes) -> None:
+    # (Pillow warns when it opens these, so the input is not decoded here: the result is compared as bytes.)
+    data = images.jpeg_insert(images.jpeg(40, 30), 2, images.jpeg_segment(0xE1, exif))
+    assert strip_metadata(data, "image/jpeg") == images.jpeg(40, 30)
+    fitted = fit(data, "image/jpeg", DEFAULT)
+    assert fitted.steps == ("metadata", "reencoded")
+    has_no_metadata(fitted.data)
+
+
+def test_strip_png_drops_text_time_and_exif_but_keeps_colour_chunks() -> None:
+    info = PngImagePlugin.PngInfo()
+    info.add_text("Software", "an editor")
+    info.add_text("Comment", "zipped", zip=True)
+    info.add_itxt("XML:com.adobe.xmp", "<x:xmpmeta/>")
+    exif = Image.Exif()
+    exif[0x0112] = 3
+    exif.get_ifd(0x8825)[1] = "N"
+    data = images.encode(
+        images.noise(40, 30), "PNG", pnginfo=info, exif=exif, icc_profile=images.display_p3()
+    )
+    data = images.png_insert(data, b"IDAT", images.png_chunk(b"tIME", bytes([7, 232, 1, 1, 0, 0, 0])))
+    result = stripped(data, "image/png")
+    assert [chunk.kind for chunk in images.png_chunks(result)] == [
+        b"IHDR",
+        b"iCCP",
+        b"eXIf",
+        b"IDAT",
+        b"IEND",
+    ]
+    with opened(result) as im:
+        assert dict(im.getexif()) == {0x0112: 3}
+        assert not im.text  # type: ignore[attr-defined]
+
+
+def test_strip_webp_drops_exif_and_xmp_and_fixes_the_header() -> None:
+    for orientation in (1, 8):
+        exif = Image.Exif()
+        exif[0x0112] = orientation
+        exif[0x0110] = "Test camera"
+        options = {"exif": exif, "xmp": b"<x:xmpmeta/>", "icc_profile": images.display_p3()}
+        data = images.encode(images.noise(40, 30, "RGBA"), "WEBP", **options)
+        assert data[20] & 0x0C == 0x0C  # EXIF and XMP flags
+        result = stripped(data, "image/webp")
+        assert int.from_bytes(result[4:8], "little") == len(result) - 8
+        assert b"XMP " not in result
+        assert result[20] & 0x30 == 0x30  # ICC and alpha flags kept
+        assert result[20] & 0x04 == 0
+        with opened(result) as im:
+            assert im.info["icc_profile"] == images.display_p3()
+            if orientation == 1:
+                assert b"EXIF" not in result
+                assert result[20] & 0x08 == 0
+            else:
+                assert dict(im.getexif()) == {0x0112: 8}
+                assert result[20] & 0x08
+
+
+def test_strip_gif_drops_comments_and_xmp() -> None:
+    data = images.gif_xmp(images.gif_comment(images.gif_animated(40, 30, 3), b"a comment"), b"<x:xmpmeta/>")
+    result = stripped(data, "image/gif")
+    assert result == images.gif_animated(40, 30, 3)
+
+
+def test_strip_a_multi_picture_jpeg_keeps_the_first_picture() -> None:
+    data = images.mpo(64, 48, frames=3)
+    result = stripped(data, "image/jpeg")
+    assert b"MPF\x00" not in result
+    assert len(result) < len(data) // 2
+    with opened(result) as im:
+        assert im.format == "JPEG"
+        assert getattr(im, "n_frames", 1) == 1
+
+
+def test_strip_cuts_bytes_after_the_end() -> None:
+    for data, media_type in ((images.jpeg(16, 16), "image/jpeg"), (images.png(16, 16), "image/png")):
+        assert stripped(data + b"payload", media_type) == data
+
+
+@pytest.mark.parametrize(
+    ("data", "media_type"),
+    [
+        (images.jpeg(40, 30), "image/jpeg"),
+        (images.png(40, 30, "RGBA"), "image/png"),
+        (images.apng(40, 30, 3), "image/png"),
+        (images.gif_animated(40, 30, 3), "image/gif"),
+        (images.webp(40, 30), "image/webp"),
+        (images.webp_animated(40, 30, 3), "image/webp"),
+        (images.encode(images.noise(40, 30), "WEBP", icc_profile=images.display_p3()), "image/webp"),
+    ],
+)
+def test_strip_returns_a_clean_image_itself(data: bytes, media_type: str) -> None:
+    assert strip_metadata(data, media_type) is data
