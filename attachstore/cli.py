@@ -16,6 +16,7 @@ from typing import TypeVar
 import msgspec
 
 from . import __version__, logs, maintenance, server
+from .api.attachments import attachment
 from .config import Config, load
 from .errors import AttachstoreError, ConfigError, InvalidRequest
 from .index import SessionRow
@@ -123,7 +124,13 @@ def _read_files(paths: Sequence[str], media_type: str | None) -> list[Upload]:
 
 def _line(r: ImageRef) -> str:
     frames = f", {r.frames} frames" if r.frames > 1 else ""
-    return f"{r.ref}  {r.media_type} {r.width}x{r.height}{frames}, {r.bytes} bytes  {r.name or ''}".rstrip()
+    was = ""
+    if r.normalized is not None:
+        o = r.normalized.original
+        was = f" (was {o.media_type} {o.width}x{o.height}, {o.bytes} bytes: {', '.join(r.normalized.steps)})"
+    return (
+        f"{r.ref}  {r.media_type} {r.width}x{r.height}{frames}, {r.bytes} bytes{was}  {r.name or ''}".rstrip()
+    )
 
 
 def _cmd_put(args: argparse.Namespace, config: Config) -> int:
@@ -136,7 +143,7 @@ def _cmd_put(args: argparse.Namespace, config: Config) -> int:
 
     result = asyncio.run(_with_store(config, action))
     if args.json:
-        answer: dict[str, object] = {"attachments": result.attachments}
+        answer: dict[str, object] = {"attachments": [attachment(r) for r in result.attachments]}
         if result.degraded:
             answer |= {"degraded": True, "diagnostics": result.diagnostics, "text": result.text}
         print(msgspec.json.encode(answer).decode())
@@ -166,7 +173,7 @@ def _cmd_get(args: argparse.Namespace, config: Config) -> int:
 
 def _cmd_stat(args: argparse.Namespace, config: Config) -> int:
     async def action(store: Store) -> int:
-        print(msgspec.json.encode(await store.meta(args.ref)).decode())
+        print(msgspec.json.encode(attachment(await store.meta(args.ref))).decode())
         return EXIT_OK
 
     return asyncio.run(_with_store(config, action))

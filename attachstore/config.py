@@ -42,6 +42,9 @@ class Limits(_Section, frozen=True):
     max_batch_bytes: Positive = 33_554_432
 
 
+_FIT_MAX_SIDE = 65_535  # the largest side any of the four formats can declare
+
+
 class Admission(_Section, frozen=True):
     decode_workers: Annotated[int, Meta(ge=0)] = 0  # 0: one per core
     decode_timeout: Duration = "10s"
@@ -49,6 +52,24 @@ class Admission(_Section, frozen=True):
     trailing_data: Literal["allow", "reject"] = "allow"
     # Admissions in progress at once (the rest get 503 SERVER_BUSY with Retry-After); reads are not counted.
     max_concurrent: Positive = 64
+    # "fit": an image over the side, pixel or byte limit is normalized to fit them (docs/normalization.md)
+    # instead of being rejected; images within the limits are stored byte-identical.
+    oversize: Literal["reject", "fit"] = "reject"
+    # What `fit` takes in at most: larger uploads are still rejected, with the limits' codes.
+    fit_max_bytes: Positive = 33_554_432
+    fit_max_pixels: Positive = 50_000_000
+    # Remove EXIF (GPS included), XMP, IPTC and comments from every admitted image, losslessly.
+    strip_metadata: bool = False
+
+    def fit_limits(self, limits: Limits) -> Limits:
+        """The gate's limits for an upload that `fit` will bring within `limits`."""
+        return msgspec.structs.replace(
+            limits,
+            max_image_bytes=max(limits.max_image_bytes, self.fit_max_bytes),
+            max_side=max(limits.max_side, _FIT_MAX_SIDE),
+            max_pixels=max(limits.max_pixels, self.fit_max_pixels),
+            max_animation_pixels=max(limits.max_animation_pixels, self.fit_max_pixels),
+        )
 
     @property
     def decode_timeout_seconds(self) -> float:
@@ -108,11 +129,23 @@ class Placeholders(_Section, frozen=True):
     )
 
 
+class ManyImages(_Section, frozen=True):
+    """A tighter side limit for requests that carry many images (Anthropic: 2000 px past 20 images)."""
+
+    more_than: Positive
+    max_side: Positive
+
+
 class Route(_Section, frozen=True):
     input_modalities: list[Literal["text", "image"]] = msgspec.field(default_factory=lambda: ["text"])
     provider: Provider | None = None  # render's default for this route
     max_request_image_bytes: Positive | None = None  # render's base64 budget (default 20 MiB)
     max_request_images: Positive | None = None  # render's image count budget (default: no limit)
+    # Per image: a stored image over one of these is sent as a derived, cached variant that fits them.
+    max_request_side: Positive | None = None
+    max_request_pixels: Positive | None = None
+    max_request_bytes: Positive | None = None
+    many_images: ManyImages | None = None
     placeholders: Placeholders = Placeholders()
 
 

@@ -171,7 +171,7 @@ def inspect(data: bytes, declared: str | None, limits: Limits, *, trailing_data:
             hint=f"the limit is {limits.max_pixels:,} pixels and this image has {width * height:,}; "
             f"shrink it to at most {_fit(width, height, limits)} and read it again",
         )
-    with _strict_pillow(limits):
+    with strict_pillow(limits):
         frames, decoded_type = _decode(data, media_type, (width, height), limits, trailing_data)
     if decoded_type != media_type:  # cannot happen while one plugin is tried per type; kept as a backstop
         raise Rejected(
@@ -284,7 +284,7 @@ def _trailing(media_type: str, extra: int, end: int) -> Rejected:
 
 
 @contextmanager
-def _strict_pillow(limits: Limits) -> Iterator[None]:
+def strict_pillow(limits: Limits) -> Iterator[None]:
     """Pillow's process-wide knobs, set for one inspection (a worker runs one at a time) and then restored."""
     saved = Image.MAX_IMAGE_PIXELS, ImageFile.LOAD_TRUNCATED_IMAGES
     Image.MAX_IMAGE_PIXELS = limits.max_pixels  # Pillow's own bomb check agrees with ours

@@ -68,6 +68,7 @@ class Hold:
 
 
 _COLUMNS = "ref, media_type, bytes, width, height, frames, name, created_at, lease_at, state"
+_OBJECT_COLUMNS = ", ".join(f"objects.{c}" for c in _COLUMNS.split(", "))
 _TENANT_COLUMNS = (
     "objects.ref, media_type, bytes, width, height, frames, grants.name, created_at, lease_at, state"
 )
@@ -322,7 +323,7 @@ class Index:
     async def variant(self, source: str, spec: str) -> ObjectRow | None:
         """The row of the variant of `source` derived with `spec`, if there is one."""
         found = await self._read(
-            f"""SELECT {_COLUMNS} FROM variants JOIN objects ON objects.ref = variants.variant
+            f"""SELECT {_OBJECT_COLUMNS} FROM variants JOIN objects ON objects.ref = variants.variant
             WHERE variants.source = ? AND variants.spec = ?""",
             (source, spec),
         )

@@ -19,6 +19,17 @@ class Metrics:
         )
         self.images_admitted = Counter("attachstore_images_admitted", "Images admitted", registry=r)
         self.bytes_admitted = Counter("attachstore_admitted_bytes", "Bytes of images admitted", registry=r)
+        self.normalized = Counter(
+            "attachstore_images_normalized",
+            "Admitted images stored normalized (fitted or stripped)",
+            registry=r,
+        )
+        self.variants = Counter(
+            "attachstore_variants",
+            "Request variants used by render: found cached, or derived (image work done)",
+            ["result"],
+            registry=r,
+        )
         self.dedup_hits = Counter(
             "attachstore_dedup_hits", "Admitted images whose intact bytes were already stored", registry=r
         )

@@ -1,4 +1,5 @@
-"""A bounded pool of decode workers (see worker.py) with a time bound per image."""
+"""A bounded pool of decode workers (see worker.py) with a time bound per image: every piece of image work
+(the gate's decode, normalization, variants) runs here, never on the event loop."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sys
 from .config import Limits
 from .errors import AttachstoreError, Rejected
 from .gate import TRAILING_DATA
-from .worker import LENGTH, READY, Failed, Job, Outcome, Passed, job_encoder, outcome_decoder
+from .worker import LENGTH, READY, Derive, Failed, Job, Outcome, Passed, job_encoder, outcome_decoder
 
 _STREAM_LIMIT = 1 << 16
 
@@ -23,7 +24,7 @@ class _Worker:
     def __init__(self, proc: asyncio.subprocess.Process) -> None:
         self.proc = proc
 
-    async def ask(self, job: Job) -> Outcome:
+    async def ask(self, job: Job | Derive) -> Outcome:
         stdin, stdout = self.proc.stdin, self.proc.stdout
         if stdin is None or stdout is None:  # pragma: no cover - created with both pipes
             raise RuntimeError("worker without pipes")
@@ -58,25 +59,49 @@ class DecodePool:
         algorithm: str,
         *,
         trailing_data: str = "allow",
+        fit_limits: Limits | None = None,
+        strip_metadata: bool = False,
     ) -> Passed:
         """The deep checks; raises `Rejected` with the gate's code, or INVALID_IMAGE past the time bound.
-        `trailing_data` is gate.inspect's ("allow" or "reject")."""
+        `trailing_data` is gate.inspect's ("allow" or "reject"). With `fit_limits`, an image over `limits`
+        but within `fit_limits` is normalized to fit `limits`; with `strip_metadata`, metadata is removed.
+        Passed.data holds the bytes to store when they are not `data`."""
         if trailing_data not in TRAILING_DATA:  # here, where a caller's mistake surfaces as its own error
             raise ValueError(f"trailing_data must be 'allow' or 'reject', not {trailing_data!r}")
+        return await self._run(
+            Job(data, declared, limits, algorithm, trailing_data, fit_limits, strip_metadata),
+            "the image is pathologically expensive to decode; re-encode it",
+        )
+
+    async def derive(
+        self,
+        data: bytes,
+        media_type: str,
+        target: tuple[int, int, int],
+        limits: Limits,
+        source_limits: Limits,
+        algorithm: str,
+    ) -> Passed:
+        """A variant of a stored image within `target` (max side, max pixels, max bytes), checked by the
+        gate with `limits`; Passed.data holds its bytes. Raises `Rejected` when none fits."""
+        return await self._run(
+            Derive(data, media_type, target, limits, source_limits, algorithm),
+            "the stored image is too expensive to resize",
+        )
+
+    async def _run(self, job: Job | Derive, slow_hint: str) -> Passed:
         async with self._slots:
             if self._closed:
                 raise AttachstoreError("the decode pool is closed")
             worker = self._idle.pop() if self._idle else await self._spawn()
             try:
-                outcome = await asyncio.wait_for(
-                    worker.ask(Job(data, declared, limits, algorithm, trailing_data)), self.timeout
-                )
+                outcome = await asyncio.wait_for(worker.ask(job), self.timeout)
             except TimeoutError:
                 await worker.stop()
                 raise Rejected(
                     "INVALID_IMAGE",
                     f"decoding took longer than {self.timeout:g} s and was stopped",
-                    hint="the image is pathologically expensive to decode; re-encode it",
+                    hint=slow_hint,
                 ) from None
             except (asyncio.IncompleteReadError, ConnectionError) as e:
                 await worker.stop()

@@ -9,6 +9,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import msgspec
+
 from . import gate, policy
 from .blobstore import FileOps, LocalBlobStore, Put
 from .config import Config
@@ -20,7 +22,7 @@ from .pool import DecodePool
 from .probe import probe_header
 from .refs import Ref
 from .sessions import Sessions
-from .worker import Passed
+from .worker import Original, Passed
 
 SOURCES = ("user", "tool", "mcp", "command")
 MAX_NAME_LENGTH = 255
@@ -49,6 +51,14 @@ class Upload:
 
 
 @dataclass(frozen=True, slots=True)
+class Normalization:
+    """What admission did to an upload before storing it (docs/normalization.md)."""
+
+    original: Original  # the upload as it came
+    steps: tuple[str, ...]  # "orientation", "colour", "metadata", "resized", "reencoded"
+
+
+@dataclass(frozen=True, slots=True)
 class ImageRef:
     ref: str
     media_type: str
@@ -57,13 +67,19 @@ class ImageRef:
     height: int
     frames: int
     name: str | None
+    normalized: Normalization | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class _Admitted:
     ref: Ref
-    data: bytes
+    data: bytes  # what is stored: the upload, or its normalization
     inspection: Passed
+
+    @property
+    def normalized(self) -> Normalization | None:
+        original = self.inspection.original
+        return None if original is None else Normalization(original, tuple(self.inspection.steps))
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +111,27 @@ def _degraded(
     return Admission([], diagnostics, policy.model_text(diagnostics))
 
 
+@dataclass(frozen=True, slots=True)
+class VariantSpec:
+    """The per-image limits of a route's requests; a stored image over one of them is sent as a variant."""
+
+    max_side: int
+    max_pixels: int
+    max_bytes: int
+
+    @property
+    def key(self) -> str:
+        # Names the derivation: the same source and key always give the same bytes (normalize.fit).
+        return f"fit/1 side={self.max_side} pixels={self.max_pixels} bytes={self.max_bytes}"
+
+    def exceeded_by(self, row: ObjectRow) -> bool:
+        return (
+            max(row.width, row.height) > self.max_side
+            or row.width * row.height > self.max_pixels
+            or row.bytes > self.max_bytes
+        )
+
+
 class _FileGone(Exception):
     """An object file vanished between its write and the commit that publishes it."""
 
@@ -120,6 +157,7 @@ class Store:
         self.sessions = Sessions(config, index)
         self.metrics = Metrics()
         self._admitting = 0
+        self._deriving: dict[tuple[str, str], asyncio.Future[ObjectRow]] = {}
 
     @classmethod
     async def open(cls, config: Config, ops: FileOps | None = None, workers: int | None = None) -> Store:
@@ -200,6 +238,7 @@ class Store:
                 return _degraded(uploads, names, e, [])
             raise
         self.metrics.images_admitted.inc(len(admitted))
+        self.metrics.normalized.inc(sum(1 for a in admitted if a.normalized is not None))
         self.metrics.bytes_admitted.inc(sum(len(a.data) for a in admitted))
         return Admission(
             [
@@ -211,6 +250,7 @@ class Store:
                     a.inspection.height,
                     a.inspection.frames,
                     name,
+                    a.normalized,
                 )
                 for a, name in zip(admitted, names, strict=True)
             ]
@@ -231,6 +271,8 @@ class Store:
         input order decides, exactly as if the images were checked one after another, while the expensive
         checks of the images before it run concurrently."""
         limits = self.config.limits
+        admission = self.config.admission
+        fit_limits = admission.fit_limits(limits) if admission.oversize == "fit" else None
         try:
             policy.check_modality(self.config.routes, route, source)
             if session[0] is not None:
@@ -242,7 +284,7 @@ class Store:
         for u in uploads:
             try:
                 data = gate.decode_base64(u.payload) if isinstance(u.payload, str) else u.payload
-                gate.precheck(u.size, data[:64], u.media_type, limits)
+                gate.precheck(u.size, data[:64], u.media_type, fit_limits or limits)
                 cheap.append(data)
             except Rejected as e:
                 cheap.append(e)
@@ -255,7 +297,9 @@ class Store:
                     u.media_type,
                     limits,
                     self.config.hash,
-                    trailing_data=self.config.admission.trailing_data,
+                    trailing_data=admission.trailing_data,
+                    fit_limits=fit_limits,
+                    strip_metadata=admission.strip_metadata,
                 )
                 for c, u in zip(cheap, uploads, strict=False)
                 if not isinstance(c, Rejected)
@@ -270,7 +314,9 @@ class Store:
                 continue
             r = next(results)
             if isinstance(r, Passed):
-                verdicts.append(_Admitted(Ref(self.config.hash, r.digest), c, r))
+                verdicts.append(
+                    _Admitted(Ref(self.config.hash, r.digest), c if r.data is None else r.data, r)
+                )
             elif isinstance(r, Rejected):
                 verdicts.append(r)
             else:
@@ -353,6 +399,72 @@ class Store:
 
     async def discard_object(self, ref: str) -> None:
         await asyncio.to_thread(self.blobs.discard_sync, Ref.parse(ref))
+
+    # -- request variants ------------------------------------------------------------------------------
+
+    async def variant(self, source: ObjectRow, spec: VariantSpec, *, again: bool = False) -> ObjectRow:
+        """The row of `source`'s variant within `spec`: found in the index, else derived in the decode pool,
+        stored like any object and linked to its source. Concurrent callers in this process share one
+        derivation. `again` derives even when a variant is recorded (its bytes failed a read: the same
+        bytes are derived and written again, which heals them). Raises AttachstoreError (the source is
+        unreadable, or no variant fits)."""
+        key = (source.ref, spec.key)
+        if not again:
+            found = await self.index.variant(*key)
+            if found is not None and found.state == "ok":
+                self.metrics.variants.labels("cached").inc()
+                return found
+        task = self._deriving.get(key)
+        if task is None:
+            task = asyncio.ensure_future(self._derive(source, spec))
+            self._deriving[key] = task
+            task.add_done_callback(lambda t: (self._deriving.pop(key, None), t.cancelled() or t.exception()))
+        return await asyncio.shield(task)
+
+    async def _derive(self, source: ObjectRow, spec: VariantSpec) -> ObjectRow:
+        _, data = await self.verified(Ref.parse(source.ref), source)
+        limits = self.config.limits
+        target = msgspec.structs.replace(
+            limits, max_side=spec.max_side, max_pixels=spec.max_pixels, max_image_bytes=spec.max_bytes
+        )
+        source_limits = self.config.admission.fit_limits(limits)
+        passed = await self.pool.derive(
+            data,
+            source.media_type,
+            (spec.max_side, spec.max_pixels, spec.max_bytes),
+            target,
+            source_limits,
+            self.config.hash,
+        )
+        if passed.data is None:  # pragma: no cover - a derivation always answers with its bytes
+            raise AttachstoreError("the decode worker answered a derivation without bytes")
+        ref, derived = Ref(self.config.hash, passed.digest), passed.data
+        now = time.time()
+        existing = await self.index.renew([str(ref)], now)  # as an admission: GC leaves it alone from here
+        row = ObjectRow(
+            str(ref),
+            passed.media_type,
+            len(derived),
+            passed.width,
+            passed.height,
+            passed.frames,
+            None,
+            existing[str(ref)].created_at if str(ref) in existing else now,
+            now,
+        )
+        try:
+            await self.blobs.put(ref, derived)
+
+            async def file_still_there() -> None:
+                await self._still_there([(ref, len(derived))])
+
+            if not await self.index.publish_variant(row, source.ref, spec.key, file_still_there):
+                raise NotFound(f"no attachment {source.ref}: it was collected while its variant was made")
+        except BaseException:
+            await self.index.discard_unpublished([str(ref)], self.discard_object)
+            raise
+        self.metrics.variants.labels("derived").inc()
+        return row
 
     # -- reads -----------------------------------------------------------------------------------------
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import struct
 import sys
-from typing import BinaryIO
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, BinaryIO
 
 import msgspec
 
@@ -17,15 +18,45 @@ from .config import Limits
 from .errors import Rejected
 from .refs import Ref
 
+if TYPE_CHECKING:
+    from .gate import Inspection
+
 LENGTH = struct.Struct(">I")
 
 
-class Job(msgspec.Struct, array_like=True):
+class Job(msgspec.Struct, tag=True, array_like=True):
+    """Admission: the gate's checks on an upload, and with `fit_limits` or `strip_metadata` its
+    normalization (docs/normalization.md)."""
+
     data: bytes
     declared: str | None
     limits: Limits
     algorithm: str
     trailing_data: str = "allow"  # gate.inspect's: "reject" refuses bytes after the image's end
+    # Set when oversize images are fitted: the limits an upload must meet to be fitted to `limits`.
+    fit_limits: Limits | None = None
+    strip_metadata: bool = False
+
+
+class Derive(msgspec.Struct, tag=True, array_like=True):
+    """A request variant: a stored (already admitted and verified) image brought within `target`, whose
+    result must pass the gate with `limits` (the target's sizes in place of the admission's)."""
+
+    data: bytes
+    media_type: str
+    target: tuple[int, int, int]  # max_side, max_pixels, max_bytes
+    limits: Limits
+    source_limits: Limits  # Pillow's bomb bounds while the source decodes
+    algorithm: str
+
+
+class Original(msgspec.Struct, array_like=True):
+    """The upload as it came, when what is stored differs from it."""
+
+    media_type: str
+    bytes: int
+    width: int
+    height: int
 
 
 class Passed(msgspec.Struct, tag=True, array_like=True):
@@ -34,6 +65,9 @@ class Passed(msgspec.Struct, tag=True, array_like=True):
     height: int
     frames: int
     digest: str
+    data: bytes | None = None  # the bytes to store, when they are not the input's
+    original: Original | None = None
+    steps: list[str] = msgspec.field(default_factory=list)
 
 
 class Failed(msgspec.Struct, tag=True, array_like=True):
@@ -44,22 +78,90 @@ class Failed(msgspec.Struct, tag=True, array_like=True):
 
 Outcome = Passed | Failed
 job_encoder = msgspec.msgpack.Encoder()
-job_decoder = msgspec.msgpack.Decoder(Job)
+job_decoder = msgspec.msgpack.Decoder(Job | Derive)
 outcome_decoder = msgspec.msgpack.Decoder(Outcome)
 
+# The gate's codes for an image over a size limit: the ones `fit` turns into a normalization.
+OVERSIZE = frozenset({"IMAGE_TOO_LARGE", "IMAGE_DIMENSION_TOO_LARGE", "IMAGE_TOO_MANY_PIXELS"})
 
 READY = b"ready"
 
 
-def run(job: Job) -> Outcome:
+def run(job: Job | Derive) -> Outcome:
+    try:
+        return _derive(job) if isinstance(job, Derive) else _admit(job)
+    except Rejected as e:
+        return Failed(e.code, e.message, e.hint)
+
+
+def _admit(job: Job) -> Passed:
     from .gate import inspect
+    from .normalize import strip_metadata
 
     try:
         found = inspect(job.data, job.declared, job.limits, trailing_data=job.trailing_data)
     except Rejected as e:
-        return Failed(e.code, e.message, e.hint)
-    digest = Ref.of(job.algorithm, job.data).digest
-    return Passed(found.media_type, found.width, found.height, found.frames, digest)
+        if job.fit_limits is None or e.code not in OVERSIZE:
+            raise
+        return _fit(job, job.fit_limits, e)
+    if job.strip_metadata:
+        stripped = strip_metadata(job.data, found.media_type)
+        if stripped is not job.data:
+            # Lossless surgery on the container, and still the stored bytes pass the whole gate.
+            kept = inspect(stripped, found.media_type, job.limits, trailing_data="reject")
+            original = Original(found.media_type, len(job.data), found.width, found.height)
+            return _passed(kept, stripped, job.algorithm, original=original, steps=["metadata"])
+    return _passed(found, job.data, job.algorithm, new_bytes=False)
+
+
+def _fit(job: Job, fit_limits: Limits, oversize: Rejected) -> Passed:
+    """An upload over a size limit: checked in full under the fit bounds, then brought within the limits."""
+    from .gate import inspect, strict_pillow
+    from .normalize import Target, Unfittable, fit
+
+    found = inspect(job.data, job.declared, fit_limits, trailing_data=job.trailing_data)
+    limits = job.limits
+    target = Target(limits.max_side, limits.max_pixels, limits.max_image_bytes)
+    try:
+        with strict_pillow(fit_limits):  # Pillow's bomb bounds as the gate just had them
+            out = fit(job.data, found.media_type, target)
+    except Unfittable as e:
+        raise Rejected(
+            oversize.code, f"{oversize.message}; fitting it failed: {e}", hint=oversize.hint
+        ) from None
+    stored = inspect(out.data, out.media_type, limits, trailing_data="reject")
+    original = Original(found.media_type, len(job.data), found.width, found.height)
+    return _passed(stored, out.data, job.algorithm, original=original, steps=out.steps)
+
+
+def _derive(job: Derive) -> Passed:
+    from .gate import inspect, strict_pillow
+    from .normalize import Target, Unfittable, fit
+
+    try:
+        with strict_pillow(job.source_limits):
+            out = fit(job.data, job.media_type, Target(*job.target))
+    except Unfittable as e:
+        raise Rejected("IMAGE_TOO_LARGE", f"no variant within the route's limits: {e}") from None
+    stored = inspect(out.data, out.media_type, job.limits, trailing_data="reject")
+    return _passed(stored, out.data, job.algorithm, steps=out.steps)
+
+
+def _passed(
+    found: Inspection,
+    data: bytes,
+    algorithm: str,
+    *,
+    new_bytes: bool = True,
+    original: Original | None = None,
+    steps: Sequence[str] = (),
+) -> Passed:
+    """The answer for `data`; it carries the bytes back only when they are not the job's own."""
+    digest = Ref.of(algorithm, data).digest
+    kept = data if new_bytes else None
+    return Passed(
+        found.media_type, found.width, found.height, found.frames, digest, kept, original, list(steps)
+    )
 
 
 def _read_exact(stream: BinaryIO, n: int) -> bytes | None:
@@ -73,7 +175,7 @@ def _read_exact(stream: BinaryIO, n: int) -> bytes | None:
 
 
 def main() -> None:
-    from . import gate  # noqa: F401  # load Pillow before saying ready, so no job's time bound pays for it
+    from . import gate, normalize  # noqa: F401  # load Pillow first, so no job's time bound pays for it
 
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     encoder = msgspec.msgpack.Encoder()

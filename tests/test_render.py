@@ -87,6 +87,7 @@ async def test_a_vision_route_gets_verified_data_urls(client: Client) -> None:
         "unavailable": 0,
         "base64_bytes": len(base64.b64encode(a)) + len(base64.b64encode(b)),
         "estimated_image_tokens": 2 * 255,
+        "resized": 0,
     }
 
 

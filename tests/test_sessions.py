@@ -296,6 +296,9 @@ async def test_routes_are_listed(client: Client) -> None:
                 "provider": None,
                 "max_request_image_bytes": None,
                 "max_request_images": None,
+                "max_request_side": None,
+                "max_request_pixels": None,
+                "max_request_bytes": None,
             },
             {
                 "id": "texty",
@@ -303,6 +306,9 @@ async def test_routes_are_listed(client: Client) -> None:
                 "provider": None,
                 "max_request_image_bytes": None,
                 "max_request_images": None,
+                "max_request_side": None,
+                "max_request_pixels": None,
+                "max_request_bytes": None,
             },
             {
                 "id": "vision",
@@ -310,6 +316,9 @@ async def test_routes_are_listed(client: Client) -> None:
                 "provider": "openai-chat",
                 "max_request_image_bytes": None,
                 "max_request_images": None,
+                "max_request_side": None,
+                "max_request_pixels": None,
+                "max_request_bytes": None,
             },
         ]
     }

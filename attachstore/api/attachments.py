@@ -20,7 +20,12 @@ admit_decoder = msgspec.json.Decoder(wire.AdmitRequest)
 
 
 def attachment(r: ImageRef) -> wire.Attachment:
-    return wire.Attachment(r.ref, r.media_type, r.bytes, r.width, r.height, r.frames, r.name)
+    normalized = None
+    if r.normalized is not None:
+        o = r.normalized.original
+        original = wire.OriginalImage(o.media_type, o.bytes, o.width, o.height)
+        normalized = wire.Normalized(original, list(r.normalized.steps))
+    return wire.Attachment(r.ref, r.media_type, r.bytes, r.width, r.height, r.frames, r.name, normalized)
 
 
 def admit_answer(result: Admission) -> web.Response:

@@ -65,6 +65,9 @@ async def routes(request: web.Request) -> web.Response:
                     r.provider,
                     r.max_request_image_bytes,
                     r.max_request_images,
+                    r.max_request_side,
+                    r.max_request_pixels,
+                    r.max_request_bytes,
                 )
                 for name, r in sorted(configured.items())
             ]

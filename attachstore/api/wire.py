@@ -48,7 +48,22 @@ class Holds(_In, frozen=True):
     refs: list[RefText]
 
 
-class Attachment(msgspec.Struct):
+class OriginalImage(msgspec.Struct):
+    media_type: str
+    bytes: int
+    width: int
+    height: int
+
+
+class Normalized(msgspec.Struct):
+    """Present when the stored image is not the upload's bytes ([admission] oversize = "fit" or
+    strip_metadata = true): the upload as it came, and what was done to it."""
+
+    original: OriginalImage
+    steps: list[str]
+
+
+class Attachment(msgspec.Struct, omit_defaults=True):
     ref: str
     media_type: str
     bytes: int
@@ -56,6 +71,7 @@ class Attachment(msgspec.Struct):
     height: int
     frames: int
     name: str | None
+    normalized: Normalized | None = None
 
 
 class Diagnostic(msgspec.Struct):
@@ -92,6 +108,10 @@ class RouteInfo(msgspec.Struct):
     provider: str | None
     max_request_image_bytes: int | None
     max_request_images: int | None
+    # Per image: larger stored images are sent as derived variants (docs/normalization.md).
+    max_request_side: int | None = None
+    max_request_pixels: int | None = None
+    max_request_bytes: int | None = None
 
 
 class Routes(msgspec.Struct):

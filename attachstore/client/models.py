@@ -23,6 +23,21 @@ class Image(msgspec.Struct, frozen=True):
     name: str | None = None
 
 
+class OriginalImage(msgspec.Struct, frozen=True):
+    media_type: str
+    bytes: int
+    width: int
+    height: int
+
+
+class Normalized(msgspec.Struct, frozen=True):
+    """What admission did to the upload before storing it (the daemon's [admission] oversize = "fit" or
+    strip_metadata = true)."""
+
+    original: OriginalImage
+    steps: list[str]
+
+
 class Attachment(msgspec.Struct, frozen=True):
     ref: str
     media_type: str
@@ -31,6 +46,7 @@ class Attachment(msgspec.Struct, frozen=True):
     height: int
     frames: int
     name: str | None
+    normalized: Normalized | None = None  # None: the stored bytes are the upload's
 
 
 class Diagnostic(msgspec.Struct, frozen=True):
@@ -89,6 +105,9 @@ class RouteInfo(msgspec.Struct, frozen=True):
     provider: str | None = None
     max_request_image_bytes: int | None = None
     max_request_images: int | None = None
+    max_request_side: int | None = None
+    max_request_pixels: int | None = None
+    max_request_bytes: int | None = None
 
     @property
     def vision(self) -> bool:

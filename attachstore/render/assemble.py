@@ -16,17 +16,18 @@ from enum import Enum
 from typing import Any, get_args
 
 from ..config import Placeholders, Provider, Route
-from ..errors import AttachstoreError, InvalidRequest
+from ..errors import AttachstoreError, Corrupt, InvalidRequest, Missing
 from ..index import ObjectRow
 from ..policy import accepts_images
 from ..refs import Ref
-from ..service import Store
+from ..service import Store, VariantSpec
 from . import tokens
 from .model import Image, Part, Text, ToolCall, Turn
 from .neutral import ImageBlock, RenderRequest, TextBlock, check
 from .providers import render_body
 
 DEFAULT_BUDGET = 20 * 1024 * 1024  # base64 bytes
+_NO_LIMIT = 1 << 62  # a variant limit the route does not set
 PROVIDERS = get_args(Provider)
 
 
@@ -44,6 +45,7 @@ class Summary:
     unavailable: int
     base64_bytes: int
     estimated_image_tokens: int
+    resized: int = 0  # images sent as a route-sized variant (docs/normalization.md)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,48 +95,107 @@ async def render(store: Store, request: RenderRequest, *, tenant: str = "") -> R
     # Known unavailable without a read: no row (or not visible), or quarantined. A row marked missing is
     # tried, since its file may be back.
     unavailable = {ref for ref, row in rows.items() if row is None or row.state == "quarantined"}
+    candidates = sum(1 for o in occurrences if o.ref not in unavailable)
+    spec = variant_spec(route, candidates)
+    oversize = {
+        ref for ref, row in rows.items() if row is not None and spec is not None and spec.exceeded_by(row)
+    }
     budget, count = _budget(request, route)
+    variants: dict[str, ObjectRow] = {}  # source ref -> the variant sent in its place
     data: dict[str, str] = {}
     while True:
-        fates = _plan(occurrences, rows, unavailable, budget, count)
-        wanted = sorted(
-            {o.ref for o in occurrences if fates[(o.message, o.block)] is Fate.SENT} - data.keys()
+        sizes = {ref: _size(row, variants.get(ref), ref in oversize, spec) for ref, row in rows.items()}
+        fates = _plan(occurrences, sizes, unavailable, budget, count)
+        sent = {o.ref for o in occurrences if fates[(o.message, o.block)] is Fate.SENT}
+        # Variants are derived only for images the plan sends; their real sizes may change the plan.
+        if spec is not None and (derive := sorted((sent & oversize) - variants.keys())):
+            made = await asyncio.gather(*(_variant(store, rows[ref], spec) for ref in derive))
+            variants |= {ref: v for ref, v in zip(derive, made, strict=True) if v is not None}
+            unavailable |= {ref for ref, v in zip(derive, made, strict=True) if v is None}
+            continue
+        wanted = sorted(sent - data.keys())
+        read = await asyncio.gather(
+            *(_read_base64(store, rows[ref], variants.get(ref), spec) for ref in wanted)
         )
-        read = await asyncio.gather(*(_read_base64(store, ref, rows[ref]) for ref in wanted))
         failed = {ref for ref, d in zip(wanted, read, strict=True) if d is None}
         data |= {ref: d for ref, d in zip(wanted, read, strict=True) if d is not None}
         if not failed:
             break
         # An image that failed its read gives its share of the budget back to older ones: plan again.
         unavailable |= failed
-    media = {ref: (row.media_type, row.width, row.height) for ref, row in rows.items() if row is not None}
-    return _finish(request, provider, placeholders, fates, data, media)
+    media = {
+        ref: (sent_row.media_type, sent_row.width, sent_row.height)
+        for ref, row in rows.items()
+        if (sent_row := variants.get(ref, row)) is not None
+    }
+    return _finish(
+        request, provider, placeholders, fates, data, media, resized=len(variants.keys() & data.keys())
+    )
+
+
+def variant_spec(route: Route | None, images: int) -> VariantSpec | None:
+    """The per-image limits of a request on `route` carrying `images` images, or None if it has none."""
+    if route is None:
+        return None
+    side = route.max_request_side
+    many = route.many_images
+    if many is not None and images > many.more_than:
+        side = min(side or many.max_side, many.max_side)
+    if side is None and route.max_request_pixels is None and route.max_request_bytes is None:
+        return None
+    return VariantSpec(
+        side or _NO_LIMIT, route.max_request_pixels or _NO_LIMIT, route.max_request_bytes or _NO_LIMIT
+    )
+
+
+def _size(
+    row: ObjectRow | None, variant: ObjectRow | None, oversize: bool, spec: VariantSpec | None
+) -> int | None:
+    """The bytes an image will take in the request: its variant's once known; until then, at most the
+    route's byte limit (a guess the plan corrects once the variant exists)."""
+    if row is None:
+        return None
+    if variant is not None:
+        return variant.bytes
+    if oversize and spec is not None:
+        return min(row.bytes, spec.max_bytes)
+    return row.bytes
+
+
+async def _variant(store: Store, row: ObjectRow | None, spec: VariantSpec) -> ObjectRow | None:
+    if row is None:  # pragma: no cover - only rows found are oversize
+        return None
+    try:
+        return await store.variant(row, spec)
+    except AttachstoreError:
+        return None
 
 
 def _plan(
     occurrences: list[_Occurrence],
-    rows: dict[str, ObjectRow | None],
+    sizes: dict[str, int | None],
     unavailable: set[str],
     budget: int,
     count: int | None,
 ) -> dict[tuple[int, int], Fate]:
     """Newest first, each image is sent while it and everything newer fits both budgets; from the first
-    that does not fit, everything older is left out. Sizes come from the index: nothing is read to decide."""
+    that does not fit, everything older is left out. Sizes (bytes; None: no row) come from the index:
+    nothing is read to decide."""
     fates: dict[tuple[int, int], Fate] = {}
     used = sent = 0
     full = False
     for o in reversed(occurrences):
-        row = rows[o.ref]
-        if row is None or o.ref in unavailable:
+        size = sizes[o.ref]
+        if size is None or o.ref in unavailable:
             fates[(o.message, o.block)] = Fate.UNAVAILABLE
             continue
-        size = _base64_size(row.bytes)
-        full = full or used + size > budget or (count is not None and sent + 1 > count)
+        b64 = _base64_size(size)
+        full = full or used + b64 > budget or (count is not None and sent + 1 > count)
         if full:
             fates[(o.message, o.block)] = Fate.OVER_BUDGET
             continue
         fates[(o.message, o.block)] = Fate.SENT
-        used += size
+        used += b64
         sent += 1
     return fates
 
@@ -148,13 +209,25 @@ def _budget(request: RenderRequest, route: Route | None) -> tuple[int, int | Non
     return budget, count
 
 
-async def _read_base64(store: Store, ref: str, row: ObjectRow | None) -> str | None:
+async def _read_base64(
+    store: Store, row: ObjectRow | None, variant: ObjectRow | None, spec: VariantSpec | None
+) -> str | None:
     """Verified bytes as base64, or None: one bad object never fails the request. The row was looked up
-    (and its visibility checked) with all the others, in one statement."""
+    (and its visibility checked) with all the others, in one statement. A variant whose bytes fail their
+    read is derived again (the same bytes, which heals it) and read once more."""
     if row is None:
         return None
     try:
-        _, data = await store.verified(Ref.parse(ref), row)
+        if variant is None:
+            _, data = await store.verified(Ref.parse(row.ref), row)
+        else:
+            try:
+                _, data = await store.verified(Ref.parse(variant.ref), variant)
+            except (Corrupt, Missing):
+                if spec is None:  # pragma: no cover - a variant exists only under a spec
+                    raise
+                again = await store.variant(row, spec, again=True)
+                _, data = await store.verified(Ref.parse(again.ref), again)
     except AttachstoreError:
         return None
     return await asyncio.to_thread(lambda: base64.b64encode(data).decode("ascii"))
@@ -180,6 +253,8 @@ def _finish(
     fates: dict[tuple[int, int], Fate],
     data: dict[str, str],
     media: dict[str, tuple[str, int, int]],
+    *,
+    resized: int = 0,
 ) -> Rendered:
     turns: list[Turn] = []
     included = omitted = unavailable = b64 = estimated = 0
@@ -211,7 +286,7 @@ def _finish(
                 parts.append(Text(_say(placeholders.unavailable, placeholders.unavailable_path, b), True))
         calls = [ToolCall(c.id, c.name, c.arguments) for c in m.tool_calls or []]
         turns.append(Turn(m.role, parts, calls, m.tool_call_id, m.name))
-    summary = Summary(included, omitted, unavailable, b64, estimated)
+    summary = Summary(included, omitted, unavailable, b64, estimated, resized)
     return Rendered(provider, render_body(provider, turns), summary)
 
 
