@@ -1,0 +1,120 @@
+"""The blob store interface the service uses, and the local backend behind it.
+
+A backend stores bytes under names derived from their reference and knows nothing of images or of the index.
+Every implementation keeps the same contract, checked by one suite (tests/test_blob_conformance.py):
+
+- `put(ref, data)` returns only once `data` is durable under the name of `ref`. An intact existing object is
+  kept (EXISTED); a damaged one is replaced from `data` (HEALED), its damaged bytes kept in quarantine; a
+  missing one is written (CREATED). Concurrent puts of one ref all succeed and leave one intact object.
+- `read(ref, size)` returns the object's bytes only if their length is `size` and their hash is `ref`: it
+  raises `Missing` when there is no object and `Corrupt` when there is one that does not match. Damaged
+  bytes are never returned.
+- `quarantine(ref)` re-checks the object and moves it aside only if it is damaged; it answers what it found:
+  "intact" (a concurrent heal got there first; left in place), "quarantined" or "missing".
+- `discard(ref)` removes the object; removing a missing one is not an error. Durable when it returns.
+- `walk()` yields every object under the store's objects area (never quarantine or staging), in any order;
+  `StoredObject.ref` is None for a name that is not an object's.
+- I/O failures are `StorageUnavailable` (or `StorageFull`), never a raw OS or client exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Protocol
+
+from .blobstore import LocalBlobStore, Put, StoredFile, storage_error
+from .errors import StorageUnavailable
+from .refs import Ref
+
+_WALK_BATCH = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class StoredObject:
+    """One object as its backend lists it."""
+
+    key: str  # where the backend keeps it: a path for local, an S3 key for s3
+    ref: Ref | None  # None when the name is not a ref's
+    size: int
+    mtime: float  # last modified, seconds since the epoch
+
+
+class BlobStore(Protocol):
+    kind: str  # "local" | "s3"
+
+    async def start(self) -> None:
+        """Create the layout, or check that the bucket is reachable."""
+
+    async def close(self) -> None: ...
+
+    async def put(self, ref: Ref, data: bytes) -> Put: ...
+
+    async def read(self, ref: Ref, size: int) -> bytes: ...
+
+    async def quarantine(self, ref: Ref) -> str: ...
+
+    async def stat(self, ref: Ref) -> StoredObject | None: ...
+
+    async def discard(self, ref: Ref) -> None: ...
+
+    async def probe_writable(self) -> None:
+        """Prove that an object can be written now (for /readyz); raise StorageUnavailable if not."""
+
+    def walk(self) -> AsyncIterator[StoredObject]: ...
+
+
+class LocalBackend:
+    """`LocalBlobStore` behind the async interface; every file-system call runs off the event loop. The
+    wrapped store stays reachable as `blobs` for what only a file system has (staging, empty buckets)."""
+
+    kind = "local"
+
+    def __init__(self, blobs: LocalBlobStore) -> None:
+        self.blobs = blobs
+
+    async def start(self) -> None:
+        try:
+            await asyncio.to_thread(self.blobs.create_layout)
+        except OSError as e:
+            raise storage_error(e, "creating the data dir") from e
+
+    async def close(self) -> None:
+        return None
+
+    async def put(self, ref: Ref, data: bytes) -> Put:
+        return await self.blobs.put(ref, data)
+
+    async def read(self, ref: Ref, size: int) -> bytes:
+        return await self.blobs.read(ref, size)
+
+    async def quarantine(self, ref: Ref) -> str:
+        return await self.blobs.quarantine(ref)
+
+    async def stat(self, ref: Ref) -> StoredObject | None:
+        try:
+            found = await asyncio.to_thread(self.blobs.stat, ref)
+        except OSError as e:
+            raise storage_error(e, "looking up an object") from e
+        return None if found is None else _object(found)
+
+    async def discard(self, ref: Ref) -> None:
+        await asyncio.to_thread(self.blobs.discard_sync, ref)
+
+    async def probe_writable(self) -> None:
+        try:
+            await asyncio.to_thread(self.blobs.probe_writable)
+        except OSError as e:
+            raise StorageUnavailable(f"the data dir is not writable: {e.strerror or e}") from e
+
+    async def walk(self) -> AsyncIterator[StoredObject]:
+        files: Iterator[StoredFile] = self.blobs.walk_objects()
+        while batch := await asyncio.to_thread(lambda: list(itertools.islice(files, _WALK_BATCH))):
+            for found in batch:
+                yield _object(found)
+
+
+def _object(found: StoredFile) -> StoredObject:
+    return StoredObject(str(found.path), found.ref, found.size, found.mtime)

@@ -1,0 +1,490 @@
+"""The S3-compatible backend (AWS S3, Ceph RGW, MinIO, R2) and its optional node-local read cache.
+
+Keys mirror the local layout under a prefix: `<prefix>objects/<alg>/<hex[0:2]>/<hex[2:4]>/<hex>`, damaged
+copies under `<prefix>quarantine/<alg>-<hex>.<time_ns>`, the readiness probe under `<prefix>probe/`. It keeps
+the contract written in backend.py; how, where S3 differs from a file system:
+
+- put: when a HEAD finds nothing, a conditional create (`If-None-Match: *`) sent with `Content-MD5`, so that
+  the server refuses bytes damaged on the way. When the key exists (or the create is refused), the object is
+  read back and re-hashed in full: intact is EXISTED; damaged is kept in quarantine and overwritten (HEALED).
+  A PUT that answers 200 is durable (S3's promise).
+- quarantine: read, re-hash, copy the damaged bytes to quarantine, then delete the original only if it is
+  still the copy that was read: a HEAD right before the DELETE compares its ETag and Last-Modified, the DELETE
+  carries `If-Match` for servers that honour it (AWS does; Ceph RGW 16 ignores it). What is left on a server
+  that ignores it: a heal landing between that HEAD and the DELETE is deleted; the next read then finds the
+  object missing, and the next admission of those bytes writes it again.
+- Errors: connection failures, 5xx and throttling (after botocore's standard retries), a missing bucket and
+  refused credentials are StorageUnavailable, a bucket quota is StorageFull; messages name the bucket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import hashlib
+import os
+import re
+import secrets
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiohttp
+
+# aiobotocore and botocore ship no type information: their client is `Any`, used only through `_call`.
+from aiobotocore.config import AioConfig  # type: ignore[import-untyped]
+from aiobotocore.session import get_session  # type: ignore[import-untyped]
+from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
+
+from .backend import StoredObject
+from .blobstore import Put
+from .errors import AttachstoreError, Corrupt, Missing, StorageFull, StorageUnavailable
+from .refs import ALGORITHMS, Ref
+
+# Hashing less than this inline costs less than the hop to a thread.
+_INLINE_HASH = 1 << 16
+# Rounds of put and quarantine when the object changes under them (a concurrent writer, remover or healer).
+_ATTEMPTS = 4
+_MISSING_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
+_CONFLICT_CODES = frozenset({"PreconditionFailed", "412", "ConditionalRequestConflict"})
+# Failures on the way; aiohttp's own escape aiobotocore where a body is cut short (ClientPayloadError).
+_TRANSPORT_ERRORS = (BotoCoreError, aiohttp.ClientError)
+_DENIED_CODES = frozenset({"AccessDenied", "403", "Forbidden", "InvalidAccessKeyId", "SignatureDoesNotMatch"})
+
+T = TypeVar("T")
+
+
+class _KeyMissing(Exception):
+    pass
+
+
+class _ConditionFailed(Exception):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class _Fetched:
+    data: bytes
+    etag: str
+    modified: datetime
+
+
+class S3BlobStore:
+    kind = "s3"
+
+    def __init__(
+        self,
+        endpoint: str | None,
+        bucket: str,
+        prefix: str,
+        region: str | None,
+        access_key: str | None,
+        secret_key: str | None,
+        *,
+        cache: ReadCache | None = None,
+        max_connections: int = 64,
+        connect_timeout: float = 5.0,
+        read_timeout: float = 30.0,
+        max_attempts: int = 3,
+    ) -> None:
+        """`endpoint` None means AWS itself; a custom endpoint is addressed path-style. Credentials None
+        means botocore's usual chain (environment, profile, instance role). `max_connections` bounds the
+        connection pool (size it for the number of concurrent requests); `max_attempts` counts the first
+        try too; the timeouts are per attempt, in seconds."""
+        self.endpoint = endpoint
+        self.bucket = bucket
+        self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
+        self.cache = cache
+        self._client_args: dict[str, Any] = {
+            "endpoint_url": endpoint,
+            "region_name": region,
+            "aws_access_key_id": access_key,
+            "aws_secret_access_key": secret_key,
+            "config": AioConfig(
+                # Ceph RGW cannot parse aws-chunked trailers: checksums only where an operation needs one.
+                request_checksum_calculation="when_required",
+                response_checksum_validation="when_required",
+                retries={"mode": "standard", "total_max_attempts": max_attempts},
+                max_pool_connections=max_connections,
+                connect_timeout=connect_timeout,
+                read_timeout=read_timeout,
+                s3={"addressing_style": "path" if endpoint else "auto"},
+            ),
+        }
+        self._probe_key = f"{self.prefix}probe/{secrets.token_hex(8)}"
+        self._stack: AsyncExitStack | None = None
+        self._client: Any = None  # aiobotocore's S3 client: untyped, and used only through _call
+
+    def __repr__(self) -> str:
+        return f"S3BlobStore({self._where()})"
+
+    def key(self, ref: Ref) -> str:
+        """Pure function of an already validated `Ref`."""
+        d = ref.digest
+        return f"{self.prefix}objects/{ref.algorithm}/{d[0:2]}/{d[2:4]}/{d}"
+
+    def quarantine_key(self, ref: Ref) -> str:
+        return f"{self.prefix}quarantine/{ref.algorithm}-{ref.digest}.{time.time_ns()}"
+
+    # -- lifetime --------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open the one client (and its connection pool) of the store's lifetime and check the bucket."""
+        self._stack = AsyncExitStack()
+        try:
+            client = get_session().create_client("s3", **self._client_args)
+            self._client = await self._stack.enter_async_context(client)
+            try:
+                await self._call("checking the bucket", "head_bucket")
+            except _KeyMissing:  # a HEAD has no body: a bare 404 is the bucket's
+                raise StorageUnavailable(f"the {self._where()} does not exist") from None
+            if self.cache is not None:
+                await asyncio.to_thread(self.cache.open)
+        except BaseException:
+            await self.close()
+            raise
+
+    async def close(self) -> None:
+        stack, self._stack, self._client = self._stack, None, None
+        if stack is not None:
+            await stack.aclose()
+
+    # -- the contract ----------------------------------------------------------------------------------
+
+    async def put(self, ref: Ref, data: bytes) -> Put:
+        key = self.key(ref)
+        md5 = await _off_loop(_md5, data)
+        for _ in range(_ATTEMPTS):
+            # A HEAD first: a refused create would upload the bytes for nothing (and RGW answers any error
+            # about 40 ms late). The conditional create alone decides who creates.
+            if await self._head(key) is None:
+                try:
+                    await self._put_object(key, data, md5, IfNoneMatch="*")
+                    outcome = Put.CREATED
+                    break
+                except _ConditionFailed:
+                    pass  # a concurrent create got there first, or is in flight: look at what is there
+            found = await self._get(key, "verifying an existing object")
+            if found is None:
+                continue  # removed meanwhile: create it again
+            if len(found.data) == len(data) and await _off_loop(ref.matches, found.data):
+                outcome = Put.EXISTED
+                break
+            await self._keep(ref, found.data)
+            await self._put_object(key, data, md5)
+            outcome = Put.HEALED
+            break
+        else:
+            raise StorageUnavailable(f"{ref} kept changing in the {self._where()} while it was being written")
+        if self.cache is not None:
+            await asyncio.to_thread(self.cache.add, ref, data)
+        return outcome
+
+    async def read(self, ref: Ref, size: int) -> bytes:
+        if self.cache is not None:
+            cached = await asyncio.to_thread(self.cache.get, ref, size)
+            if cached is not None:
+                return cached
+        try:
+            answer = await self._call("reading an object", "get_object", Key=self.key(ref))
+        except _KeyMissing:
+            raise Missing(f"the bytes of {ref} are missing from the store") from None
+        async with answer["Body"] as body:
+            if answer.get("ContentLength", size) != size:
+                raise Corrupt(f"the stored bytes of {ref} do not match their reference")
+            data = await self._body(body, "reading an object")
+        if len(data) != size or not await _off_loop(ref.matches, data):
+            raise Corrupt(f"the stored bytes of {ref} do not match their reference")
+        if self.cache is not None:
+            await asyncio.to_thread(self.cache.add, ref, data)
+        return data
+
+    async def quarantine(self, ref: Ref) -> str:
+        key = self.key(ref)
+        for _ in range(_ATTEMPTS):
+            found = await self._get(key, "re-checking an object")
+            if found is None:
+                return "missing"
+            if await _off_loop(ref.matches, found.data):
+                return "intact"
+            await self._keep(ref, found.data)
+            if self.cache is not None:
+                await asyncio.to_thread(self.cache.drop, ref)
+            now = await self._head(key)
+            if now is None:
+                return "quarantined"  # removed meanwhile; its damaged bytes are kept all the same
+            if (now["ETag"], now["LastModified"]) != (found.etag, found.modified):
+                continue  # rewritten since it was read, perhaps healed: look again
+            try:
+                await self._call("quarantining an object", "delete_object", Key=key, IfMatch=found.etag)
+            except _ConditionFailed:
+                continue
+            except _KeyMissing:
+                pass
+            return "quarantined"
+        raise StorageUnavailable(f"{ref} kept changing in the {self._where()} while it was being quarantined")
+
+    async def stat(self, ref: Ref) -> StoredObject | None:
+        key = self.key(ref)
+        head = await self._head(key)
+        if head is None:
+            return None
+        return StoredObject(key, ref, head["ContentLength"], head["LastModified"].timestamp())
+
+    async def discard(self, ref: Ref) -> None:
+        if self.cache is not None:
+            await asyncio.to_thread(self.cache.drop, ref)
+        with contextlib.suppress(_KeyMissing):
+            await self._call("removing an object", "delete_object", Key=self.key(ref))
+
+    async def probe_writable(self) -> None:
+        """A PUT and a DELETE: a HEAD of the bucket would not notice read-only credentials or a full quota."""
+        try:
+            await self._call("probing", "put_object", Key=self._probe_key, Body=b"ready")
+            with contextlib.suppress(_KeyMissing):
+                await self._call("probing", "delete_object", Key=self._probe_key)
+        except StorageFull as e:
+            raise StorageUnavailable(e.message) from e
+
+    async def walk(self) -> AsyncIterator[StoredObject]:
+        top = f"{self.prefix}objects/"
+        pages = (
+            self._require_client().get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=top)
+        )
+        try:
+            async for page in pages:
+                for item in page.get("Contents", ()):
+                    key = item["Key"]
+                    yield StoredObject(
+                        key, _ref_at(key[len(top) :]), item["Size"], item["LastModified"].timestamp()
+                    )
+        except (*_TRANSPORT_ERRORS, ClientError) as e:
+            raise self._failure(e, "listing objects") from e
+
+    # -- requests --------------------------------------------------------------------------------------
+
+    async def _put_object(self, key: str, data: bytes, md5: tuple[str, str], **conditions: str) -> None:
+        """PUT with Content-MD5: the server refuses bytes that do not match (BadDigest). Where S3 defines
+        the ETag as the MD5 (a single PUT, not encrypted), the answer's ETag is checked too."""
+        answer = await self._call(
+            "writing an object", "put_object", Key=key, Body=data, ContentMD5=md5[0], **conditions
+        )
+        etag = answer.get("ETag", "").strip('"')
+        if "ServerSideEncryption" not in answer and re.fullmatch(r"[0-9a-f]{32}", etag) and etag != md5[1]:
+            raise StorageUnavailable(
+                f"the {self._where()} answered a write of {key} with an ETag other than its MD5"
+            )
+
+    async def _get(self, key: str, doing: str) -> _Fetched | None:
+        try:
+            answer = await self._call(doing, "get_object", Key=key)
+        except _KeyMissing:
+            return None
+        async with answer["Body"] as body:
+            data = await self._body(body, doing)
+        return _Fetched(data, answer["ETag"], answer["LastModified"])
+
+    async def _head(self, key: str) -> dict[str, Any] | None:
+        try:
+            head: dict[str, Any] = await self._call("looking up an object", "head_object", Key=key)
+        except _KeyMissing:
+            return None
+        return head
+
+    async def _keep(self, ref: Ref, damaged: bytes) -> None:
+        """Keep damaged bytes for inspection before they are replaced or removed (as the local store does)."""
+        await self._call("keeping damaged bytes", "put_object", Key=self.quarantine_key(ref), Body=damaged)
+
+    async def _body(self, body: Any, doing: str) -> bytes:
+        try:
+            data: bytes = await body.read()
+        except _TRANSPORT_ERRORS as e:
+            raise self._failure(e, doing) from e
+        return data
+
+    async def _call(self, doing: str, operation: str, /, **params: Any) -> Any:
+        """One request; what the caller handles becomes _KeyMissing or _ConditionFailed, the rest an
+        AttachstoreError that names the bucket."""
+        try:
+            return await getattr(self._require_client(), operation)(Bucket=self.bucket, **params)
+        except ClientError as e:
+            code = _code(e)
+            if code in _MISSING_CODES:
+                raise _KeyMissing from None
+            if code in _CONFLICT_CODES:
+                raise _ConditionFailed from None
+            raise self._failure(e, doing) from e
+        except _TRANSPORT_ERRORS as e:
+            raise self._failure(e, doing) from e
+
+    def _require_client(self) -> Any:
+        if self._client is None:
+            raise StorageUnavailable(f"{self!r} is not open")
+        return self._client
+
+    def _failure(self, e: Exception, doing: str) -> AttachstoreError:
+        where = self._where()
+        if not isinstance(e, ClientError):
+            return StorageUnavailable(f"cannot reach the {where} while {doing}: {e}")
+        code = _code(e)
+        if code == "NoSuchBucket":
+            return StorageUnavailable(f"the {where} does not exist")
+        if code in _DENIED_CODES:
+            return StorageUnavailable(f"access to the {where} was refused ({code})")
+        if code == "QuotaExceeded":
+            return StorageFull(f"the {where} is full (its quota is reached)")
+        status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        return StorageUnavailable(f"the {where} answered {code} (HTTP {status}) while {doing}")
+
+    def _where(self) -> str:
+        return f"bucket {self.bucket!r} at {self.endpoint or 'AWS S3'}"
+
+
+def _code(e: ClientError) -> str:
+    return str(e.response.get("Error", {}).get("Code", ""))
+
+
+def _md5(data: bytes) -> tuple[str, str]:
+    h = hashlib.md5(data, usedforsecurity=False)
+    return base64.b64encode(h.digest()).decode("ascii"), h.hexdigest()
+
+
+async def _off_loop(fn: Callable[[bytes], T], data: bytes) -> T:
+    return fn(data) if len(data) < _INLINE_HASH else await asyncio.to_thread(fn, data)
+
+
+def _ref_at(rest: str) -> Ref | None:
+    """The ref a key names below objects/: <alg>/<hex[0:2]>/<hex[2:4]>/<hex>, else None."""
+    parts = rest.split("/")
+    if len(parts) != 4 or parts[0] not in ALGORITHMS:
+        return None
+    algorithm, first, second, name = parts
+    if (first, second) != (name[0:2], name[2:4]):
+        return None
+    try:
+        return Ref.parse(f"{algorithm}:{name}")
+    except AttachstoreError:
+        return None
+
+
+_CACHE_NAME = re.compile(r"(sha256|blake3)-([0-9a-f]{64})")
+
+
+class ReadCache:
+    """Objects kept on a local disk to spare GETs, bounded to `max_bytes`, least recently used evicted first.
+
+    Disposable: it is never trusted. Every hit is re-hashed in full like any object, and a damaged or
+    wrong-size entry is dropped and fetched again, never served. Entries are written to a temporary file and
+    renamed into place (no fsync: a torn file fails verification). Its failures are misses, never errors. At
+    `open` it takes over what an earlier run left (oldest use, by mtime, evicted first); one process per
+    directory, since its byte accounting is in memory.
+
+    Counters: every `get` is a hit or a miss; `drops` counts the misses that found a damaged entry.
+    """
+
+    def __init__(self, directory: Path, max_bytes: int) -> None:
+        if max_bytes <= 0:
+            raise ValueError("a read cache needs a positive byte bound")
+        self.directory = directory
+        self.max_bytes = max_bytes
+        self.hits = 0
+        self.misses = 0
+        self.drops = 0
+        self._entries: OrderedDict[str, int] = OrderedDict()  # name → size, least recently used first
+        self._bytes = 0
+        self._lock = threading.Lock()  # guards the entries and every rename or unlink in the directory
+
+    @property
+    def used(self) -> int:
+        """Bytes held now."""
+        return self._bytes
+
+    def open(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        found: list[tuple[float, str, int]] = []
+        with self._lock, os.scandir(self.directory) as entries:
+            for entry in entries:
+                if entry.name.endswith(".part"):
+                    _unlink_quietly(Path(entry.path))  # a write cut short
+                elif _CACHE_NAME.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
+                    st = entry.stat(follow_symlinks=False)
+                    found.append((st.st_mtime, entry.name, st.st_size))
+            self._entries.clear()
+            self._bytes = 0
+            for _, name, size in sorted(found):
+                self._entries[name] = size
+                self._bytes += size
+            self._evict()
+
+    def get(self, ref: Ref, size: int) -> bytes | None:
+        name = _cache_name(ref)
+        path = self.directory / name
+        try:
+            data = path.read_bytes()
+        except OSError:
+            with self._lock:
+                self.misses += 1
+                if not path.exists():  # gone behind our back (an add may have put it back meanwhile)
+                    self._forget(name)
+            return None
+        if len(data) != size or not ref.matches(data):
+            with self._lock:
+                self.misses += 1
+                self.drops += 1
+                self._remove(name)
+            return None
+        with self._lock:
+            self.hits += 1
+            if name in self._entries:
+                self._entries.move_to_end(name)
+        with contextlib.suppress(OSError):
+            os.utime(path)  # the order of use, for the next open
+        return data
+
+    def add(self, ref: Ref, data: bytes) -> None:
+        if len(data) > self.max_bytes:
+            return
+        name = _cache_name(ref)
+        staging = self.directory / f".{name}.{secrets.token_hex(6)}.part"
+        try:
+            with open(staging, "xb") as f:
+                f.write(data)
+            with self._lock:
+                os.replace(staging, self.directory / name)
+                self._forget(name)
+                self._entries[name] = len(data)
+                self._bytes += len(data)
+                self._evict()
+        except OSError:
+            _unlink_quietly(staging)
+
+    def drop(self, ref: Ref) -> None:
+        with self._lock:
+            self._remove(_cache_name(ref))
+
+    def _evict(self) -> None:
+        while self._bytes > self.max_bytes:
+            self._remove(next(iter(self._entries)))
+
+    def _remove(self, name: str) -> None:
+        self._forget(name)
+        _unlink_quietly(self.directory / name)
+
+    def _forget(self, name: str) -> None:
+        self._bytes -= self._entries.pop(name, 0)
+
+
+def _cache_name(ref: Ref) -> str:
+    return f"{ref.algorithm}-{ref.digest}"
+
+
+def _unlink_quietly(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
