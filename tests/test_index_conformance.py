@@ -1,0 +1,931 @@
+"""One contract (attachstore/index.py), two index backends: the same tests against SQLite and PostgreSQL.
+
+PostgreSQL needs a server: the one ATTACHSTORE_TEST_POSTGRES_DSN names, else one `tests.support.services`
+starts. Without either the PostgreSQL tests fail, unless ATTACHSTORE_TEST_SKIP_SERVICES=1 says to skip them.
+The tests share one database per module, emptied before each test; those about the schema get their own.
+
+The races at the end run two PgIndex instances on one database, as two daemons would. Each forces one
+interleaving: a callback of the first waits on a gate, the second starts, and the test waits until the server
+reports it waiting for a lock before it opens the gate. A backend without the locks lets the second run
+through, and the outcome then shows it (a row without its file, a collected ref that a renewal answered).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import os
+import socket
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+
+from attachstore import pgindex, schema
+from attachstore.errors import NotFound, SessionConflict, SessionNotFound, StorageFull, StorageUnavailable
+from attachstore.index import Hold, Index, ObjectRow, SessionRow
+from attachstore.pgindex import PgIndex
+from attachstore.schema import SCHEMA_VERSION, IndexUnusable
+
+AnyIndex = Index | PgIndex
+SKIP_SERVICES = os.environ.get("ATTACHSTORE_TEST_SKIP_SERVICES") == "1"
+
+
+def ref(c: str) -> str:
+    return "sha256:" + c * 64
+
+
+A, B, C, D, E = (ref(c) for c in "abcde")
+
+
+def row(r: str = A, name: str | None = "a.png", at: float = 100.0, size: int = 10) -> ObjectRow:
+    return ObjectRow(r, "image/png", size, 2, 3, 1, name, at, at)
+
+
+async def nothing() -> None:
+    pass
+
+
+def no_guard(session: SessionRow) -> None:
+    pass
+
+
+class Gate:
+    """A callback that stops until `open()`: `entered` tells that it got there."""
+
+    def __init__(self) -> None:
+        self.entered = asyncio.Event()
+        self._open = asyncio.Event()
+        self.calls: list[tuple[object, ...]] = []
+
+    def open(self) -> None:
+        self._open.set()
+
+    async def __call__(self, *args: object) -> None:
+        self.calls.append(args)
+        self.entered.set()
+        await asyncio.wait_for(self._open.wait(), 10)
+
+
+# -- a PostgreSQL server for the tests ---------------------------------------------------------------------
+
+
+@functools.cache
+def postgres_server() -> str | None:
+    """The server named by ATTACHSTORE_TEST_POSTGRES_DSN (what `python -m tests.support.services env`
+    prints), else one that `tests.support.services` starts, else None."""
+    dsn = os.environ.get("ATTACHSTORE_TEST_POSTGRES_DSN")
+    if dsn:
+        return dsn
+    if SKIP_SERVICES:
+        return None
+    from tests.support import services
+
+    return services.up(only="postgresql").postgres_dsn
+
+
+def require_postgres() -> str:
+    server = postgres_server()
+    if server is not None:
+        return server
+    if SKIP_SERVICES:
+        pytest.skip("no PostgreSQL server (ATTACHSTORE_TEST_SKIP_SERVICES=1)")
+    pytest.fail(
+        "the PostgreSQL tests need a server: tests.support.services, or ATTACHSTORE_TEST_POSTGRES_DSN; "
+        "set ATTACHSTORE_TEST_SKIP_SERVICES=1 to skip them"
+    )
+
+
+def fresh_database() -> str:
+    from tests.support import services
+
+    return services.fresh_database(require_postgres())
+
+
+def drop_database(dsn: str) -> None:
+    from tests.support import services
+
+    services.drop_database(dsn)
+
+
+@pytest.fixture(scope="module")
+def shared_database() -> Iterator[str]:
+    """One migrated database for the module; each test starts from its tables emptied."""
+    dsn = fresh_database()
+    yield dsn
+    drop_database(dsn)
+
+
+# -- the backends under test, each with raw access to its database ---------------------------------------
+
+
+class SqliteStore:
+    kind = "sqlite"
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.opened: list[Index] = []
+
+    async def open(self) -> Index:
+        index = await Index.open(self.path)
+        self.opened.append(index)
+        return index
+
+    async def execute(self, *statements: str) -> None:
+        db = sqlite3.connect(self.path)
+        try:
+            for statement in statements:
+                db.execute(statement)
+            db.commit()
+        finally:
+            db.close()
+
+    async def version(self) -> int:
+        db = sqlite3.connect(self.path)
+        try:
+            return int(db.execute("PRAGMA user_version").fetchone()[0])
+        finally:
+            db.close()
+
+    async def set_version(self, version: int) -> None:
+        await self.execute(f"PRAGMA user_version = {version}")
+
+    async def build(self, version: int) -> None:
+        """The index as an attachstore of schema `version` left it."""
+        await self.execute(
+            *(s for m in schema.MIGRATIONS[:version] for s in m), f"PRAGMA user_version = {version}"
+        )
+
+    async def close(self) -> None:
+        for index in self.opened:
+            await index.close()
+
+
+class PostgresStore:
+    kind = "postgresql"
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.opened: list[PgIndex] = []
+        self._admin: Any = None
+
+    async def open(self) -> PgIndex:
+        index = await PgIndex.open(self.dsn, max_size=4)
+        self.opened.append(index)
+        return index
+
+    async def admin(self) -> Any:
+        if self._admin is None:
+            self._admin = await asyncpg.connect(self.dsn)
+        return self._admin
+
+    async def execute(self, *statements: str) -> None:
+        db = await self.admin()
+        async with db.transaction():
+            for statement in statements:
+                await db.execute(statement)
+
+    async def version(self) -> int:
+        return int(await (await self.admin()).fetchval("SELECT version FROM attachstore_schema"))
+
+    async def set_version(self, version: int) -> None:
+        await self.execute(f"UPDATE attachstore_schema SET version = {version}")
+
+    async def build(self, version: int) -> None:
+        await self.execute(
+            "CREATE TABLE attachstore_schema (one boolean PRIMARY KEY DEFAULT true, version integer)",
+            f"INSERT INTO attachstore_schema (version) VALUES ({version})",
+            *(s for m in pgindex.MIGRATIONS[:version] for s in m),
+        )
+
+    async def empty(self) -> None:
+        """Delete every row (much faster than TRUNCATE on tables this small), children first."""
+        db = await self.admin()
+        found = await db.fetch(
+            """SELECT tablename FROM pg_tables
+            WHERE schemaname = 'public' AND tablename <> 'attachstore_schema'"""
+        )
+        tables = {r[0] for r in found}
+        known = [t for t in ("holds", "variants", "grants", "sessions", "objects", "runs") if t in tables]
+        if others := tables - set(known):  # a table of a later schema version than this list knows
+            await db.execute(f"TRUNCATE {', '.join(sorted(others))} CASCADE")
+        if known:
+            await db.execute("; ".join(f"DELETE FROM {t}" for t in known))
+        await db.execute("DROP TRIGGER IF EXISTS inject ON objects")
+
+    async def lock_waiters(self) -> int:
+        """Sessions of this database waiting for a lock (advisory, row or transaction)."""
+        return int(
+            await (await self.admin()).fetchval(
+                """SELECT count(*) FROM pg_stat_activity
+                WHERE datname = current_database() AND wait_event_type = 'Lock'"""
+            )
+        )
+
+    async def until_waiting(self, task: asyncio.Task[Any], count: int = 1) -> None:
+        """Until `count` sessions wait for a lock, or `task` has finished (without waiting: the test's
+        assertions then tell what went wrong)."""
+        deadline = time.monotonic() + 10
+        while not task.done() and await self.lock_waiters() < count:
+            if time.monotonic() > deadline:
+                raise AssertionError("nothing waits for a lock")
+            await asyncio.sleep(0.002)
+
+    async def inject(self, body: str) -> None:
+        """A trigger on inserts into objects, running `body` (PL/pgSQL) first."""
+        await self.execute(
+            "CREATE SEQUENCE IF NOT EXISTS inject_calls",
+            "ALTER SEQUENCE inject_calls RESTART",
+            f"""CREATE OR REPLACE FUNCTION inject() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN {body} RETURN NEW; END $$""",
+            "CREATE TRIGGER inject BEFORE INSERT ON objects FOR EACH ROW EXECUTE FUNCTION inject()",
+        )
+
+    async def close(self) -> None:
+        for index in self.opened:
+            await index.close()
+        if self._admin is not None:
+            await self._admin.close()
+
+
+Store = SqliteStore | PostgresStore
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    """A store with a migrated, empty index; `await store.open()` opens an index on it (again)."""
+    s: Store
+    if request.param == "sqlite":
+        s = SqliteStore(tmp_path / "index.sqlite3")
+    else:
+        s = PostgresStore(request.getfixturevalue("shared_database"))
+    try:
+        if isinstance(s, PostgresStore):
+            await s.empty()
+        yield s
+    finally:
+        await s.close()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def blank(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    """A store whose database has never seen attachstore."""
+    s: Store
+    if request.param == "sqlite":
+        s = SqliteStore(tmp_path / "index.sqlite3")
+        yield s
+        await s.close()
+        return
+    dsn = fresh_database()
+    s = PostgresStore(dsn)
+    try:
+        yield s
+    finally:
+        await s.close()
+        drop_database(dsn)
+
+
+@pytest.fixture
+async def pg(request: pytest.FixtureRequest) -> AsyncIterator[PostgresStore]:
+    """The PostgreSQL store alone, for what only a server shared by several nodes can show."""
+    s = PostgresStore(request.getfixturevalue("shared_database"))
+    try:
+        await s.empty()
+        yield s
+    finally:
+        await s.close()
+
+
+@pytest.fixture
+async def index(store: Store) -> AnyIndex:
+    return await store.open()
+
+
+# -- the interface ---------------------------------------------------------------------------------------
+
+
+def test_pgindex_has_the_interface_of_index() -> None:
+    public = {n for n in dir(Index) if not n.startswith("_")} - {"write", "open"}
+    assert public <= set(dir(PgIndex))
+    for name in public:
+        mine, theirs = inspect.signature(getattr(PgIndex, name)), inspect.signature(getattr(Index, name))
+        assert mine == theirs, name
+        assert inspect.iscoroutinefunction(getattr(PgIndex, name)) == inspect.iscoroutinefunction(
+            getattr(Index, name)
+        ), name
+
+
+def test_the_postgresql_migrations_are_the_twins_of_sqlites() -> None:
+    assert len(pgindex.MIGRATIONS) == len(schema.MIGRATIONS) == SCHEMA_VERSION
+
+
+# -- schema ----------------------------------------------------------------------------------------------
+
+
+async def test_a_new_index_is_migrated_once(blank: Store) -> None:
+    first = await blank.open()
+    await first.close()
+    assert await blank.version() == SCHEMA_VERSION
+    again = await blank.open()  # migrations are idempotent
+    await again.ping()
+    assert await blank.version() == SCHEMA_VERSION
+
+
+async def test_a_newer_schema_is_refused(blank: Store) -> None:
+    await (await blank.open()).close()
+    await blank.set_version(SCHEMA_VERSION + 1)
+    with pytest.raises(IndexUnusable, match=f"schema version {SCHEMA_VERSION + 1}, newer"):
+        await blank.open()
+
+
+async def test_an_older_index_is_migrated_forward(blank: Store) -> None:
+    # As version 4 left it: grants without names, no variants.
+    await blank.build(4)
+    await blank.execute(
+        f"""INSERT INTO objects (ref, media_type, bytes, width, height, frames, name, created_at, lease_at)
+        VALUES ('{A}', 'image/png', 10, 2, 3, 1, 'old.png', 1.0, 1.0)""",
+        f"INSERT INTO grants (tenant, ref) VALUES ('alpha', '{A}')",
+    )
+    index = await blank.open()
+    assert await blank.version() == SCHEMA_VERSION
+    got = await index.get(A, "alpha")
+    assert got is not None
+    assert got.name == "old.png"
+    assert await index.publish_variant(row(B, None), A, "fit", nothing)
+    assert await index.variant(A, "fit") == row(B, None)
+
+
+# -- objects ---------------------------------------------------------------------------------------------
+
+
+async def test_publish_and_get(index: AnyIndex) -> None:
+    await index.ping()
+    assert await index.get(A) is None
+    await index.publish([row(A), row(B, "b.png", size=20)], nothing)
+    assert await index.get(A) == row(A)
+    assert await index.get_many([A, B, C]) == {A: row(A), B: row(B, "b.png", size=20)}
+    assert await index.get_many([]) == {}
+    assert await index.refs() == {A, B}
+    assert await index.rows() == [row(A), row(B, "b.png", size=20)]
+    assert await index.stats() == (2, 30)
+
+
+async def test_a_second_publication_keeps_created_and_first_name(index: AnyIndex) -> None:
+    await index.publish([row(name=None)], nothing)
+    await index.publish([row(name="a.png", at=200.0)], nothing)
+    await index.publish([row(name="b.png", at=300.0)], nothing)
+    got = await index.get(A)
+    assert got is not None
+    assert (got.name, got.created_at, got.lease_at) == ("a.png", 100.0, 300.0)
+
+
+async def test_tenants_see_what_they_admitted_under_their_own_names(index: AnyIndex) -> None:
+    await index.publish([row(A, "alpha.png"), row(B, "b.png")], nothing, tenant="alpha")
+    await index.publish([row(A, None)], nothing, tenant="beta")
+    await index.publish([row(A, "beta.png", at=200.0)], nothing, tenant="beta")
+    await index.publish([row(C, "c.png")], nothing)  # the operator: no grant
+    assert (await index.get(A, "alpha")).name == "alpha.png"  # type: ignore[union-attr]
+    assert (await index.get(A, "beta")).name == "beta.png"  # type: ignore[union-attr]
+    assert (await index.get(A)).name == "alpha.png"  # type: ignore[union-attr]
+    assert await index.get(A, "gamma") is None
+    assert await index.get(C, "alpha") is None
+    assert await index.get(C) is not None
+    assert set(await index.get_many([A, B, C], "alpha")) == {A, B}
+    beta = await index.get_many([A, B, C], "beta")
+    assert list(beta) == [A]
+    assert (beta[A].name, beta[A].lease_at) == ("beta.png", 200.0)
+    assert set(await index.get_many([A, B, C])) == {A, B, C}
+
+
+async def test_a_failed_check_commits_nothing(index: AnyIndex) -> None:
+    async def gone() -> None:
+        raise FileNotFoundError(A)
+
+    with pytest.raises(FileNotFoundError):
+        await index.publish([row()], gone, tenant="alpha")
+    assert await index.get(A) is None
+    assert await index.stats() == (0, 0)
+
+
+async def test_renew(index: AnyIndex) -> None:
+    await index.publish([row(A), row(B)], nothing)
+    renewed = await index.renew([B, C, A, B], now=200.0)
+    assert list(renewed) == [B, A]
+    assert (renewed[A].lease_at, renewed[A].created_at) == (200.0, 100.0)
+    assert (await index.get(A)).lease_at == 200.0  # type: ignore[union-attr]
+    assert await index.renew([]) == {}
+    before = time.time()
+    assert (await index.renew([A]))[A].lease_at >= before
+
+
+async def test_discard_unpublished_spares_published_refs(index: AnyIndex) -> None:
+    await index.publish([row(A)], nothing)
+    removed: list[str] = []
+
+    async def remove(r: str) -> None:
+        removed.append(r)
+
+    await index.discard_unpublished([A, C, B], remove)
+    assert removed == [C, B]
+    await index.discard_unpublished([], remove)
+    assert removed == [C, B]
+
+
+async def test_published_now(index: AnyIndex) -> None:
+    assert not await index.published_now(A)
+    await index.publish([row()], nothing)
+    assert await index.published_now(A)
+
+
+async def test_confirm_missing(index: AnyIndex) -> None:
+    async def gone() -> bool:
+        return True
+
+    async def there() -> bool:
+        return False
+
+    assert await index.confirm_missing(A, gone, mark=True) is None  # no row
+    await index.publish([row()], nothing)
+    assert await index.confirm_missing(A, there, mark=True) is None
+    assert await index.confirm_missing(A, gone, mark=False) == "ok"
+    assert (await index.get(A)).state == "ok"  # type: ignore[union-attr]
+    assert await index.confirm_missing(A, gone, mark=True) == "ok"
+    assert (await index.get(A)).state == "missing"  # type: ignore[union-attr]
+    assert await index.confirm_missing(A, gone, mark=True) == "missing"
+
+
+async def test_set_state_ignores_a_stale_finding(index: AnyIndex) -> None:
+    await index.publish([row(at=100.0)], nothing)
+    await index.publish([row(at=200.0)], nothing)  # an admission renewed (perhaps healed) it meanwhile
+    await index.set_state(row(at=100.0), "quarantined")
+    assert (await index.get(A)).state == "ok"  # type: ignore[union-attr]
+    await index.set_state(row(at=200.0), "quarantined")
+    assert (await index.get(A)).state == "quarantined"  # type: ignore[union-attr]
+    await index.publish([row(at=300.0)], nothing)  # the same bytes admitted again
+    assert (await index.get(A)).state == "ok"  # type: ignore[union-attr]
+
+
+async def test_runs_and_stats(index: AnyIndex) -> None:
+    assert await index.runs() == {}
+    assert await index.stats() == (0, 0)
+    await index.record_run("gc", {"collected": 1}, now=5.0)
+    await index.record_run("audit", {"findings": 0.5})
+    await index.record_run("gc", {"collected": 2, "skipped": 1}, now=6.0)
+    runs = await index.runs()
+    assert runs["gc"] == (6.0, {"collected": 2, "skipped": 1})
+    assert runs["audit"][1] == {"findings": 0.5}
+
+
+# -- garbage collection ----------------------------------------------------------------------------------
+
+
+class Files:
+    """Object files as a set: what `remove` callbacks take away, and what checks look for."""
+
+    def __init__(self, *refs: str) -> None:
+        self.present = set(refs)
+        self.removed: list[str] = []
+
+    async def remove(self, r: str) -> None:
+        self.removed.append(r)
+        self.present.discard(r)
+
+    def check(self, *refs: str) -> Callable[[], Awaitable[None]]:
+        async def still_there() -> None:
+            for r in refs:
+                if r not in self.present:
+                    raise FileNotFoundError(r)
+
+        return still_there
+
+
+async def test_collect_rechecks_removes_the_file_then_the_row(index: AnyIndex, store: Store) -> None:
+    await index.publish([row(A, at=100.0), row(B, at=100.0), row(C, at=100.0), row(D, at=300.0)], nothing)
+    await index.create_session(("t", "s"), None, 1.0)
+    await index.add_holds(Hold(("t", "s"), no_guard, everything=True), [B], now=100.0)
+    assert [r.ref for r in await index.collectible(200.0)] == [A, C]
+    await index.renew([C], now=250.0)  # renewed after the plan: skipped
+    other = await store.open()
+    seen: list[ObjectRow | None] = []
+
+    async def remove(r: str) -> None:
+        seen.append(await other.get(r))  # the row still stands while its file goes
+
+    assert await index.collect([A, B, C, D, E], 200.0, remove) == [(A, 10)]
+    assert seen == [row(A)]
+    assert await index.refs() == {B, C, D}
+    assert await index.collect([A], 200.0, remove) == []  # collected already
+    assert await index.collect([], 200.0, remove) == []
+
+
+async def test_collect_takes_variants_with_their_source_unless_kept(index: AnyIndex) -> None:
+    files = Files(A, B, C, D, E)
+    await index.publish([row(A), row(E)], nothing)
+    # B: only A's variant. C: also admitted as such by a tenant. D: also held by a session.
+    for r, spec in ((B, "fit"), (C, "fit-c"), (D, "fit-d")):
+        assert await index.publish_variant(row(r, None), A, spec, files.check(r))
+    await index.publish([row(C, None)], nothing, tenant="alpha")
+    await index.create_session(("t", "s"), None, 1.0)
+    await index.add_holds(Hold(("t", "s"), no_guard, everything=True), [D], now=100.0)
+    # E has a variant that a second source also links.
+    assert await index.publish_variant(row(B, None), E, "other", nothing)
+    assert await index.variant(A, "fit") == row(B, None)
+    assert [r.ref for r in await index.collectible(200.0)] == [A, E]  # linked variants are not candidates
+
+    assert await index.collect([A], 200.0, files.remove) == [(A, 10)]
+    assert files.removed == [A]  # B stays: E still links it
+    assert await index.refs() == {B, C, D, E}
+    assert await index.variant(A, "fit") is None
+
+    assert await index.collect([E], 200.0, files.remove) == [(E, 10), (B, 10)]
+    assert await index.refs() == {C, D}
+
+
+async def test_a_variant_needs_its_source(index: AnyIndex) -> None:
+    checked: list[str] = []
+
+    async def check() -> None:
+        checked.append("yes")
+
+    assert not await index.publish_variant(row(B, None), A, "fit", check)  # collected meanwhile
+    assert checked == []
+    assert await index.get(B) is None
+    await index.publish([row(A)], nothing)
+    assert await index.publish_variant(row(B, None, at=150.0), A, "fit", check)
+    assert await index.publish_variant(row(C, None, at=160.0), A, "fit", check)  # derived again
+    assert await index.variant(A, "fit") == row(C, None, at=160.0)
+    assert await index.variant(A, "other") is None
+    assert checked == ["yes", "yes"]
+
+    async def gone() -> None:
+        raise FileNotFoundError(D)
+
+    with pytest.raises(FileNotFoundError):
+        await index.publish_variant(row(D, None), A, "small", gone)
+    assert await index.get(D) is None
+    assert await index.variant(A, "small") is None
+
+
+# -- sessions and holds ----------------------------------------------------------------------------------
+
+
+async def test_create_and_get_a_session(index: AnyIndex) -> None:
+    assert await index.get_session(("t", "s")) is None
+    made, created = await index.create_session(("t", "s"), "gpt-4o", 5.0)
+    assert created
+    assert made == SessionRow("t", "s", "gpt-4o", 5.0, ())
+    again, created = await index.create_session(("t", "s"), "gpt-4o", 9.0)
+    assert not created
+    assert again == made
+    with pytest.raises(SessionConflict, match="already exists with route 'gpt-4o'"):
+        await index.create_session(("t", "s"), "other", 9.0)
+    assert await index.get_session(("u", "s")) is None  # sessions belong to their tenant
+    assert (await index.create_session(("u", "s"), None, 6.0))[1]
+    assert await index.get_session(("t", "s")) == made
+
+
+async def test_set_route_runs_the_guard_on_the_session(index: AnyIndex) -> None:
+    await index.publish([row()], nothing)
+    await index.create_session(("t", "s"), "vision", 1.0)
+    await index.add_holds(Hold(("t", "s"), no_guard, everything=True), [A], 2.0)
+    seen: list[SessionRow] = []
+
+    def refuse(session: SessionRow) -> None:
+        seen.append(session)
+        raise SessionConflict("no")
+
+    with pytest.raises(SessionConflict):
+        await index.set_route(("t", "s"), "text", refuse)
+    assert seen == [SessionRow("t", "s", "vision", 1.0, (A,))]
+    assert (await index.get_session(("t", "s"))).route == "vision"  # type: ignore[union-attr]
+    switched = await index.set_route(("t", "s"), "text", no_guard)
+    assert switched == SessionRow("t", "s", "text", 1.0, (A,)) == await index.get_session(("t", "s"))
+    with pytest.raises(SessionNotFound):
+        await index.set_route(("t", "nope"), "text", no_guard)
+
+
+async def test_add_holds_is_all_or_nothing_and_scoped(index: AnyIndex) -> None:
+    await index.publish([row(A), row(B)], nothing, tenant="t")
+    await index.publish([row(C)], nothing, tenant="u")
+    await index.create_session(("t", "s"), None, 1.0)
+    hold = Hold(("t", "s"), no_guard)
+    for refs in ([A, C], [A, D]):  # C: another tenant's; D: no such object
+        with pytest.raises(NotFound, match=refs[1]):
+            await index.add_holds(hold, refs, 200.0)
+    assert (await index.get_session(("t", "s"))).holds == ()  # type: ignore[union-attr]
+    assert (await index.get(A)).lease_at == 100.0  # type: ignore[union-attr]
+
+    held = await index.add_holds(hold, [B, A, B], 200.0)
+    assert held == SessionRow("t", "s", None, 1.0, (B, A))
+    assert (await index.get(A)).lease_at == 200.0  # type: ignore[union-attr]
+    held = await index.add_holds(hold, [A], 300.0)  # held again: order kept
+    assert held.holds == (B, A)
+    everything = Hold(("t", "s"), no_guard, everything=True)  # no tokens, or the operator
+    assert (await index.add_holds(everything, [C], 400.0)).holds == (B, A, C)
+    assert [r.ref for r in await index.collectible(1e12)] == []
+    with pytest.raises(SessionNotFound):
+        await index.add_holds(Hold(("t", "nope"), no_guard), [A], 1.0)
+
+
+async def test_a_refusing_guard_holds_nothing(index: AnyIndex) -> None:
+    await index.publish([row()], nothing)
+    await index.create_session(("t", "s"), "text", 1.0)
+
+    def refuse(session: SessionRow) -> None:
+        raise SessionConflict(f"route {session.route}")
+
+    with pytest.raises(SessionConflict, match="route text"):
+        await index.add_holds(Hold(("t", "s"), refuse, everything=True), [A], 2.0)
+    with pytest.raises(SessionConflict, match="route text"):
+        await index.publish([row(B)], nothing, Hold(("t", "s"), refuse))
+    assert await index.get(B) is None
+    assert (await index.get_session(("t", "s"))).holds == ()  # type: ignore[union-attr]
+
+
+async def test_publish_into_a_session(index: AnyIndex) -> None:
+    with pytest.raises(SessionNotFound):
+        await index.publish([row(A)], nothing, Hold(("t", "s"), no_guard), tenant="t")
+    assert await index.get(A) is None
+    await index.create_session(("t", "s"), None, 1.0)
+    seen: list[SessionRow] = []
+    await index.publish(
+        [row(B, at=50.0), row(A, at=50.0)], nothing, Hold(("t", "s"), seen.append), tenant="t"
+    )
+    assert seen == [SessionRow("t", "s", None, 1.0, ())]
+    assert (await index.get_session(("t", "s"))).holds == (B, A)  # type: ignore[union-attr]
+    assert await index.get(A, "t") == row(A, at=50.0)
+    await index.publish([], nothing, Hold(("t", "s"), no_guard))
+    assert await index.collectible(1e12) == []
+
+
+async def test_fork_copies_the_holds_and_renews_them(index: AnyIndex) -> None:
+    await index.publish([row(A), row(B)], nothing)
+    await index.create_session(("t", "s"), "vision", 1.0)
+    await index.add_holds(Hold(("t", "s"), no_guard, everything=True), [B, A], 2.0)
+    forked = await index.fork(("t", "s"), ("t", "f"), 300.0)
+    assert forked == SessionRow("t", "f", "vision", 300.0, (B, A)) == await index.get_session(("t", "f"))
+    assert (await index.get(A)).lease_at == 300.0  # type: ignore[union-attr]
+    with pytest.raises(SessionConflict, match="'f' already exists"):
+        await index.fork(("t", "s"), ("t", "f"), 400.0)
+    with pytest.raises(SessionConflict):
+        await index.fork(("t", "s"), ("t", "s"), 400.0)
+    with pytest.raises(SessionNotFound):
+        await index.fork(("t", "nope"), ("t", "g"), 400.0)
+    with pytest.raises(SessionNotFound):
+        await index.fork(("u", "s"), ("u", "g"), 400.0)  # another tenant's session
+    assert await index.get_session(("t", "g")) is None
+    assert (await index.fork(("t", "f"), ("t", "empty-copy"), 500.0)).holds == (B, A)
+
+
+async def test_delete_session_releases_and_renews(index: AnyIndex) -> None:
+    await index.publish([row(A), row(B)], nothing)
+    await index.create_session(("t", "s"), None, 1.0)
+    await index.add_holds(Hold(("t", "s"), no_guard, everything=True), [A, B], 2.0)
+    await index.fork(("t", "s"), ("t", "f"), 3.0)
+    assert await index.delete_session(("t", "s"), 500.0) == 2
+    assert await index.get_session(("t", "s")) is None
+    assert (await index.get(A)).lease_at == 500.0  # type: ignore[union-attr]  # the grace period starts now
+    assert await index.collectible(1e12) == []  # the fork still holds them
+    assert await index.delete_session(("t", "f"), 600.0) == 2
+    assert [r.ref for r in await index.collectible(601.0)] == [A, B]
+    assert [r.ref for r in await index.collectible(600.0)] == []
+    with pytest.raises(SessionNotFound):
+        await index.delete_session(("t", "s"), 700.0)
+    assert (await index.create_session(("t", "s"), None, 800.0))[0].holds == ()
+
+
+# -- PostgreSQL: failures ----------------------------------------------------------------------------------
+
+
+async def test_a_full_disk_is_storage_full(pg: PostgresStore) -> None:
+    index = await pg.open()
+    await pg.inject("RAISE EXCEPTION 'could not extend file' USING ERRCODE = 'disk_full';")
+    with pytest.raises(StorageFull, match="could not extend file"):
+        await index.publish([row()], nothing)
+    await pg.execute("DROP TRIGGER inject ON objects")
+    await index.publish([row()], nothing)  # nothing stuck: the next transaction commits
+    assert await index.get(A) == row()
+
+
+@pytest.mark.parametrize("code", ["serialization_failure", "deadlock_detected"])
+async def test_conflicts_are_retried_inside_the_method(pg: PostgresStore, code: str) -> None:
+    index = await pg.open()
+    await pg.inject(
+        f"IF nextval('inject_calls') <= 2 THEN RAISE EXCEPTION 'conflict' USING ERRCODE = '{code}'; END IF;"
+    )
+    checks: list[int] = []
+
+    async def check() -> None:
+        checks.append(1)
+
+    await index.publish([row()], check)
+    assert len(checks) == 3  # the whole transaction again, callbacks included
+    assert await index.get(A) == row()
+
+
+async def test_conflicts_that_persist_are_storage_unavailable(pg: PostgresStore) -> None:
+    index = await pg.open()
+    await pg.inject("RAISE EXCEPTION 'conflict' USING ERRCODE = 'serialization_failure';")
+    with pytest.raises(StorageUnavailable, match="conflict"):
+        await index.publish([row()], nothing)
+
+
+async def test_an_unreachable_server_is_storage_unavailable() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there once it is closed
+    with pytest.raises(StorageUnavailable, match="cannot connect"):
+        await PgIndex.open(f"postgresql://postgres@127.0.0.1:{port}/attachstore")
+    with pytest.raises(ValueError, match="max_size >= 2"):  # sweeping() keeps a connection of its own
+        await PgIndex.open(f"postgresql://postgres@127.0.0.1:{port}/attachstore", max_size=1)
+
+
+async def test_a_closed_index_is_storage_unavailable(pg: PostgresStore) -> None:
+    index = await pg.open()
+    await index.close()
+    with pytest.raises(StorageUnavailable, match="closed"):
+        await index.get(A)
+    with pytest.raises(StorageUnavailable, match="closed"):
+        await index.publish([row()], nothing)
+    with pytest.raises(StorageUnavailable, match="closed"):
+        async with index.sweeping():
+            pass
+
+
+async def test_connections_ended_by_the_server(pg: PostgresStore) -> None:
+    index = await pg.open()
+    await index.publish([row()], nothing)
+    db = await pg.admin()
+    await db.execute(
+        """SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+        WHERE datname = current_database() AND application_name = 'attachstore'"""
+    )
+    # A read goes to another connection; a write either commits or fails as STORAGE_UNAVAILABLE.
+    assert await index.get(A) == row()
+    for _ in range(3):
+        try:
+            await index.renew([A], now=200.0)
+        except StorageUnavailable:
+            continue
+        break
+    assert (await index.get(A)).lease_at == 200.0  # type: ignore[union-attr]
+
+
+# -- PostgreSQL: several nodes on one database -------------------------------------------------------------
+
+
+async def test_nodes_migrating_at_once_migrate_once() -> None:
+    dsn = fresh_database()
+    try:
+        indexes = await asyncio.gather(*(PgIndex.open(dsn, max_size=2) for _ in range(4)))
+        try:
+            await indexes[0].publish([row()], nothing)
+            assert [await i.get(A) for i in indexes] == [row()] * 4
+        finally:
+            for i in indexes:
+                await i.close()
+        db = await asyncpg.connect(dsn)
+        try:
+            assert await db.fetchval("SELECT version FROM attachstore_schema") == SCHEMA_VERSION
+            assert await db.fetchval("SELECT count(*) FROM attachstore_schema") == 1
+        finally:
+            await db.close()
+    finally:
+        drop_database(dsn)
+
+
+async def test_collect_then_renew(pg: PostgresStore) -> None:
+    gc, admission = await pg.open(), await pg.open()
+    await gc.publish([row(at=100.0)], nothing)
+    gate = Gate()
+    collecting = asyncio.create_task(gc.collect([A], 150.0, gate))
+    await gate.entered.wait()  # the file is going
+    renewing = asyncio.create_task(admission.renew([A], now=200.0))
+    await pg.until_waiting(renewing)
+    gate.open()
+    assert await collecting == [(A, 10)]
+    assert await renewing == {}  # no row: the admission writes the bytes again
+    assert await admission.get(A) is None
+
+
+async def test_an_admission_first_keeps_its_object(pg: PostgresStore) -> None:
+    gc, admission = await pg.open(), await pg.open()
+    await gc.publish([row(at=100.0)], nothing)
+    await admission.create_session(("t", "s"), None, 1.0)
+    gate, files = Gate(), Files(A)
+    publishing = asyncio.create_task(
+        admission.publish([row(at=300.0)], gate, Hold(("t", "s"), no_guard), tenant="t")
+    )
+    await gate.entered.wait()  # the admission checks its files
+    collecting = asyncio.create_task(gc.collect([A], 150.0, files.remove))
+    await pg.until_waiting(collecting)
+    gate.open()
+    await publishing
+    assert await collecting == []
+    assert files.removed == []
+    assert (await gc.get(A)).lease_at == 300.0  # type: ignore[union-attr]
+    assert (await gc.get_session(("t", "s"))).holds == (A,)  # type: ignore[union-attr]
+
+
+async def test_collect_then_hold(pg: PostgresStore) -> None:
+    gc, daemon = await pg.open(), await pg.open()
+    await gc.publish([row(at=100.0)], nothing)
+    await daemon.create_session(("t", "s"), None, 1.0)
+    gate = Gate()
+    collecting = asyncio.create_task(gc.collect([A], 150.0, gate))
+    await gate.entered.wait()
+    holding = asyncio.create_task(daemon.add_holds(Hold(("t", "s"), no_guard, everything=True), [A], 200.0))
+    await pg.until_waiting(holding)
+    gate.open()
+    assert await collecting == [(A, 10)]
+    with pytest.raises(NotFound):
+        await holding
+    assert (await daemon.get_session(("t", "s"))).holds == ()  # type: ignore[union-attr]
+
+
+async def test_discard_then_publish(pg: PostgresStore) -> None:
+    gc, admission = await pg.open(), await pg.open()
+    files, gate = Files(A), Gate()
+
+    async def remove(r: str) -> None:
+        await gate(r)
+        await files.remove(r)
+
+    discarding = asyncio.create_task(gc.discard_unpublished([A], remove))
+    await gate.entered.wait()  # no row publishes A: its file is going
+    publishing = asyncio.create_task(admission.publish([row()], files.check(A)))
+    await pg.until_waiting(publishing)
+    gate.open()
+    await discarding
+    with pytest.raises(FileNotFoundError):  # the admission sees its file gone, publishes nothing
+        await publishing
+    assert await admission.get(A) is None
+
+
+async def test_publish_then_discard(pg: PostgresStore) -> None:
+    gc, admission = await pg.open(), await pg.open()
+    files, gate = Files(A), Gate()
+
+    async def check() -> None:
+        await gate()
+        await files.check(A)()
+
+    publishing = asyncio.create_task(admission.publish([row()], check))
+    await gate.entered.wait()
+    discarding = asyncio.create_task(gc.discard_unpublished([A], files.remove))
+    await pg.until_waiting(discarding)
+    gate.open()
+    await publishing
+    await discarding
+    assert files.removed == []  # a published row always has its file
+    assert A in files.present
+    assert await gc.get(A) == row()
+
+
+async def test_a_guard_sees_holds_committed_while_it_waited(pg: PostgresStore) -> None:
+    one, two = await pg.open(), await pg.open()
+    await one.create_session(("t", "s"), "vision", 1.0)
+    gate = Gate()
+    publishing = asyncio.create_task(one.publish([row()], gate, Hold(("t", "s"), no_guard)))
+    await gate.entered.wait()  # the session is locked, the hold not yet made
+    seen: list[tuple[str, ...]] = []
+    switching = asyncio.create_task(two.set_route(("t", "s"), "text", lambda s: seen.append(s.holds)))
+    await pg.until_waiting(switching)
+    gate.open()
+    await publishing
+    await switching
+    assert seen == [(A,)]
+
+
+async def test_one_session_created_by_two_nodes(pg: PostgresStore) -> None:
+    one, two = await pg.open(), await pg.open()
+    results = await asyncio.gather(
+        one.create_session(("t", "s"), "m", 1.0), two.create_session(("t", "s"), "m", 2.0)
+    )
+    assert sorted(created for _, created in results) == [False, True]
+    assert results[0][0] == results[1][0]
+
+
+async def test_one_gc_sweeps_at_a_time(pg: PostgresStore) -> None:
+    one, two = await pg.open(), await pg.open()
+    order: list[str] = []
+
+    async def second() -> None:
+        async with two.sweeping():
+            order.append("second in")
+
+    async with one.sweeping():
+        order.append("first in")
+        waiting = asyncio.create_task(second())
+        await pg.until_waiting(waiting)
+        assert not waiting.done()
+        order.append("first out")
+    await waiting
+    assert order == ["first in", "first out", "second in"]
+    async with one.sweeping():  # released at exit: the next run starts at once
+        pass
