@@ -8,22 +8,26 @@ running beside the audit is never reported as damage. `repair` acts on each conf
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import os
 import random
+import stat
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from .blobstore import IN_FLIGHT, StoredFile
+from .blobstore import IN_FLIGHT, Listing, LocalBlobStore, StoredFile
 from .config import Limits
-from .errors import Rejected
+from .errors import AttachstoreError, Rejected
 from .index import ObjectRow
 from .probe import probe_header
 from .progress import Progress
-from .refs import Ref
+from .refs import Ref, hasher
 from .service import Store
 
 # Re-indexing a stray file must not re-apply admission limits: reads never do.
@@ -38,48 +42,147 @@ _NO_LIMITS = Limits(
 )
 
 
-_BATCH = 128  # files per trip to a thread
-_THREADS = 2
+# Files go to one thread, a trip of about _TRIP_FILES files or _TRIP_BYTES bytes (by the index's sizes) at a
+# time, whole listings: few enough trips that their cost vanishes, small enough for the pace (--max-rate)
+# and the progress line. One thread, not more: on small files most of the work holds the interpreter lock,
+# and two threads lost more handing it to each other than they gained (docs/performance.md).
+_TRIP_FILES = 1024
+_TRIP_BYTES = 16 << 20
+_READ_AT_ONCE = 64 << 20  # a larger object is read in chunks, on a closer look
+_READ_CHUNK = 1 << 20
+_OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+_Part = tuple[Listing, list[str]]  # a listing and the names of it to audit
+
+
+@dataclass(slots=True)
+class _Trip:
+    """What one trip to the thread found. A clean file leaves only its ref (for the row pass) and its size;
+    any other file is a suspect, for a closer look on the event loop."""
+
+    refs: list[str] = field(default_factory=list)
+    bytes: int = 0
+    suspects: list[tuple[str, Ref | None]] = field(default_factory=list)  # (path, the ref its place names)
+
+
+def _trips(parts: Iterable[_Part], per_trip: int) -> Iterator[list[_Part]]:
+    trip: list[_Part] = []
+    files = 0
+    for part in parts:
+        trip.append(part)
+        files += len(part[1])
+        if files >= per_trip:
+            yield trip
+            trip, files = [], 0
+    if trip:
+        yield trip
+
+
+def _examine(parts: list[_Part], rows: dict[str, ObjectRow]) -> _Trip:
+    """Read and hash every named file. A file is clean when its bytes hash to its name, have the size of its
+    row and carry the header its row records. This loop runs once per object, so it does the least it can:
+    two strings (the ref and the path), three system calls (open, one read, close), no stat, no objects."""
+    trip = _Trip()
+    refs, suspects = trip.refs, trip.suspects
+    size = 0
+    for listing, names in parts:
+        algorithm = listing.algorithm
+        if algorithm is None:  # not a bucket: nothing in it is an object
+            suspects.extend((listing.path(name), None) for name in names)
+            continue
+        directory = listing.directory + "/"
+        head = algorithm + ":"
+        bucket = listing.bucket
+        irregular = listing.irregular
+        for name in names:
+            ref = head + name
+            row = rows.get(ref)
+            if row is None or name in irregular or not name.startswith(bucket):
+                suspects.append((directory + name, listing.ref(name)))
+                continue
+            expected = row.bytes
+            try:
+                fd = os.open(directory + name, _OPEN)
+                try:
+                    # One byte more than the row says: a longer file shows itself, a shorter one ends early.
+                    data = os.read(fd, expected + 1 if 0 <= expected < _READ_AT_ONCE else _READ_AT_ONCE)
+                finally:
+                    os.close(fd)
+            except OSError:
+                suspects.append((directory + name, listing.ref(name)))
+                continue
+            h = hasher(algorithm)
+            h.update(data)
+            header = probe_header(data)
+            if (
+                h.hexdigest() != name  # also proves the name is 64 lowercase hex digits, as a ref's
+                or len(data) != expected
+                or row.state != "ok"
+                or header is None
+                or header.media_type != row.media_type
+                or header.width != row.width
+                or header.height != row.height
+            ):
+                suspects.append((directory + name, listing.ref(name)))
+                continue
+            refs.append(ref)
+            size += expected
+    trip.bytes = size
+    return trip
 
 
 @dataclass(frozen=True, slots=True)
 class _Look:
-    """One file, read, hashed and probed off the event loop. Clean files come back without their bytes."""
+    """A suspect file, read again in full: whatever made it suspect may have passed (a heal, say)."""
 
     file: StoredFile
-    clean: bool
     intact: bool = False
-    data: bytes | None = None
+    data: bytes | None = None  # None: not an object (file.ref is None), or unreadable (error)
     error: OSError | None = None
 
 
-def _examine(files: list[StoredFile], rows: dict[str, ObjectRow]) -> list[_Look]:
-    looks = []
-    for f in files:
-        if f.ref is None:
-            looks.append(_Look(f, clean=False))
-            continue
+def _look_again(path: str, ref: Ref | None) -> _Look | None:
+    """None if the file is gone (a GC sweep)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        return _Look(StoredFile(Path(path), ref, 0, 0.0), error=e)
+    if not stat.S_ISREG(st.st_mode):
+        ref = None  # a symlink or a fifo is never an object, whatever its name
+    file = StoredFile(Path(path), ref, st.st_size, st.st_mtime)
+    if ref is None:
+        return _Look(file)
+    try:
+        fd = os.open(path, _OPEN)
         try:
-            data = f.path.read_bytes()
-        except FileNotFoundError:
-            looks.append(_Look(f, clean=False))
-            continue
-        except OSError as e:
-            looks.append(_Look(f, clean=False, error=e))
-            continue
-        intact = f.ref.matches(data)
-        row = rows.get(str(f.ref))
-        header = probe_header(data) if intact and row is not None else None
-        clean = (
-            row is not None
-            and intact
-            and row.state == "ok"
-            and len(data) == row.bytes
-            and header is not None
-            and (header.media_type, header.width, header.height) == (row.media_type, row.width, row.height)
-        )
-        looks.append(_Look(f, clean, intact, None if clean else data))
-    return looks
+            chunks = []
+            while chunk := os.read(fd, _READ_CHUNK):
+                chunks.append(chunk)
+        finally:
+            os.close(fd)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        return _Look(file, error=e)
+    data = b"".join(chunks)
+    return _Look(StoredFile(file.path, ref, len(data), file.mtime), ref.matches(data), data)
+
+
+@contextlib.contextmanager
+def _no_cycle_collection() -> Iterator[None]:
+    """The audit holds a row per object for its whole run and makes short-lived objects by the hundred
+    thousand, none in a cycle: the cycle collector would traverse the rows again and again for nothing
+    (a tenth of the run on 150,000 small objects). Reference counting frees everything as before."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 class Kind(StrEnum):
@@ -133,6 +236,12 @@ class Audit:
         self._picked: dict[str, bool] = {}
         self._rng = random.Random()
 
+    @property
+    def _local(self) -> LocalBlobStore:
+        if self.store.local is None:
+            raise AttachstoreError(f"the audit of the {self.store.blobs.kind} backend is not built yet")
+        return self.store.local
+
     def _pick(self, key: str) -> bool:
         """A file and its row are sampled together."""
         if self.sample >= 1.0:
@@ -140,46 +249,80 @@ class Audit:
         return self._picked.setdefault(key, self._rng.random() < self.sample)
 
     async def run(self) -> AuditReport:
+        with _no_cycle_collection():
+            return await self._run()
+
+    async def _run(self) -> AuditReport:
         self._started = time.time()
         report = AuditReport(sample=self.sample)
         rows = {r.ref: r for r in await self.store.index.rows()}
-        files = await asyncio.to_thread(lambda: list(self.store.blobs.walk_objects()))
-        files = [f for f in files if self._pick(str(f.ref) if f.ref else str(f.path))]
-        bar = self.progress(len(files), sum(f.size for f in files)) if self.progress else None
+        # The index's count and sizes stand for what the walk will find: they size the trips and the
+        # progress line before anything is listed.
+        total = sum(r.bytes for r in rows.values())
+        mean = total // len(rows) if rows else 1
+        per_trip = max(1, min(_TRIP_FILES, _TRIP_BYTES // max(mean, 1)))
+        bar = None
+        if self.progress:
+            bar = self.progress(round(len(rows) * self.sample), round(total * self.sample))
         started = time.monotonic()
         seen: set[str] = set()
-        # Files are read, hashed and probed in batches on a few threads (the hash releases the GIL); only
-        # what looks wrong comes back with its bytes for a closer look, confirmed under the index lock.
-        batches = [files[i : i + _BATCH] for i in range(0, len(files), _BATCH)]
-        with ThreadPoolExecutor(_THREADS, thread_name_prefix="audit") as pool:
+        # The walk is listed as it goes, on the audit's thread, a trip at a time: nothing is listed ahead.
+        trips = _trips(self._parts(self._local), per_trip)
+
+        def trip() -> _Trip | None:
+            parts = next(trips, None)
+            return None if parts is None else _examine(parts, rows)
+
+        # One trip waits in the thread's queue while the loop looks at the one before: the thread never idles.
+        pool = ThreadPoolExecutor(1, thread_name_prefix="audit")
+        try:
             loop = asyncio.get_running_loop()
-            pending = [loop.run_in_executor(pool, _examine, b, rows) for b in batches[:_THREADS]]
-            for i in range(len(batches)):
-                looks = await pending[i]
-                if i + _THREADS < len(batches):
-                    pending.append(loop.run_in_executor(pool, _examine, batches[i + _THREADS], rows))
-                for look in looks:
-                    f = look.file
-                    if f.ref is not None:
-                        seen.add(str(f.ref))
-                    if not look.clean:
-                        await self._check_file(look, rows.get(str(f.ref)) if f.ref else None, report)
+            pending = deque([loop.run_in_executor(pool, trip), loop.run_in_executor(pool, trip)])
+            while pending:
+                found = await pending.popleft()
+                if found is None:
+                    continue
+                before = report.bytes
+                seen.update(found.refs)
+                report.files += len(found.refs)
+                report.bytes += found.bytes
+                for path, named in found.suspects:
+                    look = await asyncio.to_thread(_look_again, path, named)
+                    if look is None:
+                        continue  # gone since the listing (a GC sweep): the row pass decides about its row
+                    row = None
+                    if look.file.ref is not None:
+                        seen.add(str(look.file.ref))
+                        row = rows.get(str(look.file.ref))
                     report.files += 1
-                    report.bytes += f.size
-                    if bar:
-                        bar.advance(1, f.size)
+                    report.bytes += look.file.size
+                    await self._check_file(look, row, report)
+                if bar:
+                    bar.advance(len(found.refs) + len(found.suspects), report.bytes - before)
                 await self._throttle(report.bytes, started)
-        for ref, row in rows.items():
-            if ref in seen or not self._pick(ref):
-                continue
-            report.rows += 1
-            await self._check_row_without_file(row, report)
+                pending.append(loop.run_in_executor(pool, trip))
+        finally:
+            pool.shutdown(cancel_futures=True)  # on an error, no trip after the one under way
+        for ref in sorted(rows.keys() - seen):
+            if self._pick(ref):
+                report.rows += 1
+                await self._check_row_without_file(rows[ref], report)
         report.rows += len(seen & rows.keys())
         if bar:
             bar.finish()
         figures = {"files": report.files, "bytes": report.bytes, "findings": len(report.findings)}
         await self.store.index.record_run("audit" if self.sample >= 1 else "audit_sample", figures)
         return report
+
+    def _parts(self, local: LocalBlobStore) -> Iterator[_Part]:
+        for listing in local.list_objects():
+            if self.sample >= 1.0:
+                yield listing, listing.names
+            else:
+                yield (
+                    listing,
+                    [n for n in listing.names if self._pick(str(listing.ref(n) or listing.path(n)))],
+                )
 
     async def _throttle(self, done: int, started: float) -> None:
         if self.max_rate:
@@ -202,10 +345,10 @@ class Audit:
             return
         ref = f.ref
         if look.data is None:
-            if look.error is not None:
-                detail = f"cannot be read: {look.error.strerror or look.error}"
-                report.findings.append(Finding(Kind.CORRUPT, str(ref), path, detail))
-            return  # else removed since the walk (GC): the row pass decides about its row
+            error = look.error
+            detail = f"cannot be read: {error.strerror or error}" if error else "cannot be read"
+            report.findings.append(Finding(Kind.CORRUPT, str(ref), path, detail))
+            return
         if row is None:
             await self._stray(ref, f, look.data, look.intact, report)
         elif not look.intact:
@@ -235,12 +378,7 @@ class Audit:
         if f.mtime > self._started - self.settle:
             return  # young: most likely an admission between its link and its commit
         # The row may have been published after the snapshot: confirm under the write lock.
-        async with (
-            self.store.index.write() as db,
-            db.execute("SELECT 1 FROM objects WHERE ref = ?", (str(ref),)) as cur,
-        ):
-            published = await cur.fetchone() is not None
-        if published:
+        if await self.store.index.published_now(str(ref)):
             return
         detail = "no row publishes it; " + ("its bytes verify" if intact else "its bytes do not verify")
         done = None
@@ -255,29 +393,27 @@ class Audit:
 
     async def _check_row_without_file(self, row: ObjectRow, report: AuditReport) -> None:
         ref = Ref.parse(row.ref)
-        async with self.store.index.write() as db:
-            # Confirm under the lock: a GC sweep removes the file, then the row, in one transaction.
-            async with db.execute("SELECT state, lease_at FROM objects WHERE ref = ?", (row.ref,)) as cur:
-                now = await cur.fetchone()
-            if now is None or self.store.blobs.stat(ref) is not None:
-                return
-            state = now[0]
-            if state == "ok":
-                done = None
-                if self.repair:
-                    await db.execute("UPDATE objects SET state = 'missing' WHERE ref = ?", (row.ref,))
-                    done = "marked missing"
-                report.findings.append(Finding(Kind.MISSING, row.ref, None, "the object file is gone", done))
-            else:
-                report.findings.append(
-                    Finding(
-                        Kind.STRAY_ROW,
-                        row.ref,
-                        None,
-                        f"the row is marked {state!r}: no bytes stand behind it until the same bytes are "
-                        "admitted again, or gc removes it when nothing holds it",
-                    )
+
+        async def gone() -> bool:
+            return await self.store.blobs.stat(ref) is None
+
+        # Confirmed under the index's lock: a GC sweep removes the file, then the row, in one transaction.
+        state = await self.store.index.confirm_missing(row.ref, gone, mark=self.repair)
+        if state is None:
+            return
+        if state == "ok":
+            done = "marked missing" if self.repair else None
+            report.findings.append(Finding(Kind.MISSING, row.ref, None, "the object file is gone", done))
+        else:
+            report.findings.append(
+                Finding(
+                    Kind.STRAY_ROW,
+                    row.ref,
+                    None,
+                    f"the row is marked {state!r}: no bytes stand behind it until the same bytes are "
+                    "admitted again, or gc removes it when nothing holds it",
                 )
+            )
 
     # -- repairs ---------------------------------------------------------------------------------------
 
@@ -289,12 +425,13 @@ class Audit:
         return "quarantined" if found == "quarantined" else "marked missing"
 
     async def _quarantine_path(self, path: Path) -> str:
-        target = self.store.blobs.quarantine_dir / f"stray-{path.name}.{time.time_ns()}"
+        local = self._local
+        target = local.quarantine_dir / f"stray-{path.name}.{time.time_ns()}"
 
         def move() -> None:
             os.rename(path, target)
-            self.store.blobs.ops.fsync_dir(path.parent)
-            self.store.blobs.ops.fsync_dir(target.parent)
+            local.ops.fsync_dir(path.parent)
+            local.ops.fsync_dir(target.parent)
 
         try:
             await asyncio.to_thread(move)
@@ -323,7 +460,7 @@ class Audit:
         )
 
         async def still_there() -> None:
-            if await asyncio.to_thread(self.store.blobs.stat, ref) is None:
+            if await self.store.blobs.stat(ref) is None:
                 raise FileNotFoundError(str(ref))
 
         try:

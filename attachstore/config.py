@@ -149,6 +149,32 @@ class Route(_Section, frozen=True):
     placeholders: Placeholders = Placeholders()
 
 
+class Storage(_Section, frozen=True):
+    """Where object bytes live: the data dir ("local") or an S3-compatible bucket ("s3")."""
+
+    backend: Literal["local", "s3"] = "local"
+    endpoint: str | None = None  # e.g. "http://127.0.0.1:7480"; none: AWS S3 itself
+    bucket: str = ""
+    prefix: str = ""  # keys start with it, e.g. "attachstore/"
+    region: str | None = None
+    # Credentials; none: $ATTACHSTORE_S3_ACCESS_KEY_ID / $ATTACHSTORE_S3_SECRET_ACCESS_KEY, else botocore's
+    # chain (AWS_ACCESS_KEY_ID, a profile, an instance role).
+    access_key_id: str | None = None
+    secret_access_key: str | None = None
+    max_connections: Positive = 64
+    # The node-local read cache of the s3 backend: a directory (one per daemon process) and its bound.
+    cache_dir: str | None = None
+    cache_max_bytes: Positive = 1 << 30
+
+
+class IndexConfig(_Section, frozen=True):
+    """Where the index lives: SQLite in the data dir, or a PostgreSQL database shared by many daemons."""
+
+    backend: Literal["sqlite", "postgresql"] = "sqlite"
+    dsn: str | None = None  # postgresql://user@host:5432/db; $ATTACHSTORE_INDEX_DSN
+    max_connections: Annotated[int, Meta(ge=2)] = 10  # connection pool of each daemon process
+
+
 class Tenant(_Section, frozen=True):
     name: Annotated[str, Meta(pattern=r"^[A-Za-z0-9._-]{1,64}$")]
     token_sha256: Annotated[str, Meta(pattern=r"^[0-9a-f]{64}$")]
@@ -166,6 +192,8 @@ class Config(_Section, frozen=True):
     admission: Admission = Admission()
     http: Http = Http()
     gc: Gc = Gc()
+    storage: Storage = Storage()
+    index: IndexConfig = IndexConfig()
     routes: dict[str, Route] = msgspec.field(default_factory=dict)
     tenants: list[Tenant] = msgspec.field(default_factory=list)
 
@@ -189,6 +217,14 @@ ENV_KEYS = {
     "ATTACHSTORE_LISTEN": "listen",
     "ATTACHSTORE_UNIX_SOCKET": "unix_socket",
     "ATTACHSTORE_HASH": "hash",
+}
+
+
+# Secrets and addresses that operators keep out of files.
+SECTION_ENV_KEYS = {
+    "ATTACHSTORE_INDEX_DSN": ("index", "dsn"),
+    "ATTACHSTORE_S3_ACCESS_KEY_ID": ("storage", "access_key_id"),
+    "ATTACHSTORE_S3_SECRET_ACCESS_KEY": ("storage", "secret_access_key"),
 }
 
 
@@ -220,6 +256,11 @@ def load(
     for var, key in ENV_KEYS.items():
         if env.get(var):
             raw[key] = env[var]
+    for var, (section, key) in SECTION_ENV_KEYS.items():
+        if env.get(var):
+            if not isinstance(raw.get(section, {}), dict):
+                raise ConfigError(f"{source}: bad value for {section!r}: Expected `object`")
+            raw[section] = {**raw.get(section, {}), key: env[var]}
     for key, value in (overrides or {}).items():
         if value is not None:
             raw[key] = value
@@ -242,6 +283,12 @@ def load(
     ):
         if seconds <= 0:
             raise ConfigError(f"{source}: bad value for {key!r}: must be longer than 0")
+    if config.storage.backend == "s3" and not config.storage.bucket:
+        raise ConfigError(f"{source}: storage.bucket: the s3 backend needs a bucket")
+    if config.index.backend == "postgresql" and not config.index.dsn:
+        raise ConfigError(
+            f"{source}: index.dsn: the postgresql backend needs a DSN (or $ATTACHSTORE_INDEX_DSN)"
+        )
     hashes = [t.token_sha256 for t in config.tenants]
     if len(set(hashes)) != len(hashes):
         # A tenant may have several tokens (to rotate them); a token names exactly one tenant.

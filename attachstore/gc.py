@@ -16,10 +16,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .backend import StoredObject
 from .blobstore import IN_FLIGHT, StoredFile
 from .index import ObjectRow
 from .progress import Progress
-from .refs import MAX_REF_LENGTH, Ref
+from .refs import MAX_REF_LENGTH
 from .service import Store
 
 REF_BYTES = re.compile(rb"(?:sha256|blake3):[0-9a-f]{64}")
@@ -49,8 +50,8 @@ class GcPlan:
     grace: float
     garbage: list[ObjectRow]
     rooted: int  # unheld objects past their grace that a root names
-    staging: list[StoredFile]
-    unindexed: list[StoredFile]
+    staging: list[StoredFile]  # the local backend's only: S3 has no staging area
+    unindexed: list[StoredObject]
 
     @property
     def garbage_bytes(self) -> int:
@@ -78,60 +79,67 @@ async def plan(store: Store, grace: float, roots: Sequence[Path] = (), now: floa
     # Files without a row have no lease; their age is all there is, and a young one may be in flight.
     file_cutoff = min(cutoff, now - IN_FLIGHT)
 
-    def old_files() -> tuple[list[StoredFile], list[StoredFile]]:
-        staging = [f for f in store.blobs.walk_staging() if f.mtime < file_cutoff]
-        unindexed = [
-            f
-            for f in store.blobs.walk_objects()
-            if f.ref is not None
-            and str(f.ref) not in indexed
-            and f.mtime < file_cutoff
-            and str(f.ref) not in named
-        ]
-        return staging, unindexed
-
-    staging, unindexed = await asyncio.to_thread(old_files)
+    unindexed = [
+        f
+        async for f in store.blobs.walk()
+        if f.ref is not None
+        and str(f.ref) not in indexed
+        and f.mtime < file_cutoff
+        and str(f.ref) not in named
+    ]
+    staging: list[StoredFile] = []
+    if store.local is not None:
+        local = store.local
+        staging = await asyncio.to_thread(lambda: [f for f in local.walk_staging() if f.mtime < file_cutoff])
     return GcPlan(cutoff, grace, garbage, len(candidates) - len(garbage), staging, unindexed)
 
 
 async def execute(store: Store, gc_plan: GcPlan, progress: Progress | None = None) -> GcResult:
+    """Sweep what the plan found. Runs inside the index's `sweeping()` (on PostgreSQL: one gc at a time
+    across every node); each removal is re-checked under the index's locks, whatever the plan said."""
+    async with store.index.sweeping():
+        return await _sweep(store, gc_plan, progress)
+
+
+async def _sweep(store: Store, gc_plan: GcPlan, progress: Progress | None) -> GcResult:
     result = GcResult()
     sizes = {r.ref: r.bytes for r in gc_plan.garbage}
 
     refs = [r.ref for r in gc_plan.garbage]
     for start in range(0, len(refs), _BATCH):
         batch = refs[start : start + _BATCH]
-        collected = await store.index.collect(
-            batch, gc_plan.cutoff, store.discard_object
-        )  # variants go with a source
+        # Variants go with their source: they are in `collected`, not in the plan.
+        collected = await store.index.collect(batch, gc_plan.cutoff, store.discard_object)
         result.collected += [ref for ref, _ in collected]
         result.collected_bytes += sum(size for _, size in collected)
         result.skipped += len(set(batch) - {ref for ref, _ in collected})
         if progress:
             progress.advance(len(batch), sum(sizes[r] for r in batch))
 
-    # Unindexed object files: removed under the write lock, and only while still no row publishes them.
-    stray = {str(f.ref): f for f in gc_plan.unindexed if f.ref is not None}
+    # Unindexed objects: removed under the index's locks, and only while still no row publishes them.
+    strays = list(dict.fromkeys(str(f.ref) for f in gc_plan.unindexed if f.ref is not None))
     removed: list[str] = []
 
     async def remove_stray(ref: str) -> None:
-        await asyncio.to_thread(store.blobs.remove_file, stray[ref].path)
+        await store.discard_object(ref)
         removed.append(ref)
 
-    strays = list(stray)
     for start in range(0, len(strays), _BATCH):
         await store.index.discard_unpublished(strays[start : start + _BATCH], remove_stray)
     result.unindexed_removed = len(removed)
 
-    def sweep_files() -> tuple[int, int]:
-        staging = 0
-        for f in gc_plan.staging:
-            if os.path.exists(f.path):
-                store.blobs.remove_file(f.path)
-                staging += 1
-        return staging, store.blobs.remove_empty_buckets()
+    if store.local is not None:
+        local = store.local
 
-    result.staging_removed, result.empty_dirs_removed = await asyncio.to_thread(sweep_files)
+        def sweep_files() -> tuple[int, int]:
+            staging = 0
+            for f in gc_plan.staging:
+                if os.path.exists(f.path):
+                    local.remove_file(f.path)
+                    staging += 1
+            return staging, local.remove_empty_buckets()
+
+        result.staging_removed, result.empty_dirs_removed = await asyncio.to_thread(sweep_files)
     if progress:
         progress.finish()
     figures = {"collected": len(result.collected), "collected_bytes": result.collected_bytes}

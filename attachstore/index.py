@@ -318,6 +318,12 @@ class Index:
                         collected.append((v, int(next(iter(orphan))[0])))
         return collected
 
+    @asynccontextmanager
+    async def sweeping(self) -> AsyncIterator[None]:
+        """Held for a whole gc run. SQLite needs nothing more than its write lock: concurrent sweeps are
+        safe, each candidate being re-checked under it (PgIndex makes sweeps take turns across nodes)."""
+        yield
+
     # -- variants --------------------------------------------------------------------------------------
 
     async def variant(self, source: str, spec: str) -> ObjectRow | None:

@@ -66,8 +66,8 @@ def run_gc(args: argparse.Namespace, config: Config) -> int:
     if args.dry_run:
         for row in plan.garbage:
             print(f"would collect {row.ref}  {row.bytes} bytes  lease {rfc3339(row.lease_at, 'seconds')}")
-        for f in plan.unindexed:
-            print(f"would remove unindexed {f.path}")
+        for u in plan.unindexed:
+            print(f"would remove unindexed {u.key}")
         for f in plan.staging:
             print(f"would remove staging {f.path}")
     print(
@@ -101,7 +101,7 @@ def _gc_json(plan: gc.GcPlan, result: gc.GcResult | None, dry_run: bool) -> dict
             "garbage_bytes": plan.garbage_bytes,
             "kept_by_roots": plan.rooted,
             "staging": [str(f.path) for f in plan.staging],
-            "unindexed": [str(f.path) for f in plan.unindexed],
+            "unindexed": [u.key for u in plan.unindexed],
         },
     }
     if result is not None:

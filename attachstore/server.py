@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -155,11 +156,19 @@ def _supervise(config: Config, sock: socket.socket, workers: int) -> int:
     child_config = msgspec.structs.replace(config, admission=admission)
     # Each worker keeps its metric samples in files here, so /metrics on any worker reports them all.
     samples = tempfile.TemporaryDirectory(prefix="attachstore-metrics-")
-    env = {
-        **os.environ,
-        WORKER_ENV: msgspec.json.encode(child_config).decode(),
-        "PROMETHEUS_MULTIPROC_DIR": samples.name,
-    }
+
+    def child_env(number: int) -> dict[str, str]:
+        worker_config = child_config
+        if config.storage.cache_dir:  # a read cache keeps its accounting in memory: one directory each
+            cache_dir = str(Path(config.storage.cache_dir) / f"worker-{number}")
+            storage = msgspec.structs.replace(config.storage, cache_dir=cache_dir)
+            worker_config = msgspec.structs.replace(child_config, storage=storage)
+        return {
+            **os.environ,
+            WORKER_ENV: msgspec.json.encode(worker_config).decode(),
+            "PROMETHEUS_MULTIPROC_DIR": samples.name,
+        }
+
     if config.unix_socket:
         argv, fds = [sys.executable, "-m", "attachstore.server", str(sock.fileno())], [sock.fileno()]
     else:
@@ -177,9 +186,9 @@ def _supervise(config: Config, sock: socket.socket, workers: int) -> int:
     # Handlers first: a signal while the workers start must still reach every one of them.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, stop)
-    for _ in range(workers):
+    for number in range(workers):
         if not stopping:
-            children.append(subprocess.Popen(argv, env=env, pass_fds=fds))
+            children.append(subprocess.Popen(argv, env=child_env(number), pass_fds=fds))
     failed = False
     while any(child.poll() is None for child in children):
         for child in children:

@@ -8,13 +8,25 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from . import gate, policy
+from .backend import BlobStore, LocalBackend
 from .blobstore import FileOps, LocalBlobStore, Put
 from .config import Config
-from .errors import AttachstoreError, Corrupt, InvalidRequest, Missing, NotFound, Rejected, ServerBusy
+from .errors import (
+    AttachstoreError,
+    ConfigError,
+    Corrupt,
+    InvalidRequest,
+    Missing,
+    NotFound,
+    Rejected,
+    ServerBusy,
+)
 from .index import Hold, Index, ObjectRow
 from .metrics import Metrics
 from .policy import Diagnostic
@@ -23,6 +35,9 @@ from .probe import probe_header
 from .refs import Ref
 from .sessions import Sessions
 from .worker import Original, Passed
+
+if TYPE_CHECKING:
+    from .pgindex import PgIndex
 
 SOURCES = ("user", "tool", "mcp", "command")
 MAX_NAME_LENGTH = 255
@@ -149,9 +164,12 @@ def image_ref(row: ObjectRow, name: str | None = None) -> ImageRef:
 
 
 class Store:
-    def __init__(self, config: Config, blobs: LocalBlobStore, index: Index, pool: DecodePool) -> None:
+    def __init__(self, config: Config, blobs: BlobStore, index: Index | PgIndex, pool: DecodePool) -> None:
         self.config = config
         self.blobs = blobs
+        # The file-system store behind the local backend, for what only it has (staging files, the audit's
+        # direct walk); None on S3.
+        self.local = blobs.blobs if isinstance(blobs, LocalBackend) else None
         self.index = index
         self.pool = pool
         self.sessions = Sessions(config, index)
@@ -161,15 +179,21 @@ class Store:
 
     @classmethod
     async def open(cls, config: Config, ops: FileOps | None = None, workers: int | None = None) -> Store:
-        blobs = LocalBlobStore(config.data_path, ops)
-        await asyncio.to_thread(blobs.create_layout)
-        index = await Index.open(config.data_path / "index.sqlite3")
+        """The configured backends, opened."""
+        blobs = _blob_store(config, ops)
+        await blobs.start()
+        try:
+            index = await _open_index(config)
+        except BaseException:
+            await blobs.close()
+            raise
         pool = DecodePool(workers or config.admission.workers, config.admission.decode_timeout_seconds)
         return cls(config, blobs, index, pool)
 
     async def close(self) -> None:
         await self.pool.close()
         await self.index.close()
+        await self.blobs.close()
 
     # -- admission -------------------------------------------------------------------------------------
 
@@ -389,16 +413,13 @@ class Store:
         """Raise _FileGone unless every object's file is in place with its size (run under the write lock,
         just before the transaction that publishes them)."""
 
-        def check() -> None:
-            for ref, size in objects:
-                found = self.blobs.stat(ref)
-                if found is None or found.size != size:
-                    raise _FileGone(str(ref))
-
-        await asyncio.to_thread(check)
+        found = await asyncio.gather(*(self.blobs.stat(ref) for ref, _ in objects))
+        for (ref, size), f in zip(objects, found, strict=True):
+            if f is None or f.size != size:
+                raise _FileGone(str(ref))
 
     async def discard_object(self, ref: str) -> None:
-        await asyncio.to_thread(self.blobs.discard_sync, Ref.parse(ref))
+        await self.blobs.discard(Ref.parse(ref))
 
     # -- request variants ------------------------------------------------------------------------------
 
@@ -539,4 +560,43 @@ class Store:
 
     async def ready(self) -> None:
         await self.index.ping()
-        await asyncio.to_thread(self.blobs.probe_writable)
+        await self.blobs.probe_writable()
+
+
+def _blob_store(config: Config, ops: FileOps | None) -> BlobStore:
+    storage = config.storage
+    if storage.backend == "local":
+        return LocalBackend(LocalBlobStore(config.data_path, ops))
+    try:
+        from .s3store import ReadCache, S3BlobStore
+    except ImportError as e:  # the s3 extra is not installed
+        raise ConfigError(
+            f"storage.backend = \"s3\" needs aiobotocore: pip install 'attachstore[s3]' ({e})"
+        ) from e
+    cache = None
+    if storage.cache_dir:
+        cache = ReadCache(Path(storage.cache_dir), storage.cache_max_bytes)
+    return S3BlobStore(
+        storage.endpoint,
+        storage.bucket,
+        storage.prefix,
+        storage.region,
+        storage.access_key_id,
+        storage.secret_access_key,
+        cache=cache,
+        max_connections=storage.max_connections,
+    )
+
+
+async def _open_index(config: Config) -> Index | PgIndex:
+    if config.index.backend == "sqlite":
+        return await Index.open(config.data_path / "index.sqlite3")
+    try:
+        from .pgindex import PgIndex
+    except ImportError as e:  # the postgresql extra is not installed
+        raise ConfigError(
+            f"index.backend = \"postgresql\" needs asyncpg: pip install 'attachstore[postgresql]' ({e})"
+        ) from e
+    if not config.index.dsn:  # config.load refuses this; a Config built in code may not have been loaded
+        raise ConfigError("index.dsn: the postgresql backend needs a DSN")
+    return await PgIndex.open(config.index.dsn, max_size=config.index.max_connections)

@@ -5,12 +5,16 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from . import policy
 from .config import Config
 from .errors import InvalidRequest, SessionNotFound
 from .index import Hold, Index, SessionKey, SessionRow
 from .refs import Ref
+
+if TYPE_CHECKING:
+    from .pgindex import PgIndex
 
 # "." and ".." are excluded: URL handling everywhere drops them as dot segments, so no client could name them.
 SESSION_ID_PATTERN = r"^(?!\.\.?$)[A-Za-z0-9._:-]{1,128}$"
@@ -28,7 +32,7 @@ def check_session_id(text: str) -> str:
 
 
 class Sessions:
-    def __init__(self, config: Config, index: Index) -> None:
+    def __init__(self, config: Config, index: Index | PgIndex) -> None:
         self.config = config
         self.index = index
 

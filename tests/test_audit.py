@@ -34,10 +34,10 @@ async def test_a_whole_store_is_clean(store: Store) -> None:
 
 async def test_corrupt_is_found_and_quarantined(store: Store) -> None:
     [ref] = await put(store, png(9, 9))
-    flip_byte(store.blobs.path(Ref.parse(ref)), 50)
+    flip_byte(store.local.path(Ref.parse(ref)), 50)
     assert await audit(store) == [(Kind.CORRUPT, ref)]
     assert await audit(store, repair=True) == [(Kind.CORRUPT, ref)]
-    assert len(os.listdir(store.blobs.quarantine_dir)) == 1
+    assert len(os.listdir(store.local.quarantine_dir)) == 1
     # Now a row with no bytes behind it: reported, until the same bytes are admitted again.
     assert await audit(store) == [(Kind.STRAY_ROW, ref)]
     await put(store, png(9, 9))
@@ -46,7 +46,7 @@ async def test_corrupt_is_found_and_quarantined(store: Store) -> None:
 
 async def test_missing_is_found_and_marked(store: Store) -> None:
     [ref] = await put(store, png(8, 8))
-    store.blobs.path(Ref.parse(ref)).unlink()
+    store.local.path(Ref.parse(ref)).unlink()
     assert await audit(store, repair=True) == [(Kind.MISSING, ref)]
     row = await store.index.get(ref)
     assert row is not None
@@ -56,7 +56,7 @@ async def test_missing_is_found_and_marked(store: Store) -> None:
 async def test_a_stray_file_that_verifies_is_reindexed(store: Store) -> None:
     image = jpeg(12, 7)
     ref = Ref.of("sha256", image)
-    path = store.blobs.path(ref)
+    path = store.local.path(ref)
     path.parent.mkdir(parents=True)
     path.write_bytes(image)
     assert await audit(store, repair=True) == [(Kind.STRAY_FILE, str(ref))]
@@ -66,22 +66,22 @@ async def test_a_stray_file_that_verifies_is_reindexed(store: Store) -> None:
 
 
 async def test_stray_files_that_do_not_verify_or_are_misplaced_are_quarantined(store: Store) -> None:
-    wrong = store.blobs.path(Ref.of("sha256", b"something else"))
+    wrong = store.local.path(Ref.of("sha256", b"something else"))
     wrong.parent.mkdir(parents=True)
     wrong.write_bytes(b"not those bytes")
-    misplaced = store.blobs.objects / "sha256" / "notes.txt"
+    misplaced = store.local.objects / "sha256" / "notes.txt"
     misplaced.write_text("hello")
     findings = await audit(store, repair=True)
     assert sorted(k for k, _ in findings) == [Kind.STRAY_FILE, Kind.STRAY_FILE]
     assert not wrong.exists()
     assert not misplaced.exists()
-    assert len(os.listdir(store.blobs.quarantine_dir)) == 2
+    assert len(os.listdir(store.local.quarantine_dir)) == 2
     assert await audit(store) == []
 
 
 async def test_a_young_stray_may_be_an_admission_in_flight(store: Store) -> None:
     image = png(6, 5)
-    path = store.blobs.path(Ref.of("sha256", image))
+    path = store.local.path(Ref.of("sha256", image))
     path.parent.mkdir(parents=True)
     path.write_bytes(image)
     assert (await Audit(store).run()).findings == []  # default settle: a minute
@@ -106,8 +106,8 @@ async def test_a_row_marked_missing_whose_file_is_back(store: Store) -> None:
 
 async def test_it_keeps_going_after_each_finding(store: Store) -> None:
     refs = await put(store, png(3, 3), png(4, 4), png(5, 5), png(6, 6))
-    flip_byte(store.blobs.path(Ref.parse(refs[0])), 40)
-    store.blobs.path(Ref.parse(refs[2])).unlink()
+    flip_byte(store.local.path(Ref.parse(refs[0])), 40)
+    store.local.path(Ref.parse(refs[2])).unlink()
     assert sorted(await audit(store)) == sorted([(Kind.CORRUPT, refs[0]), (Kind.MISSING, refs[2])])
 
 

@@ -59,7 +59,7 @@ async def test_sigkill_at_each_step_keeps_every_promise(
         for finding in report.findings:
             assert finding.detail.endswith("its bytes verify")
         staging, unindexed, published = LEFT[step]
-        assert (len(list(store.blobs.walk_staging())), len(report.findings)) == (staging, unindexed)
+        assert (len(list(store.local.walk_staging())), len(report.findings)) == (staging, unindexed)
         interrupted = str(Ref.of("sha256", png(20, 10, seed=COUNT - 1)))
         assert (await store.index.get(interrupted) is not None) == published
         # The next gc cleans the leftovers up (the answered refs are named by a root, as a host's log would).
@@ -68,7 +68,7 @@ async def test_sigkill_at_each_step_keeps_every_promise(
         # Files without a row are left alone while they may be in flight; look an hour later.
         later = time.time() + 3600
         await gc.execute(store, await gc.plan(store, grace=0, roots=[roots], now=later))
-        assert list(store.blobs.walk_staging()) == []
+        assert list(store.local.walk_staging()) == []
         assert (await Audit(store, settle=0).run()).findings == []
         for ref in answered:
             await store.read(ref)

@@ -26,7 +26,7 @@ async def age(store: Store, seconds: float) -> None:
     """Make every lease (and every file) `seconds` older."""
     async with store.index.write() as db:
         await db.execute("UPDATE objects SET lease_at = lease_at - ?", (seconds,))
-    for f in [*store.blobs.walk_objects(), *store.blobs.walk_staging()]:
+    for f in [*store.local.walk_objects(), *store.local.walk_staging()]:
         os.utime(f.path, (f.mtime - seconds, f.mtime - seconds))
 
 
@@ -49,7 +49,7 @@ async def test_garbage_is_unheld_unrooted_and_past_its_grace(store: Store, tmp_p
     assert result.collected_bytes == len(loose)
     with pytest.raises(NotFound):
         await store.read(loose_ref)
-    assert store.blobs.stat(Ref.parse(loose_ref)) is None
+    assert store.local.stat(Ref.parse(loose_ref)) is None
     for ref in (rooted_ref, young_ref):
         await store.read(ref)
 
@@ -101,11 +101,11 @@ async def test_admitting_after_collection_writes_the_bytes_again(store: Store) -
 
 
 async def test_leftovers_staging_unindexed_and_empty_directories(store: Store) -> None:
-    staging = store.blobs.staging / "left.tmp"
+    staging = store.local.staging / "left.tmp"
     staging.write_bytes(b"half an image")
     stray = png(11, 11)
     stray_ref = Ref.of("sha256", stray)
-    path = store.blobs.path(stray_ref)
+    path = store.local.path(stray_ref)
     path.parent.mkdir(parents=True)
     path.write_bytes(stray)  # a crash between the link and the commit leaves exactly this
     [kept] = await put(store, png(12, 12))
@@ -128,7 +128,7 @@ async def test_leftovers_staging_unindexed_and_empty_directories(store: Store) -
 async def test_an_unindexed_file_published_meanwhile_is_kept(store: Store) -> None:
     image = png(13, 13)
     ref = Ref.of("sha256", image)
-    path = store.blobs.path(ref)
+    path = store.local.path(ref)
     path.parent.mkdir(parents=True)
     path.write_bytes(image)
     await age(store, 3600)
@@ -186,9 +186,9 @@ def test_gc_default_grace_comes_from_the_config(tmp_path: Path, capsys: pytest.C
 
 
 async def test_files_without_a_row_are_left_alone_while_they_may_be_in_flight(store: Store) -> None:
-    (store.blobs.staging / "writing.tmp").write_bytes(b"an admission is writing this")
+    (store.local.staging / "writing.tmp").write_bytes(b"an admission is writing this")
     image = png(17, 17)
-    path = store.blobs.path(Ref.of("sha256", image))
+    path = store.local.path(Ref.of("sha256", image))
     path.parent.mkdir(parents=True)
     path.write_bytes(image)  # linked, not yet committed
     plan = await gc.plan(store, grace=0)

@@ -266,7 +266,7 @@ async def test_a_damaged_variant_is_never_sent_and_is_derived_again(make_client:
     first = sent_images((await (await client.post("/v1/render", json=render_body(ref))).json())["body"])
     variant = await store.index.variant(ref, _spec_key(512))
     assert variant is not None
-    path = store.blobs.path(Ref.parse(variant.ref))
+    path = store.local.path(Ref.parse(variant.ref))
     path.chmod(0o644)
     path.write_bytes(images.flip(path.read_bytes(), 100))
 
@@ -290,7 +290,7 @@ async def test_gc_removes_a_variant_with_its_source(make_client: MakeClient) -> 
     assert set(result.collected) == {ref, variant.ref}
     assert await store.index.get(variant.ref) is None
     for r in (ref, variant.ref):
-        assert not store.blobs.path(Ref.parse(r)).exists()
+        assert not store.local.path(Ref.parse(r)).exists()
 
 
 async def test_a_variant_of_a_held_source_survives_gc(make_client: MakeClient) -> None:

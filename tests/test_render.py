@@ -66,7 +66,7 @@ def texts(message: dict[str, Any]) -> list[str]:
 
 def corrupt_all(store: Store, refs: list[str]) -> None:
     for ref in refs:
-        flip_byte(store.blobs.path(Ref.parse(ref)), 30)
+        flip_byte(store.local.path(Ref.parse(ref)), 30)
 
 
 async def test_a_vision_route_gets_verified_data_urls(client: Client) -> None:
