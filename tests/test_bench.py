@@ -38,7 +38,7 @@ def test_quick_bench_reports_every_scenario(tmp_path: Path) -> None:
     assert "scenario" in done.stdout  # the table was printed
     result = json.loads(out.read_text())
     scenarios = result["scenarios"]
-    assert set(scenarios) >= {"read", "admit", "render", "scale", "memory"}
+    assert set(scenarios) >= {"read", "admit", "render", "scale", "memory", "variant", "scaleout"}
 
     read = scenarios["read"]
     assert [level["connections"] for level in read["levels"]] == [16, 64]
@@ -69,6 +69,21 @@ def test_quick_bench_reports_every_scenario(tmp_path: Path) -> None:
         _side(scale["audit"][size]["raw_sha256"], ("seconds", "mb_per_s"))
         assert _number(scale["audit"][size]["ratio"])
         assert scale["audit"][size]["audit"]["findings"] == 0  # the synthesized store is a valid one
+
+    variant = scenarios["variant"]
+    assert variant["variants_derived"] == variant["images"]  # derived once each, in the first render only
+    assert _number(variant["first_ms"])
+    assert _number(variant["cached_ms"])
+    assert _number(variant["speedup"])
+
+    scaleout = scenarios["scaleout"]
+    for side in ("local", "s3", "s3_cache"):
+        _side(scaleout["read"][side])
+    for side in ("local", "s3"):
+        _side(scaleout["admit"][side])
+    for key in ("read", "read_cache", "admit"):
+        assert _number(scaleout[f"{key}_ratio"])
+        assert _number(scaleout[f"{key}_p99_ratio"])
 
     memory = scenarios["memory"]
     assert _number(memory["peak_rss_mb"])

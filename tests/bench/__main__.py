@@ -15,10 +15,12 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from . import report, scenarios, tools
+from . import report, scaleout, scenarios, tools, variants
 from .drive import Driver
 from .procs import REPO, Daemon, Profiler
 from .spy import render_text
+
+SCENARIOS = ["read", "render", "admit", "scale", "variant", "scaleout"]
 
 
 def _clean(x: Any) -> Any:
@@ -62,12 +64,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--only",
         nargs="+",
-        choices=["read", "render", "admit", "scale"],
+        choices=SCENARIOS,
         help="run only these scenarios (memory comes with admit)",
+    )
+    p.add_argument(
+        "--no-services",
+        action="store_true",
+        help="leave out the scaleout scenario (it installs and starts Ceph RGW and PostgreSQL)",
     )
     args = p.parse_args(argv)
     started = time.monotonic()
-    only = set(args.only or ["read", "render", "admit", "scale"])
+    only = set(args.only or SCENARIOS) - ({"scaleout"} if args.no_services else set())
 
     # --quick never installs anything and always uses the bundled load generator; nginx if it is there.
     found = tools.find(install=not args.quick)
@@ -130,6 +137,10 @@ def main(argv: list[str] | None = None) -> int:
                 step("admit", admit)
         if "scale" in only:
             step("scale", lambda: results.__setitem__("scale", scenarios.scale(bench)))
+        if "variant" in only:
+            step("variant", lambda: results.__setitem__("variant", variants.variant(work, args.quick)))
+        if "scaleout" in only:
+            step("scaleout", lambda: results.__setitem__("scaleout", scaleout.scaleout(bench)))
     finally:
         if args.keep:
             print(f"bench: kept {work}", file=sys.stderr)

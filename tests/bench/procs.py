@@ -59,8 +59,9 @@ DAEMON_WORKERS = os.cpu_count() or 1
 class Daemon:
     """`attachstore serve --data-dir D --listen 127.0.0.1:PORT` as a child process."""
 
-    def __init__(self, data_dir: Path, log: Path) -> None:
+    def __init__(self, data_dir: Path, log: Path, config: Path | None = None) -> None:
         self.data_dir = data_dir
+        self.config = config
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log = log
@@ -79,6 +80,7 @@ class Daemon:
                     f"127.0.0.1:{self.port}",
                     "--workers",
                     str(DAEMON_WORKERS),
+                    *(["--config", str(self.config)] if self.config else []),
                 ],
                 stdout=log,
                 stderr=log,

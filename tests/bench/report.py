@@ -134,6 +134,50 @@ def rows(results: dict[str, Any]) -> list[Row]:
                     name, "MB/s", au["audit"]["mb_per_s"], au["raw_sha256"]["mb_per_s"], au["ratio"], "audit"
                 )
             )
+    variant = results.get("variant")
+    if variant:
+        name = f"variant {variant['images']} img: first vs cached"
+        out.append(
+            _row(
+                name,
+                "render ms",
+                variant["first_ms"],
+                variant["cached_ms"],
+                variant["speedup"],
+                None,
+                "times",
+            )
+        )
+    scaleout = results.get("scaleout")
+    if scaleout:
+        read, admit = scaleout["read"], scaleout["admit"]
+        for side, key in (("s3", "read"), ("s3_cache", "read_cache")):
+            name = f"read S3+PG{' +cache' if side == 's3_cache' else ''} vs local"
+            out.append(_row(name, "req/s", read[side]["rps"], read["local"]["rps"], scaleout[f"{key}_ratio"]))
+            out.append(
+                _row(
+                    name,
+                    "p99 ms",
+                    read[side]["p99_ms"],
+                    read["local"]["p99_ms"],
+                    scaleout[f"{key}_p99_ratio"],
+                    None,
+                    "times",
+                )
+            )
+        name = "admit S3+PG vs local"
+        out.append(_row(name, "images/s", admit["s3"]["rps"], admit["local"]["rps"], scaleout["admit_ratio"]))
+        out.append(
+            _row(
+                name,
+                "p99 ms",
+                admit["s3"]["p99_ms"],
+                admit["local"]["p99_ms"],
+                scaleout["admit_p99_ratio"],
+                None,
+                "times",
+            )
+        )
     memory = results.get("memory")
     if memory:
         out.append(
