@@ -4,6 +4,9 @@ The gate walks PNG chunks, GIF blocks and the WebP RIFF header on every image, b
 to notice a bad chunk CRC or a GIF cut between two frames; it walks JPEG segments only to find the end, when
 bytes after the end are refused (SPEC section 4, `admission.trailing_data`). Pure functions of the bytes,
 linear in their length; a walk raises Malformed naming the first structural fault it meets.
+
+`jpeg_segments` is the one JPEG walk: `jpeg_end` follows it to the end of each picture, and metadata.py's
+surgery to the segments it removes.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import re
 import struct
 import zlib
+from collections.abc import Iterator
 
 _PNG_CHUNK = struct.Struct(">I4s")
 _U16BE = struct.Struct(">H")
@@ -122,19 +126,29 @@ def jpeg_end(data: bytes) -> int:
     return end
 
 
-def _jpeg_walk(data: bytes, start: int) -> tuple[int, tuple[int, int] | None]:
-    """(offset past EOI, (start, end) of the last MP index before the first scan) for the picture at
-    `start`: from marker to marker, skipping each segment by its length."""
+# A marker segment of a JPEG picture, as (marker, start, end, header): data[start:end] is 0xFF and the marker
+# (0xE1 for APP1, 0xD9 for EOI), then for every marker but EOI a two-byte length and the body, from start + 4;
+# header is whether it comes before the first scan's entropy-coded data (the first SOS does). A plain tuple:
+# a hostile file holds one segment every 4 bytes, and a named one would double the cost of the walk.
+Segment = tuple[int, int, int, bool]
+
+
+def jpeg_segments(data: bytes, start: int) -> Iterator[Segment]:
+    """The segments of the picture whose SOI is at `start`, in order, from the one after the SOI through its
+    EOI, which is the last: from marker to marker, skipping each segment by its length. Raises Malformed at
+    the first fault (no SOI at `start`, a segment cut off or with a length under 2, another SOI, no EOI),
+    after yielding every segment before it."""
     if not data.startswith(b"\xff\xd8", start):
         raise Malformed(f"no JPEG start-of-image marker at offset {start:,}")
-    pos, index, scanned = start + 2, None, False
+    pos, header = start + 2, True
     while True:
         found = _MARKER.search(data, pos)
         if found is None:
             raise Malformed(f"the file is truncated: the picture at offset {start:,} has no EOI marker")
         marker, pos = found[1][0], found.end()
         if marker == _EOI:
-            return pos, index
+            yield marker, found.start(), pos, header
+            return
         if marker == _SOI:
             raise Malformed(f"a start-of-image marker at offset {pos - 2:,} inside the picture")
         if pos + 2 > len(data):
@@ -142,10 +156,18 @@ def _jpeg_walk(data: bytes, start: int) -> tuple[int, tuple[int, int] | None]:
         length = _U16BE.unpack_from(data, pos)[0]
         if length < 2 or pos + length > len(data):
             raise Malformed(f"the marker segment at offset {pos - 2:,} is truncated or malformed")
-        if marker == _APP2 and not scanned and data.startswith(b"MPF\x00", pos + 2):
-            index = (pos + 6, pos + length)  # the TIFF structure Pillow reads its offsets from
-        scanned = scanned or marker == _SOS
+        yield marker, found.start(), pos + length, header
+        header = header and marker != _SOS
         pos += length
+
+
+def _jpeg_walk(data: bytes, start: int) -> tuple[int, tuple[int, int] | None]:
+    """(offset past EOI, (start, end) of the last MP index in the header) for the picture at `start`."""
+    end, index = start, None
+    for marker, at, end, header in jpeg_segments(data, start):
+        if marker == _APP2 and header and data.startswith(b"MPF\x00", at + 4):
+            index = (at + 8, end)  # the TIFF structure Pillow reads its offsets from
+    return end, index
 
 
 def _mp_pictures(data: bytes, base: int, limit: int) -> list[int]:

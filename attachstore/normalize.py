@@ -5,25 +5,22 @@ input through gate.inspect, so it is a whole, decodable image of the media type 
 output through the gate again, with the target's limits, before storing it.
 
 `fit` decodes once, applies the EXIF orientation, converts to sRGB, drops all metadata, resizes and encodes
-until the target is met; `strip_metadata` removes metadata by editing the container, never the pixels. Both
-are deterministic (no clock, no randomness, fixed encoder settings): outputs are content-addressed and
-cached, so the same input must always give the same bytes.
+until the target is met. (Removing metadata without touching the pixels is metadata.py's strip_metadata.) It
+is deterministic (no clock, no randomness, fixed encoder settings): outputs are content-addressed and cached,
+so the same input must always give the same bytes.
 """
 
 from __future__ import annotations
 
-import re
-import struct
-import warnings
-import zlib
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from io import BytesIO
 from math import sqrt
 from typing import Any
 
 from PIL import Image, ImageChops, ImageCms, ImageFile, PngImagePlugin
+
+from .metadata import exif_orientation, has_metadata, quiet_pillow
 
 _FORMATS = {"image/png": "PNG", "image/jpeg": "JPEG", "image/gif": "GIF", "image/webp": "WEBP"}
 _JPEG_LADDER = (90, 85, 75, 65, 50)
@@ -32,7 +29,6 @@ _ANIMATED_WEBP_QUALITY = 80  # animations only shrink: a ladder would encode eve
 _SHRINK = 0.8  # a round takes a fifth off both sides
 _ROUNDS = 8  # the last round's sides are about a fifth of the first's (0.8 ** 7)
 _PNG_LEVEL = 6  # zlib's default: most of what level 9 saves, in a fraction of its time
-_ORIENTATION = 0x0112
 # What EXIF orientations 2-8 ask for to show the picture upright, as ImageOps.exif_transpose does it.
 _TRANSPOSE = {
     2: Image.Transpose.FLIP_LEFT_RIGHT,
@@ -81,10 +77,11 @@ def fit(data: bytes, media_type: str, target: Target) -> Normalized:
     pictures (MPO) only the first is used. The "metadata" step means the input held something
     strip_metadata removes, or an ICC profile. Pillow's decompression-bomb check stays as the caller has set
     it (Image.MAX_IMAGE_PIXELS and the warning filters)."""
-    with _quiet(), Image.open(BytesIO(data), formats=[_FORMATS[media_type]]) as im:
-        orientation = _orientation(im)
+    # Pillow's warnings about metadata it cannot read are silenced: the gate has already decoded every frame.
+    with quiet_pillow(), Image.open(BytesIO(data), formats=[_FORMATS[media_type]]) as im:
+        orientation = exif_orientation(im.getexif())
         profile = im.info.get("icc_profile") or None
-        metadata = profile is not None or any(edit.metadata for edit in _EDITS[media_type](data))
+        metadata = profile is not None or has_metadata(data, media_type)
         if media_type != "image/jpeg" and getattr(im, "n_frames", 1) > 1:
             return _fit_animation(im, media_type, target, orientation, profile, metadata)
         return _fit_still(im, target, orientation, profile, metadata)
@@ -178,21 +175,6 @@ def _animation_options(
     blends = [PngImagePlugin.Blend.OP_SOURCE] * (len(durations) - skip)
     options |= {"duration": durations[skip:], "disposal": disposals[skip:], "blend": blends}
     return options | {"default_image": default_image, "compress_level": _PNG_LEVEL}
-
-
-@contextmanager
-def _quiet() -> Iterator[None]:
-    # Pillow warns (UserWarning) about metadata it cannot read, a corrupt EXIF block or an MPO index it falls
-    # back from: the pixels are unaffected, and the gate has already decoded every frame. Its
-    # DecompressionBombWarning (a RuntimeWarning) is left to the filters the caller has set.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        yield
-
-
-def _orientation(im: Image.Image) -> int:
-    value = im.getexif().get(_ORIENTATION, 1)
-    return value if value in _TRANSPOSE else 1
 
 
 def _upright(size: tuple[int, int], orientation: int) -> tuple[int, int]:
@@ -426,202 +408,3 @@ def _save(im: Image.Image, fmt: str, **options: Any) -> bytes:
     out = BytesIO()
     im.save(out, fmt, **options)
     return out.getvalue()
-
-
-# Lossless removal of metadata: plan the edits by walking the container, then apply them.
-
-
-@dataclass(frozen=True, slots=True)
-class _Edit:
-    start: int
-    end: int
-    new: bytes = b""  # what replaces data[start:end]
-    metadata: bool = True  # False: bytes after the end of the image, or a header field that follows the rest
-
-
-def strip_metadata(data: bytes, media_type: str) -> bytes:
-    """The image without its metadata, by editing the container: it decodes to exactly the same pixels,
-    frame by frame. `data` itself (the same object) when there is nothing to remove.
-
-    - JPEG: APP1 Exif and XMP (extended XMP too), APP13 (Photoshop, IPTC) and COM segments go; APP0 JFIF,
-      APP2 ICC profile, APP14 Adobe and every other segment stay. Of a JPEG with several pictures (MPO, an
-      Ultra HDR photo and its gain map) only the first picture is kept, cut after its EOI, without the MPF
-      index that listed the others.
-    - PNG: tEXt, zTXt, iTXt, tIME and eXIf chunks go; iCCP, sRGB, gAMA, cHRM, pHYs, APNG chunks and every
-      other chunk stay, their CRCs untouched.
-    - WebP: EXIF and XMP chunks go; the VP8X flags and the RIFF size follow.
-    - GIF: comment extensions and XMP application extensions go (GIF has no EXIF).
-
-    In every format an EXIF orientation other than 1 is put back as a minimal EXIF holding that tag alone, so
-    the picture displays the same way, and bytes after the end of the image are cut (the gate refuses them
-    under trailing_data = "reject")."""
-    edits = _EDITS[media_type](data)
-    if not edits:
-        return data
-    view, pos = memoryview(data), 0
-    parts: list[bytes | memoryview] = []
-    for edit in sorted(edits, key=lambda e: e.start):
-        parts += (view[pos : edit.start], edit.new)
-        pos = edit.end
-    parts.append(view[pos:])
-    return b"".join(parts)
-
-
-_U16BE = struct.Struct(">H")
-_U32BE = struct.Struct(">I")
-_U32LE = struct.Struct("<I")
-_PNG_CHUNK = struct.Struct(">I4s")
-# A JPEG marker other than TEM and RST0-7; entropy-coded data and fill bytes are passed over by the same
-# search, as in containers.py, which walks JPEG pictures the same way.
-_JPEG_MARKER = re.compile(rb"\xff([^\x00\x01\xd0-\xd7\xff])")
-_SOS, _EOI, _APP1, _APP2, _APP13, _COM = 0xDA, 0xD9, 0xE1, 0xE2, 0xED, 0xFE
-_XMP = (b"http://ns.adobe.com/xap/1.0/\x00", b"http://ns.adobe.com/xmp/extension/\x00")
-_PNG_DROPPED = frozenset({b"tEXt", b"zTXt", b"iTXt", b"tIME"})
-_VP8X_EXIF, _VP8X_XMP = 0x08, 0x04
-
-
-def _jpeg_edits(data: bytes) -> list[_Edit]:
-    edits: list[_Edit] = []
-    pos, scanned, exif = 2, False, False
-    while True:
-        found = _JPEG_MARKER.search(data, pos)
-        if found is None:  # no EOI: the gate has refused it; nothing to cut
-            return edits
-        marker, start, pos = found[1][0], found.start(), found.end()
-        if marker == _EOI:
-            break
-        end = pos + _U16BE.unpack_from(data, pos)[0]
-        body, header = pos + 2, not scanned  # segments after the first scan are left as they are
-        if header and marker == _APP1 and data.startswith(b"Exif\x00", body):
-            new = None if exif else _minimal_exif(data[body:end])  # the first Exif counts, as for Pillow
-            if new is None or new != data[body:end]:
-                edits.append(_Edit(start, end, b"" if new is None else _jpeg_segment(_APP1, new)))
-            exif = True
-        elif header and (
-            (marker == _APP1 and data.startswith(_XMP, body))
-            or marker in (_APP13, _COM)
-            or (marker == _APP2 and data.startswith(b"MPF\x00", body))  # lists the pictures that are cut
-        ):
-            edits.append(_Edit(start, end))
-        scanned = scanned or marker == _SOS
-        pos = end
-    if pos < len(data):
-        edits.append(_Edit(pos, len(data), metadata=False))
-    return edits
-
-
-def _png_edits(data: bytes) -> list[_Edit]:
-    edits: list[_Edit] = []
-    pos, exif = 8, False
-    while pos + 12 <= len(data):
-        length, kind = _PNG_CHUNK.unpack_from(data, pos)
-        end = pos + 12 + length
-        if kind in _PNG_DROPPED:
-            edits.append(_Edit(pos, end))
-        elif kind == b"eXIf":
-            new = None if exif else _minimal_exif(data[pos + 8 : end - 4])
-            if new is None or new[6:] != data[pos + 8 : end - 4]:
-                edits.append(_Edit(pos, end, b"" if new is None else _png_chunk(b"eXIf", new[6:])))
-            exif = True
-        elif kind == b"IEND":
-            if end < len(data):
-                edits.append(_Edit(end, len(data), metadata=False))
-            break
-        pos = end
-    return edits
-
-
-def _webp_edits(data: bytes) -> list[_Edit]:
-    size = _U32LE.unpack_from(data, 4)[0]
-    riff_end = 8 + size
-    edits: list[_Edit] = []
-    pos, exif, kept = 12, False, False
-    while pos + 8 <= riff_end:
-        fourcc, length = data[pos : pos + 4], _U32LE.unpack_from(data, pos + 4)[0]
-        end = min(pos + 8 + length + (length & 1), riff_end)  # a chunk is padded to an even size
-        if fourcc == b"EXIF":
-            new = None if exif else _minimal_exif(data[pos + 8 : pos + 8 + length])
-            kept = kept or new is not None
-            chunk = b"" if new is None else _riff_chunk(b"EXIF", new[6:])
-            if chunk != data[pos:end]:
-                edits.append(_Edit(pos, end, chunk))
-            exif = True
-        elif fourcc == b"XMP ":
-            edits.append(_Edit(pos, end))
-        pos = end
-    if edits:
-        grown = sum(len(edit.new) - (edit.end - edit.start) for edit in edits)
-        edits.append(_Edit(4, 8, _U32LE.pack(size + grown), metadata=False))
-        if data.startswith(b"VP8X", 12):
-            flags = data[20] & ~(_VP8X_EXIF | _VP8X_XMP) | (_VP8X_EXIF if kept else 0)
-            edits.append(_Edit(20, 21, bytes([flags]), metadata=False))
-    if riff_end < len(data):
-        edits.append(_Edit(riff_end, len(data), metadata=False))
-    return edits
-
-
-def _gif_edits(data: bytes) -> list[_Edit]:
-    flags = data[10]
-    pos = 13 + (3 << ((flags & 7) + 1) if flags & 0x80 else 0)  # past the global colour table
-    edits: list[_Edit] = []
-    while pos < len(data):
-        start, block = pos, data[pos]
-        if block == 0x3B:  # the trailer
-            if pos + 1 < len(data):
-                edits.append(_Edit(pos + 1, len(data), metadata=False))
-            break
-        if block == 0x21:  # an extension: a comment (FE), or an application (FF) named in 11 bytes
-            label = data[pos + 1]
-            dropped = label == 0xFE or (label == 0xFF and data.startswith(b"\x0bXMP DataXMP", pos + 2))
-            pos += 2
-        elif block == 0x2C:  # an image: descriptor, local colour table, LZW code size
-            flags = data[pos + 9]
-            pos += 11 + (3 << ((flags & 7) + 1) if flags & 0x80 else 0)
-            dropped = False
-        else:  # the gate's walk refuses this: leave the rest as it is
-            break
-        # Sub-blocks: a length byte, then that many bytes; 0 ends them. An XMP packet is stored raw, but a
-        # "magic trailer" after it makes this walk land on its terminator, as the format intends.
-        while pos < len(data) and data[pos]:
-            pos += data[pos] + 1
-        pos += 1
-        if dropped:
-            edits.append(_Edit(start, pos))
-    return edits
-
-
-_EDITS: dict[str, Callable[[bytes], list[_Edit]]] = {
-    "image/jpeg": _jpeg_edits,
-    "image/png": _png_edits,
-    "image/webp": _webp_edits,
-    "image/gif": _gif_edits,
-}
-
-
-def _minimal_exif(exif: bytes) -> bytes | None:
-    """An EXIF block ('Exif\\0\\0', then a TIFF structure) holding only the orientation of `exif`; None when
-    that is 1, absent or unreadable."""
-    try:
-        with _quiet():
-            parsed = Image.Exif()
-            parsed.load(exif)
-            orientation = parsed.get(_ORIENTATION, 1)
-    except Exception:  # Pillow's TIFF reader raises many types on a damaged block
-        return None
-    if orientation not in _TRANSPOSE:
-        return None
-    minimal = Image.Exif()
-    minimal[_ORIENTATION] = orientation
-    return minimal.tobytes()
-
-
-def _jpeg_segment(marker: int, body: bytes) -> bytes:
-    return bytes((0xFF, marker)) + _U16BE.pack(len(body) + 2) + body
-
-
-def _png_chunk(kind: bytes, body: bytes) -> bytes:
-    return _U32BE.pack(len(body)) + kind + body + _U32BE.pack(zlib.crc32(kind + body))
-
-
-def _riff_chunk(fourcc: bytes, payload: bytes) -> bytes:
-    return fourcc + _U32LE.pack(len(payload)) + payload + b"\x00" * (len(payload) & 1)

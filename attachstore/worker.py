@@ -96,7 +96,7 @@ def run(job: Job | Derive) -> Outcome:
 
 def _admit(job: Job) -> Passed:
     from .gate import inspect
-    from .normalize import strip_metadata
+    from .metadata import strip_metadata
 
     try:
         found = inspect(job.data, job.declared, job.limits, trailing_data=job.trailing_data)

@@ -1,0 +1,238 @@
+"""Lossless removal of metadata (docs/normalization.md#strip_metadata), as pure functions of the bytes.
+
+The container is edited and the compressed image data is left as it is, so the result decodes to exactly the
+same pixels, frame by frame. Each format's walk plans a list of edits (a byte range and what replaces it),
+and strip_metadata applies them in one pass:
+
+- JPEG: APP1 Exif and XMP (extended XMP too), APP13 (Photoshop, IPTC) and COM segments before the first scan
+  are cut out whole; APP0 JFIF, APP2 ICC profile, APP14 Adobe, every other segment and everything from the
+  first scan on stay. Of a JPEG with several pictures (MPO, an Ultra HDR photo and its gain map) only the
+  first picture is kept, cut after its EOI, without the APP2 MPF index that listed the others. The segments
+  are those of containers.jpeg_segments, the walk the gate uses to find the end of the picture.
+- PNG: tEXt, zTXt, iTXt, tIME and eXIf chunks are cut out whole; iCCP, sRGB, gAMA, cHRM, pHYs, the APNG
+  chunks and every other chunk stay, their CRCs untouched.
+- WebP: EXIF and XMP chunks are cut out (with their padding byte); the RIFF size shrinks by what was cut, and
+  the VP8X header's EXIF and XMP flags follow.
+- GIF: comment extensions and XMP application extensions are cut out with their sub-blocks; GIF has no EXIF.
+
+In every format an EXIF orientation other than 1 is put back as a minimal EXIF holding that tag alone (in
+the JPEG segment, PNG chunk or WebP chunk the EXIF came in), so the picture displays the same way; a later
+EXIF block goes, as readers take the first. Bytes after the end of the image are cut (the gate refuses them
+under trailing_data = "reject"). Deterministic: the same input always gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import struct
+import warnings
+import zlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+
+from PIL import Image
+
+from .containers import Malformed, jpeg_segments
+
+_ORIENTATION = 0x0112  # the EXIF tag
+_TURNED = frozenset(range(2, 9))  # the orientations that ask for a turn or a flip
+
+
+def strip_metadata(data: bytes, media_type: str) -> bytes:
+    """The image without its metadata, by editing the container as the module docstring describes: it
+    decodes to exactly the same pixels, frame by frame. `data` itself (the same object) when there is
+    nothing to remove."""
+    edits = _EDITS[media_type](data)
+    if not edits:
+        return data
+    view, pos = memoryview(data), 0
+    parts: list[bytes | memoryview] = []
+    for edit in sorted(edits, key=lambda e: e.start):
+        parts += (view[pos : edit.start], edit.new)
+        pos = edit.end
+    parts.append(view[pos:])
+    return b"".join(parts)
+
+
+def has_metadata(data: bytes, media_type: str) -> bool:
+    """Whether the image holds something strip_metadata removes, bytes after the end of the image aside."""
+    return any(edit.metadata for edit in _EDITS[media_type](data))
+
+
+def exif_orientation(exif: Image.Exif) -> int:
+    """The orientation tag of `exif` when it asks for a turn or a flip (2-8), else 1."""
+    value = exif.get(_ORIENTATION, 1)
+    return value if value in _TURNED else 1
+
+
+@contextmanager
+def quiet_pillow() -> Iterator[None]:
+    """Pillow's warnings (UserWarning) about metadata it cannot read, a corrupt EXIF block or an MPO index it
+    falls back from, silenced: the pixels are unaffected. Its DecompressionBombWarning (a RuntimeWarning) is
+    left to the filters the caller has set."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        yield
+
+
+@dataclass(frozen=True, slots=True)
+class _Edit:
+    start: int
+    end: int
+    new: bytes = b""  # what replaces data[start:end]
+    metadata: bool = True  # False: bytes after the end of the image, or a header field that follows the rest
+
+
+_U16BE = struct.Struct(">H")
+_U32BE = struct.Struct(">I")
+_U32LE = struct.Struct("<I")
+_PNG_CHUNK = struct.Struct(">I4s")
+_EOI, _APP1, _APP2, _APP13, _COM = 0xD9, 0xE1, 0xE2, 0xED, 0xFE
+_XMP = (b"http://ns.adobe.com/xap/1.0/\x00", b"http://ns.adobe.com/xmp/extension/\x00")
+_PNG_DROPPED = frozenset({b"tEXt", b"zTXt", b"iTXt", b"tIME"})
+_VP8X_EXIF, _VP8X_XMP = 0x08, 0x04
+
+
+def _jpeg_edits(data: bytes) -> list[_Edit]:
+    edits: list[_Edit] = []
+    exif = False
+    # A fault in the picture (no EOI, a segment cut off) ends the walk: the edits before it stand and nothing
+    # after it is cut. The gate refuses such a picture where bytes after the end are refused, and the
+    # stripped bytes go through the gate again with them refused.
+    with suppress(Malformed):
+        for marker, start, end, header in jpeg_segments(data, 0):
+            body = start + 4  # past the marker and the length
+            if marker == _EOI:
+                if end < len(data):
+                    edits.append(_Edit(end, len(data), metadata=False))
+            elif not header:  # segments after the first scan are left as they are
+                continue
+            elif marker == _APP1 and data.startswith(b"Exif\x00", body):
+                new = None if exif else _minimal_exif(data[body:end])  # the first Exif counts, as for Pillow
+                if new is None or new != data[body:end]:
+                    edits.append(_Edit(start, end, b"" if new is None else _jpeg_segment(_APP1, new)))
+                exif = True
+            elif (
+                (marker == _APP1 and data.startswith(_XMP, body))
+                or marker in (_APP13, _COM)
+                or (marker == _APP2 and data.startswith(b"MPF\x00", body))  # lists the pictures that are cut
+            ):
+                edits.append(_Edit(start, end))
+    return edits
+
+
+def _png_edits(data: bytes) -> list[_Edit]:
+    edits: list[_Edit] = []
+    pos, exif = 8, False
+    while pos + 12 <= len(data):
+        length, kind = _PNG_CHUNK.unpack_from(data, pos)
+        end = pos + 12 + length
+        if kind in _PNG_DROPPED:
+            edits.append(_Edit(pos, end))
+        elif kind == b"eXIf":
+            new = None if exif else _minimal_exif(data[pos + 8 : end - 4])
+            if new is None or new[6:] != data[pos + 8 : end - 4]:
+                edits.append(_Edit(pos, end, b"" if new is None else _png_chunk(b"eXIf", new[6:])))
+            exif = True
+        elif kind == b"IEND":
+            if end < len(data):
+                edits.append(_Edit(end, len(data), metadata=False))
+            break
+        pos = end
+    return edits
+
+
+def _webp_edits(data: bytes) -> list[_Edit]:
+    size = _U32LE.unpack_from(data, 4)[0]
+    riff_end = 8 + size
+    edits: list[_Edit] = []
+    pos, exif, kept = 12, False, False
+    while pos + 8 <= riff_end:
+        fourcc, length = data[pos : pos + 4], _U32LE.unpack_from(data, pos + 4)[0]
+        end = min(pos + 8 + length + (length & 1), riff_end)  # a chunk is padded to an even size
+        if fourcc == b"EXIF":
+            new = None if exif else _minimal_exif(data[pos + 8 : pos + 8 + length])
+            kept = kept or new is not None
+            chunk = b"" if new is None else _riff_chunk(b"EXIF", new[6:])
+            if chunk != data[pos:end]:
+                edits.append(_Edit(pos, end, chunk))
+            exif = True
+        elif fourcc == b"XMP ":
+            edits.append(_Edit(pos, end))
+        pos = end
+    if edits:
+        grown = sum(len(edit.new) - (edit.end - edit.start) for edit in edits)
+        edits.append(_Edit(4, 8, _U32LE.pack(size + grown), metadata=False))
+        if data.startswith(b"VP8X", 12):
+            flags = data[20] & ~(_VP8X_EXIF | _VP8X_XMP) | (_VP8X_EXIF if kept else 0)
+            edits.append(_Edit(20, 21, bytes([flags]), metadata=False))
+    if riff_end < len(data):
+        edits.append(_Edit(riff_end, len(data), metadata=False))
+    return edits
+
+
+def _gif_edits(data: bytes) -> list[_Edit]:
+    flags = data[10]
+    pos = 13 + (3 << ((flags & 7) + 1) if flags & 0x80 else 0)  # past the global colour table
+    edits: list[_Edit] = []
+    while pos < len(data):
+        start, block = pos, data[pos]
+        if block == 0x3B:  # the trailer
+            if pos + 1 < len(data):
+                edits.append(_Edit(pos + 1, len(data), metadata=False))
+            break
+        if block == 0x21:  # an extension: a comment (FE), or an application (FF) named in 11 bytes
+            label = data[pos + 1]
+            dropped = label == 0xFE or (label == 0xFF and data.startswith(b"\x0bXMP DataXMP", pos + 2))
+            pos += 2
+        elif block == 0x2C:  # an image: descriptor, local colour table, LZW code size
+            flags = data[pos + 9]
+            pos += 11 + (3 << ((flags & 7) + 1) if flags & 0x80 else 0)
+            dropped = False
+        else:  # the gate's walk refuses this: leave the rest as it is
+            break
+        # Sub-blocks: a length byte, then that many bytes; 0 ends them. An XMP packet is stored raw, but a
+        # "magic trailer" after it makes this walk land on its terminator, as the format intends.
+        while pos < len(data) and data[pos]:
+            pos += data[pos] + 1
+        pos += 1
+        if dropped:
+            edits.append(_Edit(start, pos))
+    return edits
+
+
+_EDITS: dict[str, Callable[[bytes], list[_Edit]]] = {
+    "image/jpeg": _jpeg_edits,
+    "image/png": _png_edits,
+    "image/webp": _webp_edits,
+    "image/gif": _gif_edits,
+}
+
+
+def _minimal_exif(exif: bytes) -> bytes | None:
+    """An EXIF block ('Exif\\0\\0', then a TIFF structure) holding only the orientation of `exif`; None when
+    that is 1, absent or unreadable."""
+    try:
+        with quiet_pillow():
+            parsed = Image.Exif()
+            parsed.load(exif)
+            orientation = exif_orientation(parsed)
+    except Exception:  # Pillow's TIFF reader raises many types on a damaged block
+        return None
+    if orientation == 1:
+        return None
+    minimal = Image.Exif()
+    minimal[_ORIENTATION] = orientation
+    return minimal.tobytes()
+
+
+def _jpeg_segment(marker: int, body: bytes) -> bytes:
+    return bytes((0xFF, marker)) + _U16BE.pack(len(body) + 2) + body
+
+
+def _png_chunk(kind: bytes, body: bytes) -> bytes:
+    return _U32BE.pack(len(body)) + kind + body + _U32BE.pack(zlib.crc32(kind + body))
+
+
+def _riff_chunk(fourcc: bytes, payload: bytes) -> bytes:
+    return fourcc + _U32LE.pack(len(payload)) + payload + b"\x00" * (len(payload) & 1)
