@@ -21,8 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
+import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from .blobstore import LocalBlobStore, Put, StoredFile, storage_error
@@ -62,6 +65,12 @@ class BlobStore(Protocol):
 
     async def probe_writable(self) -> None:
         """Prove that an object can be written now (for /readyz); raise StorageUnavailable if not."""
+
+    async def fetch(self, key: str) -> bytes | None:
+        """The bytes at `key` (a StoredObject's) as they are, unverified, for the audit; None if gone."""
+
+    async def set_aside(self, key: str) -> str:
+        """Move what is at `key`, which is not an object's name, to quarantine; say where it went."""
 
     def walk(self) -> AsyncIterator[StoredObject]: ...
 
@@ -108,6 +117,29 @@ class LocalBackend:
             await asyncio.to_thread(self.blobs.probe_writable)
         except OSError as e:
             raise StorageUnavailable(f"the data dir is not writable: {e.strerror or e}") from e
+
+    async def fetch(self, key: str) -> bytes | None:
+        try:
+            return await asyncio.to_thread(Path(key).read_bytes)
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise storage_error(e, "reading an object") from e
+
+    async def set_aside(self, key: str) -> str:
+        path = Path(key)
+        target = self.blobs.quarantine_dir / f"stray-{path.name}.{time.time_ns()}"
+
+        def move() -> None:
+            os.rename(path, target)
+            self.blobs.ops.fsync_dir(path.parent)
+            self.blobs.ops.fsync_dir(target.parent)
+
+        try:
+            await asyncio.to_thread(move)
+        except FileNotFoundError:
+            return "gone meanwhile"
+        return f"moved to {target}"
 
     async def walk(self) -> AsyncIterator[StoredObject]:
         files: Iterator[StoredFile] = self.blobs.walk_objects()

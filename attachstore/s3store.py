@@ -244,6 +244,22 @@ class S3BlobStore:
         with contextlib.suppress(_KeyMissing):
             await self._call("removing an object", "delete_object", Key=self.key(ref))
 
+    async def fetch(self, key: str) -> bytes | None:
+        """The bytes at `key` as they are, unverified (for the audit, which judges them); None if gone."""
+        found = await self._get(key, "reading an object")
+        return None if found is None else found.data
+
+    async def set_aside(self, key: str) -> str:
+        """Move what is at `key` (not an object's name) to quarantine; where it went."""
+        found = await self._get(key, "setting an entry aside")
+        if found is None:
+            return "gone meanwhile"
+        target = f"{self.prefix}quarantine/stray-{key.rsplit('/', 1)[-1]}.{time.time_ns()}"
+        await self._call("setting an entry aside", "put_object", Key=target, Body=found.data)
+        with contextlib.suppress(_KeyMissing):
+            await self._call("setting an entry aside", "delete_object", Key=key)
+        return f"moved to {target}"
+
     async def probe_writable(self) -> None:
         """A PUT and a DELETE: a HEAD of the bucket would not notice read-only credentials or a full quota."""
         try:
