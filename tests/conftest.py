@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +12,7 @@ from attachstore.api import make_app
 from attachstore.blobstore import FileOps
 from attachstore.config import Config
 from attachstore.service import Store
+from tests.support import fixtures, services
 
 MakeConfig = Callable[..., Config]
 MakeClient = Callable[..., Awaitable[TestClient[Any, Any]]]
@@ -24,6 +25,19 @@ def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
             _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
         )
     return out
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _stop_the_services_this_session_started() -> Iterator[None]:
+    """At the end of the session, stop the throw-away servers that this session started (a clean machine,
+    such as CI's, is left as it was), and leave alone those that were up before it began (a developer's).
+    Starting them is left to the tests that need them: a session that needs none pays nothing here."""
+    before = {kind: services.current(kind) for kind in services.KINDS}
+    yield
+    for kind, up in fixtures.started.items():
+        # `up` reuses servers that answer and restarts the others: on other ports, hence unequal.
+        if up != before[kind]:
+            services.down(kind)
 
 
 @pytest.fixture

@@ -1,128 +1,30 @@
 """One contract (attachstore/backend.py), every backend: the same tests against the local store and S3.
 
-S3 needs a real server: the one the ATTACHSTORE_TEST_S3_* variables name, else one `tests.support.services`
-starts. Without either the S3 tests fail, unless ATTACHSTORE_TEST_SKIP_SERVICES=1 says to skip them (it also
-keeps `tests.support.services` from starting anything).
+S3 needs a real server, found by tests/support/fixtures.py: the one the ATTACHSTORE_TEST_S3_* variables name,
+else one `tests.support.services` starts. Without either the S3 tests fail, unless
+ATTACHSTORE_TEST_SKIP_SERVICES=1 says to skip them (it also keeps `tests.support.services` from starting
+anything).
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-import os
-import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
-from aiobotocore.config import AioConfig
-from aiobotocore.session import get_session
 
 from attachstore.backend import BlobStore, LocalBackend
 from attachstore.blobstore import LocalBlobStore, Put
 from attachstore.errors import Corrupt, Missing
 from attachstore.refs import Ref
-from attachstore.s3store import S3BlobStore
 from tests.faults import flip_byte
+from tests.support.fixtures import S3Server, bucket_on, require_s3
 
 DATA = b"conformance object bytes " * 400
-
-
-# -- an S3 server for the tests ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class S3Server:
-    endpoint: str
-    access_key: str
-    secret_key: str
-    region: str
-    fresh_bucket: Callable[[], str] | None  # the test support's own, when it provides the server
-
-    def store(self, bucket: str, prefix: str = "", **options: Any) -> S3BlobStore:
-        return S3BlobStore(
-            self.endpoint, bucket, prefix, self.region, self.access_key, self.secret_key, **options
-        )
-
-    def client(self) -> AbstractAsyncContextManager[Any]:
-        """A plain client for what the tests do behind a store's back."""
-        return get_session().create_client(
-            "s3",
-            endpoint_url=self.endpoint,
-            region_name=self.region,
-            aws_access_key_id=self.access_key,
-            aws_secret_access_key=self.secret_key,
-            config=AioConfig(
-                request_checksum_calculation="when_required",
-                response_checksum_validation="when_required",
-                s3={"addressing_style": "path"},
-            ),
-        )
-
-
-@functools.cache
-def s3_server() -> S3Server | None:
-    """The server named by ATTACHSTORE_TEST_S3_* (what `python -m tests.support.services env` prints), else
-    one that `tests.support.services` starts, else None."""
-    endpoint = os.environ.get("ATTACHSTORE_TEST_S3_ENDPOINT")
-    if endpoint:
-        return S3Server(
-            endpoint,
-            os.environ.get("ATTACHSTORE_TEST_S3_ACCESS_KEY", ""),
-            os.environ.get("ATTACHSTORE_TEST_S3_SECRET_KEY", ""),
-            os.environ.get("ATTACHSTORE_TEST_S3_REGION", "us-east-1"),
-            None,
-        )
-    if os.environ.get("ATTACHSTORE_TEST_SKIP_SERVICES") == "1":
-        return None
-    try:
-        from tests.support import services
-    except ModuleNotFoundError as e:
-        if e.name not in ("tests.support", "tests.support.services"):
-            raise
-        return None
-    up = services.up(only="s3")
-    return S3Server(
-        str(up.s3_endpoint),
-        str(up.s3_access_key),
-        str(up.s3_secret_key),
-        str(up.s3_region),
-        lambda: str(services.fresh_bucket(up)),
-    )
-
-
-def require_s3() -> S3Server:
-    server = s3_server()
-    if server is not None:
-        return server
-    if os.environ.get("ATTACHSTORE_TEST_SKIP_SERVICES") == "1":
-        pytest.skip("no S3 server (ATTACHSTORE_TEST_SKIP_SERVICES=1)")
-    pytest.fail(
-        "the S3 tests need a server: tests.support.services, or ATTACHSTORE_TEST_S3_ENDPOINT (with "
-        "_ACCESS_KEY, _SECRET_KEY, _REGION); set ATTACHSTORE_TEST_SKIP_SERVICES=1 to skip them"
-    )
-
-
-@asynccontextmanager
-async def bucket_on(server: S3Server) -> AsyncIterator[str]:
-    """A new, empty bucket; one this helper created is emptied and removed afterwards."""
-    if server.fresh_bucket is not None:
-        yield await asyncio.to_thread(server.fresh_bucket)
-        return
-    name = f"attachstore-test-{secrets.token_hex(6)}"
-    async with server.client() as c:
-        await c.create_bucket(Bucket=name)
-        try:
-            yield name
-        finally:
-            async for page in c.get_paginator("list_objects_v2").paginate(Bucket=name):
-                for item in page.get("Contents", ()):
-                    await c.delete_object(Bucket=name, Key=item["Key"])
-            await c.delete_bucket(Bucket=name)
 
 
 # -- the backends under test, each with raw access to damage and remove what it stores -----------------

@@ -1,7 +1,8 @@
 """One contract (attachstore/index.py), two index backends: the same tests against SQLite and PostgreSQL.
 
-PostgreSQL needs a server: the one ATTACHSTORE_TEST_POSTGRES_DSN names, else one `tests.support.services`
-starts. Without either the PostgreSQL tests fail, unless ATTACHSTORE_TEST_SKIP_SERVICES=1 says to skip them.
+PostgreSQL needs a server, found by tests/support/fixtures.py: the one ATTACHSTORE_TEST_POSTGRES_DSN names,
+else one `tests.support.services` starts. Without either the PostgreSQL tests fail, unless
+ATTACHSTORE_TEST_SKIP_SERVICES=1 says to skip them.
 The tests share one database per module, emptied before each test; those about the schema get their own.
 
 The races at the end run two PgIndex instances on one database, as two daemons would. Each forces one
@@ -13,9 +14,7 @@ through, and the outcome then shows it (a row without its file, a collected ref 
 from __future__ import annotations
 
 import asyncio
-import functools
 import inspect
-import os
 import socket
 import sqlite3
 import time
@@ -31,9 +30,9 @@ from attachstore.errors import NotFound, SessionConflict, SessionNotFound, Stora
 from attachstore.index import Hold, Index, ObjectRow, SessionRow
 from attachstore.pgindex import PgIndex
 from attachstore.schema import SCHEMA_VERSION, IndexUnusable
+from tests.support.fixtures import database, drop_database, fresh_database
 
 AnyIndex = Index | PgIndex
-SKIP_SERVICES = os.environ.get("ATTACHSTORE_TEST_SKIP_SERVICES") == "1"
 
 
 def ref(c: str) -> str:
@@ -72,53 +71,14 @@ class Gate:
         await asyncio.wait_for(self._open.wait(), 10)
 
 
-# -- a PostgreSQL server for the tests ---------------------------------------------------------------------
-
-
-@functools.cache
-def postgres_server() -> str | None:
-    """The server named by ATTACHSTORE_TEST_POSTGRES_DSN (what `python -m tests.support.services env`
-    prints), else one that `tests.support.services` starts, else None."""
-    dsn = os.environ.get("ATTACHSTORE_TEST_POSTGRES_DSN")
-    if dsn:
-        return dsn
-    if SKIP_SERVICES:
-        return None
-    from tests.support import services
-
-    return services.up(only="postgresql").postgres_dsn
-
-
-def require_postgres() -> str:
-    server = postgres_server()
-    if server is not None:
-        return server
-    if SKIP_SERVICES:
-        pytest.skip("no PostgreSQL server (ATTACHSTORE_TEST_SKIP_SERVICES=1)")
-    pytest.fail(
-        "the PostgreSQL tests need a server: tests.support.services, or ATTACHSTORE_TEST_POSTGRES_DSN; "
-        "set ATTACHSTORE_TEST_SKIP_SERVICES=1 to skip them"
-    )
-
-
-def fresh_database() -> str:
-    from tests.support import services
-
-    return services.fresh_database(require_postgres())
-
-
-def drop_database(dsn: str) -> None:
-    from tests.support import services
-
-    services.drop_database(dsn)
+# -- a PostgreSQL server for the tests (tests/support/fixtures.py finds it) ------------------------------
 
 
 @pytest.fixture(scope="module")
 def shared_database() -> Iterator[str]:
     """One migrated database for the module; each test starts from its tables emptied."""
-    dsn = fresh_database()
-    yield dsn
-    drop_database(dsn)
+    with database() as dsn:
+        yield dsn
 
 
 # -- the backends under test, each with raw access to its database ---------------------------------------

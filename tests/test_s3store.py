@@ -1,6 +1,7 @@
 """What only the S3 backend has: its keys, conditional writes between stores, its errors, its read cache.
 
-The contract it shares with the local store is in test_blob_conformance.py, as is the way to a server.
+The contract it shares with the local store is in test_blob_conformance.py; the way to a server is in
+tests/support/fixtures.py.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from attachstore.errors import Corrupt, Missing, StorageFull, StorageUnavailable
 from attachstore.refs import Ref
 from attachstore.s3store import ReadCache, S3BlobStore
 from tests.faults import flip_byte
-from tests.test_blob_conformance import S3Server, bucket_on, require_s3
+from tests.support.fixtures import S3Server, bucket_on, require_s3
 
 DATA = b"s3 object bytes " * 500
 REF = Ref.of("sha256", DATA)

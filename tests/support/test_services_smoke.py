@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import asyncpg
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.support import services
+from tests.support import fixtures, services
 from tests.support.services import Services
 
 
 @pytest.fixture(scope="module")
-def running() -> Iterator[Services]:
-    # Servers someone else brought up (a session fixture, `python -m tests.support.services up`) stay up.
-    started_here = services.current() is None
-    yield services.up()
-    if started_here:
-        services.down()
+def running() -> Services:
+    # Recorded in fixtures.started: the session fixture in conftest.py stops them at the very end, so the
+    # suites after this one reuse them instead of booting Ceph again.
+    for kind in ("s3", "postgresql"):
+        fixtures.up(kind)
+    return services.up()  # both are up: this reuses them
 
 
 def test_s3_put_get_and_put_if_none_match(running: Services) -> None:
