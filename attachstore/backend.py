@@ -55,7 +55,8 @@ class BlobStore(Protocol):
 
     async def put(self, ref: Ref, data: bytes) -> Put: ...
 
-    async def read(self, ref: Ref, size: int) -> bytes: ...
+    async def read(self, ref: Ref, size: int, *, fresh: bool = False) -> bytes:
+        """`fresh`: from the store itself, past any cache."""
 
     async def quarantine(self, ref: Ref) -> str: ...
 
@@ -96,8 +97,8 @@ class LocalBackend:
     async def put(self, ref: Ref, data: bytes) -> Put:
         return await self.blobs.put(ref, data)
 
-    async def read(self, ref: Ref, size: int) -> bytes:
-        return await self.blobs.read(ref, size)
+    async def read(self, ref: Ref, size: int, *, fresh: bool = False) -> bytes:
+        return await self.blobs.read(ref, size)  # no cache: always fresh
 
     async def quarantine(self, ref: Ref) -> str:
         return await self.blobs.quarantine(ref)

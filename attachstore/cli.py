@@ -104,7 +104,7 @@ def _config(args: argparse.Namespace) -> Config:
 
 async def _with_store(config: Config, action: Callable[[Store], Awaitable[T]]) -> T:
     # One decode worker: a local command admits a handful of files, and the daemon may be busy beside it.
-    store = await Store.open(config, workers=1)
+    store = await Store.open(config, workers=1, read_cache=False)
     try:
         return await action(store)
     finally:

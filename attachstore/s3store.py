@@ -187,8 +187,8 @@ class S3BlobStore:
             await asyncio.to_thread(self.cache.add, ref, data)
         return outcome
 
-    async def read(self, ref: Ref, size: int) -> bytes:
-        if self.cache is not None:
+    async def read(self, ref: Ref, size: int, *, fresh: bool = False) -> bytes:
+        if self.cache is not None and not fresh:
             cached = await asyncio.to_thread(self.cache.get, ref, size)
             if cached is not None:
                 return cached

@@ -178,8 +178,20 @@ class Store:
         self._deriving: dict[tuple[str, str], asyncio.Future[ObjectRow]] = {}
 
     @classmethod
-    async def open(cls, config: Config, ops: FileOps | None = None, workers: int | None = None) -> Store:
-        """The configured backends, opened."""
+    async def open(
+        cls,
+        config: Config,
+        ops: FileOps | None = None,
+        workers: int | None = None,
+        *,
+        read_cache: bool = True,
+    ) -> Store:
+        """The configured backends, opened. Commands pass `read_cache=False`: a read cache directory belongs
+        to one daemon process, and a command has nothing to gain from one."""
+        if not read_cache and config.storage.cache_dir:
+            config = msgspec.structs.replace(
+                config, storage=msgspec.structs.replace(config.storage, cache_dir=None)
+            )
         blobs = _blob_store(config, ops)
         await blobs.start()
         try:
@@ -533,7 +545,8 @@ class Store:
 
     async def _verified(self, ref: Ref, row: ObjectRow) -> tuple[ImageRef, bytes]:
         try:
-            data = await self.blobs.read(ref, row.bytes)
+            # A row marked missing or quarantined is only set right by the store's own copy, not a cached one.
+            data = await self.blobs.read(ref, row.bytes, fresh=row.state != "ok")
         except Missing:
             await self.index.set_state(row, "missing")
             raise
