@@ -236,6 +236,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {
     "token": _cmd_token,
     "gc": maintenance.run_gc,
     "audit": maintenance.run_audit,
+    "migrate": maintenance.run_migrate,
 }
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from . import gc
+from . import gc, migrate
 from .audit import Audit, AuditReport
 from .config import Config, Gc
 from .errors import AttachstoreError, ConfigError
@@ -36,9 +36,18 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     s.add_argument("--max-rate", type=float, metavar="MIB_PER_S", help="read at most this fast")
     s.add_argument("--json", action="store_true", help="print the report as JSON")
 
+    s = sub.add_parser(
+        "migrate", parents=[common], help="copy this store into the backends of another configuration"
+    )
+    s.add_argument("--to", required=True, metavar="FILE", help="the target's configuration file")
+    s.add_argument("--verify-only", action="store_true", help="compare the target with this store only")
+    s.add_argument("--json", action="store_true", help="print the report as JSON")
+
 
 def _require_store(config: Config) -> None:
-    if not (Path(config.data_dir) / "index.sqlite3").exists():
+    """A local index must exist already: gc or audit on a mistyped data dir would create an empty store.
+    A shared index (PostgreSQL) is the fleet's, whatever this machine's data dir holds."""
+    if config.index.backend == "sqlite" and not (Path(config.data_dir) / "index.sqlite3").exists():
         raise ConfigError(f"no attachstore store at {config.data_dir}")
 
 
@@ -49,7 +58,7 @@ def run_gc(args: argparse.Namespace, config: Config) -> int:
     _require_store(config)
 
     async def go() -> tuple[gc.GcPlan, gc.GcResult | None]:
-        store = await Store.open(config, workers=1)
+        store = await Store.open(config, workers=1, read_cache=False)
         try:
             plan = await gc.plan(store, grace, [Path(r) for r in args.roots])
             if args.dry_run:
@@ -122,7 +131,7 @@ def run_audit(args: argparse.Namespace, config: Config) -> int:
     max_rate = args.max_rate * 1024 * 1024 if args.max_rate else None
 
     async def go() -> AuditReport:
-        store = await Store.open(config, workers=1)
+        store = await Store.open(config, workers=1, read_cache=False)
         try:
             audit = Audit(
                 store,
@@ -156,4 +165,35 @@ def run_audit(args: argparse.Namespace, config: Config) -> int:
             f"{report.rows} rows checked; "
             + (f"{_count(len(report.findings), 'finding')} ({kinds})" if report.findings else "clean")
         )
+    return EXIT_OK if report.clean else EXIT_FINDINGS
+
+
+def run_migrate(args: argparse.Namespace, config: Config) -> int:
+    target = migrate.target_config(args.to)
+    report = asyncio.run(migrate.run(config, target, verify_only=args.verify_only))
+    if args.json:
+        print(msgspec.json.encode(msgspec.to_builtins(report) | {"clean": report.clean}).decode())
+        return EXIT_OK if report.clean else EXIT_FINDINGS
+    for label, findings in (
+        ("failed", report.failed),
+        ("not copied", report.not_copied),
+        ("differs", report.differences),
+    ):
+        for f in findings:
+            print(f"{label:<10} {f.kind:<11} {f.what}  {f.detail}")
+    if not args.verify_only:
+        unreadable = sum(1 for f in report.not_copied if f.kind in ("quarantined", "missing"))
+        print(
+            f"migrate: {_count(report.objects, 'object')} ({human_bytes(report.bytes)}) copied, "
+            f"{report.skipped} already in the target, {len(report.failed)} failed, {unreadable} not copied "
+            f"(marked unreadable in the source); {_count(report.sessions, 'session')}, "
+            f"{_count(report.holds, 'hold')}, {_count(report.variants, 'variant')}, "
+            f"{_count(report.runs, 'run')} added"
+        )
+    healed = f", {report.healed} written again" if report.healed else ""
+    differences = _count(len(report.differences), "difference") if report.differences else "no differences"
+    print(
+        f"verify: {_count(report.verified, 'object')} ({human_bytes(report.verified_bytes)}) read back "
+        f"verified{healed}, every row compared: {differences}"
+    )
     return EXIT_OK if report.clean else EXIT_FINDINGS

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import hashlib
 import os
 import re
@@ -139,7 +140,7 @@ class S3BlobStore:
         """Open the one client (and its connection pool) of the store's lifetime and check the bucket."""
         self._stack = AsyncExitStack()
         try:
-            client = get_session().create_client("s3", **self._client_args)
+            client = _session().create_client("s3", **self._client_args)
             self._client = await self._stack.enter_async_context(client)
             try:
                 await self._call("checking the bucket", "head_bucket")
@@ -504,3 +505,10 @@ def _cache_name(ref: Ref) -> str:
 def _unlink_quietly(path: Path) -> None:
     with contextlib.suppress(OSError):
         os.unlink(path)
+
+
+@functools.cache
+def _session() -> Any:
+    """One botocore session per process: making one parses botocore's service models (about 0.2 s of CPU),
+    and its clients are independent of each other."""
+    return get_session()

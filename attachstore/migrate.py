@@ -1,0 +1,639 @@
+"""`attachstore migrate`: copy a single-node store (local files + SQLite) into the backends of another
+configuration, resumably, then verify the copy.
+
+The source is only read: its index through a read-only SQLite connection (one snapshot), its objects through
+`LocalBlobStore.read` (verified). The target is written only through the interfaces the daemon uses
+(`BlobStore.put`, `Index.publish`, ...), so it gets the same guarantees: an object is durable before its row
+is published, and the publishing transaction checks that it is still there.
+
+Plan, then copy, then verify. Every step is idempotent and skips what the target already has, so a run cut
+short anywhere (Ctrl-C, a crash, a network failure) is finished by running it again:
+
+1. objects: an object whose target row, grants and bytes (their size) are in place is skipped; the others are
+   read from the source verified, put (which re-hashes an existing target object and heals it if damaged),
+   and published in batches, once per grant so that each tenant keeps its own display name;
+2. variant links, sessions and their holds (in their order, with their times), the runs of gc and audit;
+3. leases: adding a hold sets them to its time; they are set forward to the source's (a lease is never
+   moved back: a daemon serving the target may have renewed it);
+4. verify: every copied object is read back from the target (verified) and every row compared with the
+   source. In a copying run, an object whose target bytes fail is written again from the source.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import json
+import os
+import sqlite3
+import tomllib
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .blobstore import LocalBlobStore
+from .config import SECTION_ENV_KEYS, Config, load
+from .errors import AttachstoreError, ConfigError, Corrupt, Missing, StorageUnavailable
+from .index import BUSY_TIMEOUT_MS, Hold, ObjectRow, SessionRow
+from .progress import Progress
+from .refs import Ref
+from .schema import SCHEMA_VERSION, IndexUnusable
+from .service import Store
+
+INDEX_FILE = "index.sqlite3"
+JOBS = 8  # objects read, written or verified at once: bounds memory to JOBS objects' bytes
+BATCH = 64  # rows per publishing transaction
+
+MakeProgress = Callable[[str, int, int], Progress]
+
+
+# -- the source, as one snapshot of its index -----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class HeldRef:
+    ref: str
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class SourceSession:
+    tenant: str
+    id: str
+    route: str | None
+    created_at: float
+    holds: tuple[HeldRef, ...]  # in the order they were made
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.tenant, self.id)
+
+
+@dataclass(frozen=True, slots=True)
+class VariantLink:
+    source: str
+    spec: str
+    variant: str
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    rows: dict[str, ObjectRow]  # by ref, in ref order
+    grants: dict[str, list[tuple[str, str | None]]]  # ref -> (tenant, display name)
+    sessions: list[SourceSession]
+    variants: list[VariantLink]
+    runs: dict[str, tuple[float, dict[str, float]]]
+
+    def wanted(self, failed: Iterable[str] = ()) -> dict[str, ObjectRow]:
+        """The rows the target should have: 'ok' in the source, and not found damaged by this run."""
+        skip = set(failed)
+        return {ref: r for ref, r in self.rows.items() if r.state == "ok" and ref not in skip}
+
+    def tenants(self) -> set[str]:
+        return {tenant for grants in self.grants.values() for tenant, _ in grants}
+
+
+def read_source(path: Path) -> Snapshot:
+    """The whole index in one read transaction, through a read-only connection."""
+    try:
+        db = sqlite3.connect(
+            f"{path.absolute().as_uri()}?mode=ro",
+            uri=True,
+            isolation_level=None,
+            timeout=BUSY_TIMEOUT_MS / 1000,
+        )
+    except sqlite3.Error as e:
+        raise StorageUnavailable(f"cannot open the source index {path}: {e}") from e
+    try:
+        db.execute("BEGIN")
+        [(version,)] = db.execute("PRAGMA user_version").fetchall()
+        if version != SCHEMA_VERSION:
+            upgrade = (
+                "upgrade attachstore" if version > SCHEMA_VERSION else "run `attachstore gc --dry-run` on it"
+            )
+            raise IndexUnusable(
+                f"the source index has schema version {version}, this attachstore copies version "
+                f"{SCHEMA_VERSION}: {upgrade}"
+            )
+        columns = "ref, media_type, bytes, width, height, frames, name, created_at, lease_at, state"
+        rows = {r[0]: ObjectRow(*r) for r in db.execute(f"SELECT {columns} FROM objects ORDER BY ref")}
+        grants: dict[str, list[tuple[str, str | None]]] = {}
+        for ref, tenant, name in db.execute("SELECT ref, tenant, name FROM grants ORDER BY ref, tenant"):
+            grants.setdefault(ref, []).append((tenant, name))
+        holds: dict[tuple[str, str], list[HeldRef]] = {}
+        for tenant, session, ref, at in db.execute(
+            "SELECT tenant, session, ref, created_at FROM holds ORDER BY tenant, session, created_at, rowid"
+        ):
+            holds.setdefault((tenant, session), []).append(HeldRef(ref, at))
+        sessions = [
+            SourceSession(tenant, id, route, at, tuple(holds.get((tenant, id), ())))
+            for tenant, id, route, at in db.execute(
+                "SELECT tenant, id, route, created_at FROM sessions ORDER BY tenant, id"
+            )
+        ]
+        variants = [
+            VariantLink(*r)
+            for r in db.execute("SELECT source, spec, variant FROM variants ORDER BY source, spec")
+        ]
+        runs = {
+            c: (at, json.loads(f))
+            for c, at, f in db.execute("SELECT command, finished_at, figures FROM runs")
+        }
+        db.execute("COMMIT")
+    except sqlite3.Error as e:
+        raise StorageUnavailable(f"cannot read the source index {path}: {e}") from e
+    finally:
+        db.close()
+    return Snapshot(rows, grants, sessions, variants, runs)
+
+
+# -- configurations -------------------------------------------------------------------------------------
+
+
+def target_config(path: str, env: Mapping[str, str] | None = None) -> Config:
+    """The target's configuration: the file, with only the secret variables of the environment
+    ($ATTACHSTORE_INDEX_DSN, $ATTACHSTORE_S3_*); $ATTACHSTORE_DATA_DIR names the source."""
+    env = os.environ if env is None else env
+    config = load(path, env={k: env[k] for k in SECTION_ENV_KEYS if env.get(k)})
+    if config.storage.backend == "local" or config.index.backend == "sqlite":
+        with open(path, "rb") as f:
+            if "data_dir" not in tomllib.load(f):
+                raise ConfigError(
+                    f"{path}: data_dir: a target with local storage or a SQLite index needs its data_dir in "
+                    "the file"
+                )
+    return config
+
+
+def check_pair(source: Config, target: Config) -> None:
+    """Refuse what cannot be a migration; the message names the key."""
+    if source.storage.backend != "local":
+        raise ConfigError(
+            f"storage.backend: the source of a migration is a single-node store (local files and SQLite), "
+            f'not "{source.storage.backend}"'
+        )
+    if source.index.backend != "sqlite":
+        raise ConfigError(
+            f"index.backend: the source of a migration is a single-node store (local files and SQLite), "
+            f'not "{source.index.backend}"'
+        )
+    if not (source.data_path / INDEX_FILE).exists():
+        raise ConfigError(f"no attachstore store at {source.data_dir}")
+    if target.index.backend == "sqlite" and _same_dir(source.data_path, target.data_path):
+        raise ConfigError(
+            f"the target is the source: both use the index in {source.data_dir} "
+            '(give the target another data_dir, or [index] backend = "postgresql")'
+        )
+
+
+def _same_dir(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve() or (b.exists() and os.path.samefile(a, b))
+    except OSError:
+        return False
+
+
+# -- the report -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    # failed: corrupt, missing; not_copied: quarantined, missing, hold, variant;
+    # differences: object, bytes, grant, session, holds, variant
+    kind: str
+    what: str  # a ref, a session as tenant/id, a variant link as "source spec"
+    detail: str
+
+
+@dataclass
+class Report:
+    objects: int = 0  # copied by this run
+    bytes: int = 0
+    skipped: int = 0  # already in the target: row, grants and object in place
+    grants: int = 0  # grants published for objects already in the target
+    sessions: int = 0  # created by this run
+    holds: int = 0  # added by this run
+    variants: int = 0  # links made by this run
+    runs: int = 0  # gc and audit runs recorded by this run
+    failed: list[Finding] = field(default_factory=list)  # source objects that failed verification
+    # rows the source itself marks unreadable, and the holds and variant links that need them
+    not_copied: list[Finding] = field(default_factory=list)
+    verified: int = 0  # objects read back from the target, verified
+    verified_bytes: int = 0
+    healed: int = 0  # target objects found damaged or missing by the verification and written again
+    target_only: int = 0  # target rows the source does not have (left alone)
+    differences: list[Finding] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        return not self.failed and not self.differences
+
+
+# -- running --------------------------------------------------------------------------------------------
+
+
+async def run(
+    source: Config, target: Config, *, verify_only: bool = False, progress: MakeProgress = Progress
+) -> Report:
+    """Copy (unless `verify_only`), then verify. A backend that fails raises AttachstoreError: nothing is
+    lost, and running it again continues."""
+    check_pair(source, target)
+    snapshot = await asyncio.to_thread(read_source, source.data_path / INDEX_FILE)
+    blobs = LocalBlobStore(source.data_path)
+    # Without the read cache: the verification reads the bucket, not a local copy.
+    store = await Store.open(target, workers=1, read_cache=False)
+    try:
+        report = Report()
+        for r in snapshot.rows.values():
+            if r.state != "ok":
+                report.not_copied.append(Finding(r.state, r.ref, f"marked {r.state} in the source"))
+        if not verify_only:
+            await _Copy(snapshot, blobs, store, report, progress).run()
+        await _Verify(snapshot, blobs, store, report, progress, heal=not verify_only).run()
+        return report
+    finally:
+        await store.close()
+
+
+Step = tuple[str | None, str | None]  # one publish: the tenant granted (None: no grant), its display name
+
+
+@dataclass(frozen=True, slots=True)
+class _Work:
+    row: ObjectRow
+    steps: list[Step]  # what the target still lacks, if its object is in place
+    every_step: list[Step]  # what a copy publishes
+    in_target: bool  # its row is there: check the object's size, and copy it only if that fails
+
+
+@dataclass(frozen=True, slots=True)
+class _Ready:
+    row: ObjectRow
+    steps: list[Step]
+    copied: bool  # its bytes were copied (else only grants are published)
+
+
+class _Copy:
+    def __init__(
+        self, snapshot: Snapshot, source: LocalBlobStore, store: Store, report: Report, progress: MakeProgress
+    ) -> None:
+        self.snapshot = snapshot
+        self.source = source
+        self.store = store
+        self.report = report
+        self.progress = progress
+        self.copied: set[str] = set()  # refs whose rows and objects the target has now
+
+    async def run(self) -> None:
+        await self._objects(await self._plan())
+        await self._variants()
+        await self._sessions()
+        await self._runs()
+        await self._leases()
+
+    async def _plan(self) -> list[_Work]:
+        wanted = self.snapshot.wanted()
+        target = {r.ref: r for r in await self.store.index.rows()}
+        by_tenant: dict[str, list[str]] = {}
+        for ref in wanted:
+            for tenant, _ in self.snapshot.grants.get(ref, ()):
+                by_tenant.setdefault(tenant, []).append(ref)
+        granted = {t: set(await self.store.index.get_many(refs, t)) for t, refs in by_tenant.items()}
+        work = []
+        for ref, row in wanted.items():
+            grants = self.snapshot.grants.get(ref)
+            # The grant with the object's own name goes first: the first publish names the object.
+            steps: list[Step] = (
+                sorted(grants, key=lambda g: g[1] != row.name) if grants else [(None, row.name)]
+            )
+            found = target.get(ref)
+            if found is not None:  # publishing sets the lease: never move one back (a daemon may serve it)
+                row = dataclasses.replace(row, lease_at=max(row.lease_at, found.lease_at))
+            if found is not None and _same_object(found, row):
+                lacking = [s for s in steps if s[0] is not None and ref not in granted[s[0]]]
+                work.append(_Work(row, lacking, steps, in_target=True))
+            else:
+                work.append(_Work(row, steps, steps, in_target=False))
+        return work
+
+    async def _objects(self, work: list[_Work]) -> None:
+        progress = self.progress("migrate", len(work), sum(w.row.bytes for w in work))
+        ready: asyncio.Queue[_Ready | None] = asyncio.Queue(maxsize=2 * BATCH)
+        pending = iter(work)
+
+        async def copy() -> None:
+            for w in pending:  # shared by the copiers: each takes the next object
+                ref = Ref.parse(w.row.ref)
+                if w.in_target:
+                    found = await self.store.blobs.stat(ref)
+                    if found is not None and found.size == w.row.bytes:
+                        if w.steps:
+                            await ready.put(_Ready(w.row, w.steps, copied=False))
+                        else:
+                            self.copied.add(w.row.ref)
+                            self.report.skipped += 1
+                            progress.advance(1, w.row.bytes)
+                        continue
+                try:
+                    data = await self.source.read(ref, w.row.bytes)
+                except (Corrupt, Missing) as e:
+                    self.report.failed.append(_failed(w.row.ref, e))
+                    progress.advance(1, w.row.bytes)
+                    continue
+                await self.store.blobs.put(ref, data)
+                del data
+                await ready.put(_Ready(w.row, w.every_step, copied=True))
+
+        async def copiers() -> None:
+            await _all(copy() for _ in range(JOBS))
+            await ready.put(None)
+
+        async def publisher() -> None:
+            done = False
+            while not done and (item := await ready.get()) is not None:
+                batch = [item]
+                while len(batch) < BATCH and not ready.empty():
+                    if (item := ready.get_nowait()) is None:
+                        done = True
+                        break
+                    batch.append(item)
+                await self._publish(batch, progress)
+
+        try:
+            await _all([copiers(), publisher()])
+        finally:
+            progress.finish()
+
+    async def _publish(self, batch: list[_Ready], progress: Progress) -> None:
+        """Each object's first step names it; later steps only add grants (a name, once set, stays)."""
+        for i in range(max(len(r.steps) for r in batch)):
+            groups: dict[str | None, list[ObjectRow]] = {}
+            for r in batch:
+                if i < len(r.steps):
+                    tenant, name = r.steps[i]
+                    groups.setdefault(tenant, []).append(dataclasses.replace(r.row, name=name))
+            for tenant, rows in groups.items():
+                await self.store.index.publish(rows, self._in_place(rows), None, tenant)
+        for r in batch:
+            self.copied.add(r.row.ref)
+            if r.copied:
+                self.report.objects += 1
+                self.report.bytes += r.row.bytes
+            else:
+                self.report.skipped += 1
+                self.report.grants += len(r.steps)
+            progress.advance(1, r.row.bytes)
+
+    def _in_place(self, rows: Sequence[ObjectRow]) -> Callable[[], Awaitable[None]]:
+        """The check a publishing transaction runs: every object is in the target, with its size."""
+
+        async def check() -> None:
+            found = await asyncio.gather(*(self.store.blobs.stat(Ref.parse(r.ref)) for r in rows))
+            for r, f in zip(rows, found, strict=True):
+                if f is None or f.size != r.bytes:
+                    raise AttachstoreError(
+                        f"{r.ref} left the target right after it was written: is a gc removing objects "
+                        "there? Stop it and run migrate again"
+                    )
+
+        return check
+
+    async def _variants(self) -> None:
+        for link in self.snapshot.variants:
+            if not {link.source, link.variant} <= self.copied:
+                what = f"{link.source} {link.spec}"
+                self.report.not_copied.append(
+                    Finding("variant", what, f"links {link.variant}; not both copied")
+                )
+                continue
+            found = await self.store.index.variant(link.source, link.spec)
+            if found is not None and found.ref == link.variant:
+                continue
+            # Publishing the link publishes the variant's row again: with its lease, never moved back.
+            row = self.snapshot.rows[link.variant]
+            there = await self.store.index.get(link.variant)
+            row = dataclasses.replace(row, lease_at=max(row.lease_at, there.lease_at if there else 0.0))
+            if await self.store.index.publish_variant(row, link.source, link.spec, self._in_place([row])):
+                self.report.variants += 1
+
+    async def _sessions(self) -> None:
+        for s in self.snapshot.sessions:
+            for h in s.holds:
+                if h.ref not in self.copied:
+                    what = f"{s.tenant}/{s.id}"
+                    self.report.not_copied.append(Finding("hold", what, f"holds {h.ref}, not copied"))
+            current = await self.store.index.get_session(s.key)
+            if current is None:
+                current, _ = await self.store.index.create_session(s.key, s.route, s.created_at)
+                self.report.sessions += 1
+            elif current.route != s.route:
+                continue  # another session by that name: the verification reports it
+            held = set(current.holds)
+            hold = Hold(s.key, _accept, everything=True)
+            kept = [h for h in s.holds if h.ref in self.copied]
+            # One add_holds per original time: the order within it is kept, and so is the time.
+            for at, group in itertools.groupby(kept, key=lambda h: h.created_at):
+                refs = [h.ref for h in group]
+                if not set(refs) <= held:
+                    await self.store.index.add_holds(hold, refs, at)
+                    self.report.holds += len(set(refs) - held)
+
+    async def _runs(self) -> None:
+        there = await self.store.index.runs()
+        for command, (at, figures) in self.snapshot.runs.items():
+            if command not in there or there[command][0] < at:
+                await self.store.index.record_run(command, figures, now=at)
+                self.report.runs += 1
+
+    async def _leases(self) -> None:
+        """Adding a hold set the held objects' leases to its time, older than the source's: set those
+        forward to the source's. (A lease is never moved back: a daemon serving the target may have
+        renewed it, for an answer that the grace period must protect.)"""
+        stale: dict[float, list[str]] = {}
+        for r in await self.store.index.rows():
+            source = self.snapshot.rows.get(r.ref)
+            if source is not None and r.ref in self.copied and r.lease_at < source.lease_at:
+                stale.setdefault(source.lease_at, []).append(r.ref)
+        for lease, refs in stale.items():
+            await self.store.index.renew(refs, lease)
+
+
+def _failed(ref: str, e: Corrupt | Missing) -> Finding:
+    if isinstance(e, Corrupt):
+        return Finding("corrupt", ref, "the source's bytes do not match the ref (see `attachstore audit`)")
+    return Finding("missing", ref, "the source has no object file (see `attachstore audit`)")
+
+
+async def _source_failure(source: LocalBlobStore, row: ObjectRow) -> Finding | None:
+    try:
+        await source.read(Ref.parse(row.ref), row.bytes)
+    except (Corrupt, Missing) as e:
+        return _failed(row.ref, e)
+    return None
+
+
+def _accept(session: SessionRow) -> None:
+    """The guard of the holds a migration copies: they were accepted when they were made."""
+
+
+def _same_object(target: ObjectRow, source: ObjectRow) -> bool:
+    """The target row is the source's, but for what the later steps set (lease) or cannot change (name)."""
+    fields = ("media_type", "bytes", "width", "height", "frames", "created_at")
+    return target.state == "ok" and all(getattr(target, f) == getattr(source, f) for f in fields)
+
+
+# -- verifying ------------------------------------------------------------------------------------------
+
+
+class _Verify:
+    """Compare the target with the source: every object read back verified, every row compared. With
+    `heal`, an object whose target bytes fail is written again from the source and read again."""
+
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        source: LocalBlobStore,
+        store: Store,
+        report: Report,
+        progress: MakeProgress,
+        *,
+        heal: bool,
+    ) -> None:
+        self.snapshot = snapshot
+        self.source = source
+        self.store = store
+        self.report = report
+        self.progress = progress
+        self.heal = heal
+        self.wanted = snapshot.wanted(f.what for f in report.failed)
+
+    def _differ(self, kind: str, what: str, detail: str) -> None:
+        self.report.differences.append(Finding(kind, what, detail))
+
+    async def run(self) -> None:
+        target = {r.ref: r for r in await self.store.index.rows()}
+        self.report.target_only = len(target.keys() - self.snapshot.rows.keys())
+        # An object the target lacks may be one the source cannot give (--verify-only has not read it).
+        for ref, row in list(self.wanted.items()):
+            if ref not in target and (failure := await _source_failure(self.source, row)) is not None:
+                self.report.failed.append(failure)
+                del self.wanted[ref]
+        for ref, row in self.wanted.items():
+            found = target.get(ref)
+            if found is None:
+                self._differ("object", ref, "no row in the target")
+            elif changes := _changes(found, row):
+                self._differ("object", ref, changes)
+        await self._bytes([row for ref, row in self.wanted.items() if ref in target])
+        await self._grants()
+        await self._sessions()
+        await self._variants()
+
+    async def _bytes(self, rows: list[ObjectRow]) -> None:
+        progress = self.progress("verify", len(rows), sum(r.bytes for r in rows))
+        pending = iter(rows)
+
+        async def read() -> None:
+            for row in pending:
+                ref = Ref.parse(row.ref)
+                try:
+                    await self.store.blobs.read(ref, row.bytes)
+                except (Corrupt, Missing) as e:
+                    if not await self._healed(ref, row.bytes):
+                        detail = "do not match the ref" if isinstance(e, Corrupt) else "are missing"
+                        self._differ("bytes", row.ref, f"the target's bytes {detail}")
+                        progress.advance(1, row.bytes)
+                        continue
+                self.report.verified += 1
+                self.report.verified_bytes += row.bytes
+                progress.advance(1, row.bytes)
+
+        try:
+            await _all(read() for _ in range(JOBS))
+        finally:
+            progress.finish()
+
+    async def _healed(self, ref: Ref, size: int) -> bool:
+        if not self.heal:
+            return False
+        try:
+            await self.store.blobs.put(ref, await self.source.read(ref, size))
+            await self.store.blobs.read(ref, size)
+        except (Corrupt, Missing):
+            return False
+        self.report.healed += 1
+        return True
+
+    async def _grants(self) -> None:
+        """Each tenant sees exactly the objects it saw, by the names it gave them."""
+        refs = list(self.wanted)
+        tenants = self.snapshot.tenants() | {t.name for t in self.store.config.tenants} | {""}
+        for tenant in sorted(tenants):
+            should = {
+                ref: name for ref in refs for t, name in self.snapshot.grants.get(ref, ()) if t == tenant
+            }
+            seen = await self.store.index.get_many(refs, tenant) if refs else {}
+            for ref, name in should.items():
+                if ref not in seen:
+                    self._differ("grant", ref, f"tenant {tenant!r} does not see it in the target")
+                elif seen[ref].name != name:
+                    self._differ(
+                        "grant", ref, f"tenant {tenant!r} sees it as {seen[ref].name!r}, not {name!r}"
+                    )
+            for ref in sorted(seen.keys() - should.keys()):
+                self._differ("grant", ref, f"tenant {tenant!r} sees it in the target, not in the source")
+
+    async def _sessions(self) -> None:
+        for s in self.snapshot.sessions:
+            what = f"{s.tenant}/{s.id}"
+            found = await self.store.index.get_session(s.key)
+            if found is None:
+                self._differ("session", what, "not in the target")
+                continue
+            if (found.route, found.created_at) != (s.route, s.created_at):
+                self._differ(
+                    "session",
+                    what,
+                    f"route {found.route!r} created at {found.created_at!r} in the target, "
+                    f"{s.route!r} created at {s.created_at!r} in the source",
+                )
+            holds = tuple(h.ref for h in s.holds if h.ref in self.wanted)
+            if found.holds != holds:
+                self._differ("holds", what, _holds_change(found.holds, holds))
+
+    async def _variants(self) -> None:
+        for link in self.snapshot.variants:
+            if {link.source, link.variant} <= self.wanted.keys():
+                found = await self.store.index.variant(link.source, link.spec)
+                if found is None or found.ref != link.variant:
+                    what = f"{link.source} {link.spec}"
+                    self._differ("variant", what, f"links {found.ref if found else None}, not {link.variant}")
+
+
+def _holds_change(target: tuple[str, ...], source: tuple[str, ...]) -> str:
+    lacks = [r for r in source if r not in target]
+    extra = [r for r in target if r not in source]
+    parts = [f"the target lacks {', '.join(lacks)}"] if lacks else []
+    parts += [f"the target also holds {', '.join(extra)}"] if extra else []
+    return "; ".join(parts) or "the target holds them in another order"
+
+
+def _changes(target: ObjectRow, source: ObjectRow) -> str:
+    """The fields that differ, as `field: target (source ...)`; empty when the rows are equal."""
+    return "; ".join(
+        f"{f.name}: {getattr(target, f.name)!r} (source {getattr(source, f.name)!r})"
+        for f in dataclasses.fields(ObjectRow)
+        if getattr(target, f.name) != getattr(source, f.name)
+    )
+
+
+async def _all(work: Iterable[Awaitable[None]]) -> None:
+    """Run concurrently; on the first failure cancel the others, wait for them, and raise it."""
+    tasks = [asyncio.ensure_future(w) for w in work]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
