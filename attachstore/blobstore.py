@@ -88,6 +88,34 @@ class StoredFile:
     mtime: float
 
 
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """One directory under objects/ and the names of the files in it (anything but a subdirectory), in
+    order, as plain strings: the audit reads a few hundred thousand of them and a Path each would dominate.
+
+    `algorithm` is set when the directory is a bucket, objects/<algorithm>/<xx>/<yy>, the only place an
+    object can be; `bucket` is then "<xx><yy>", the start of every object name in it. `irregular` names the
+    entries that are not regular files (a symlink, a fifo): never objects, whatever their names."""
+
+    directory: str
+    algorithm: str | None
+    bucket: str
+    names: list[str]
+    irregular: frozenset[str]
+
+    def path(self, name: str) -> str:
+        return f"{self.directory}/{name}"
+
+    def ref(self, name: str) -> Ref | None:
+        """The reference that `name` names in this place, if any (the file's type aside)."""
+        if self.algorithm is None or not name.startswith(self.bucket):
+            return None
+        try:
+            return Ref.parse(f"{self.algorithm}:{name}")
+        except AttachstoreError:
+            return None
+
+
 def storage_error(e: OSError, doing: str) -> AttachstoreError:
     if e.errno in (errno.ENOSPC, errno.EDQUOT):
         return StorageFull(f"the store is full ({doing}): {e.strerror}")
@@ -317,12 +345,14 @@ class LocalBlobStore:
 
     def walk_objects(self) -> Iterator[StoredFile]:
         """Every file under objects/, at any depth, in path order; only one in its right place has a ref."""
-        for directory, subdirectories, names in os.walk(self.objects):
-            subdirectories.sort()
-            depth = len(Path(directory).relative_to(self.objects).parts)
-            for name in sorted(names):
-                path = Path(directory, name)
-                yield _stored(path, _ref_at(path) if depth == 3 else None)
+        for listing in self.list_objects():
+            for name in listing.names:
+                yield _stored(listing.path(name), listing.ref(name))
+
+    def list_objects(self) -> Iterator[Listing]:
+        """The directories under objects/ that hold files, with their names, in the order of walk_objects:
+        a directory's files, then each of its subdirectories in name order. Nothing is stat'ed."""
+        return _listings(str(self.objects))
 
     def walk_staging(self) -> Iterator[StoredFile]:
         for entry in _sorted_entries(self.staging):
@@ -369,21 +399,49 @@ def _sorted_entries(directory: Path) -> list[Path]:
         return []
 
 
-def _ref_at(path: Path) -> Ref | None:
-    """The reference a file's place names: objects/<alg>/<hex[0:2]>/<hex[2:4]>/<hex>, else None."""
-    second, first, algorithm = path.parent, path.parent.parent, path.parent.parent.parent
-    name = path.name
-    if algorithm.name not in ALGORITHMS or (first.name, second.name) != (name[0:2], name[2:4]):
-        return None
-    try:
-        return Ref.parse(f"{algorithm.name}:{name}")
-    except AttachstoreError:
-        return None
+_NONE: frozenset[str] = frozenset()
 
 
-def _stored(path: Path, ref: Ref | None) -> StoredFile:
+def _listings(top: str) -> Iterator[Listing]:
+    """`top` and every directory below it, depth first. A directory that vanishes or cannot be read meanwhile
+    is skipped, as os.walk does."""
+    stack: list[tuple[str, tuple[str, ...]]] = [(top, ())]  # (directory, the names between top and it)
+    while stack:
+        directory, parents = stack.pop()
+        names: list[str] = []
+        subdirectories: list[str] = []
+        irregular: list[str] = []
+        try:
+            with os.scandir(directory) as entries:
+                # The kind of each entry comes with the listing (d_type): nothing is stat'ed.
+                for entry in entries:
+                    if entry.is_file(follow_symlinks=False):
+                        names.append(entry.name)
+                    elif entry.is_dir(follow_symlinks=False):
+                        subdirectories.append(entry.name)
+                    else:
+                        names.append(entry.name)
+                        irregular.append(entry.name)
+        except OSError:
+            continue
+        if names:
+            names.sort()
+            algorithm, bucket = _bucket(parents)
+            yield Listing(directory, algorithm, bucket, names, frozenset(irregular) if irregular else _NONE)
+        subdirectories.sort(reverse=True)  # popped in name order
+        stack.extend((f"{directory}/{name}", (*parents, name)) for name in subdirectories)
+
+
+def _bucket(parents: tuple[str, ...]) -> tuple[str | None, str]:
+    """(algorithm, "<xx><yy>") for objects/<algorithm>/<xx>/<yy>, else (None, "")."""
+    if len(parents) == 3 and parents[0] in ALGORITHMS and len(parents[1]) == len(parents[2]) == 2:
+        return parents[0], parents[1] + parents[2]
+    return None, ""
+
+
+def _stored(path: Path | str, ref: Ref | None) -> StoredFile:
     try:
         st = os.lstat(path)
     except FileNotFoundError:
-        return StoredFile(path, ref, 0, 0.0)
-    return StoredFile(path, ref if stat.S_ISREG(st.st_mode) else None, st.st_size, st.st_mtime)
+        return StoredFile(Path(path), ref, 0, 0.0)
+    return StoredFile(Path(path), ref if stat.S_ISREG(st.st_mode) else None, st.st_size, st.st_mtime)

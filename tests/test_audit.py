@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import gc
+import io
 import json
 import os
 from pathlib import Path
 
 import pytest
 
+from attachstore import audit as audit_module
 from attachstore.audit import Audit, Kind
+from attachstore.blobstore import Listing
 from attachstore.cli import main
+from attachstore.errors import StorageUnavailable
+from attachstore.index import ObjectRow
+from attachstore.progress import Progress
 from attachstore.refs import Ref
 from attachstore.service import Store, Upload
 from tests.faults import flip_byte
@@ -149,3 +156,161 @@ async def test_max_rate_paces_the_reads(store: Store, monkeypatch: pytest.Monkey
     await Audit(store, max_rate=100.0, settle=0).run()  # 100 bytes/s: the reads are far ahead of the pace
     assert pauses
     assert sum(pauses) > 1
+
+
+# -- the fast pass and its closer looks --------------------------------------------------------------------
+
+
+async def test_a_row_whose_size_is_wrong_either_way_is_a_mismatch(store: Store) -> None:
+    # Each file is read for one byte more than its row says: both errors show, and the bytes still verify.
+    shorter, longer = await put(store, png(5, 5), png(6, 6))
+    async with store.index.write() as db:
+        await db.execute("UPDATE objects SET bytes = bytes - 1 WHERE ref = ?", (shorter,))
+        await db.execute("UPDATE objects SET bytes = bytes + 1 WHERE ref = ?", (longer,))
+    report = await Audit(store, settle=0).run()
+    assert sorted((f.kind, f.ref) for f in report.findings) == sorted(
+        [(Kind.METADATA_MISMATCH, shorter), (Kind.METADATA_MISMATCH, longer)]
+    )
+    assert all(f.detail.startswith("size ") for f in report.findings)
+
+
+async def test_a_file_with_bytes_appended_is_corrupt(store: Store) -> None:
+    [ref] = await put(store, png(7, 7))
+    path = store.local.path(Ref.parse(ref))
+    os.chmod(path, 0o644)
+    path.write_bytes(path.read_bytes() + b"\0")
+    assert await audit(store) == [(Kind.CORRUPT, ref)]
+
+
+async def test_objects_too_large_for_one_read_are_read_whole(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    refs = await put(store, png(30, 30, seed=1), png(31, 31, seed=2))
+    monkeypatch.setattr("attachstore.audit._READ_AT_ONCE", 64)
+    report = await Audit(store, settle=0).run()
+    assert (report.files, report.findings) == (2, [])
+    assert report.bytes == sum(store.local.path(Ref.parse(r)).stat().st_size for r in refs)
+    flip_byte(store.local.path(Ref.parse(refs[1])), -10)
+    assert await audit(store) == [(Kind.CORRUPT, refs[1])]
+
+
+async def test_findings_are_the_same_whatever_the_size_of_a_trip(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    refs = await put(store, *(png(3, 3, seed=i) for i in range(7)))
+    flip_byte(store.local.path(Ref.parse(refs[2])), 40)
+    store.local.path(Ref.parse(refs[5])).unlink()
+    (store.local.objects / "sha256" / "notes.txt").write_text("hello")
+    expected = sorted([(Kind.CORRUPT, refs[2]), (Kind.MISSING, refs[5]), (Kind.STRAY_FILE, None)], key=str)
+    for per_trip in (1, 2, 3, 1024):
+        monkeypatch.setattr("attachstore.audit._TRIP_FILES", per_trip)
+        report = await Audit(store, settle=0).run()
+        assert sorted(((f.kind, f.ref) for f in report.findings), key=str) == expected
+        assert (report.files, report.rows) == (7, 7)
+
+
+async def test_links_and_fifos_are_never_objects(store: Store, tmp_path: Path) -> None:
+    [ref] = await put(store, png(7, 7))
+    link = store.local.path(Ref.of("sha256", png(8, 8)))
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(store.local.path(Ref.parse(ref)))  # named like an object, pointing at one
+    fifo = store.local.path(Ref.of("sha256", b"a fifo"))
+    fifo.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(fifo)  # opened, it would block a reader that waits for a writer
+    elsewhere = store.local.objects / "sha256" / "elsewhere"
+    elsewhere.symlink_to(tmp_path, target_is_directory=True)  # not followed, not skipped
+    assert await audit(store, repair=True) == [(Kind.STRAY_FILE, None)] * 3
+    assert not any(p.is_symlink() or p.exists() for p in (link, fifo, elsewhere))
+    assert await audit(store) == []
+
+
+async def test_a_file_swept_between_the_listing_and_its_read_is_no_finding_of_its_own(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    [ref] = await put(store, png(9, 9))
+    examine = audit_module._examine
+
+    def sweep_first(parts: list[tuple[Listing, list[str]]], rows: dict[str, ObjectRow]) -> object:
+        store.local.path(Ref.parse(ref)).unlink()  # what a GC sweep does first
+        return examine(parts, rows)
+
+    monkeypatch.setattr("attachstore.audit._examine", sweep_first)
+    report = await Audit(store, settle=0).run()
+    # Not "cannot be read": the row pass confirms it under the lock (a sweep would have taken the row too).
+    assert [(f.kind, f.ref) for f in report.findings] == [(Kind.MISSING, ref)]
+    assert report.files == 0
+
+
+async def test_a_suspect_healed_before_its_closer_look_is_not_reported(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    [ref] = await put(store, png(10, 10))
+    path = store.local.path(Ref.parse(ref))
+    good = path.read_bytes()
+    flip_byte(path, 40)
+    look_again = audit_module._look_again
+
+    def heal_first(where: str, named: Ref | None) -> object:
+        os.chmod(path, 0o644)
+        path.write_bytes(good)  # as an admission of the same bytes heals it
+        os.chmod(path, 0o444)
+        return look_again(where, named)
+
+    monkeypatch.setattr("attachstore.audit._look_again", heal_first)
+    assert await audit(store) == []
+
+
+async def test_progress_counts_every_file_and_byte(store: Store) -> None:
+    await put(store, *(png(4, 4, seed=i) for i in range(5)))
+    bars: list[Progress] = []
+
+    def progress(objects: int, size: int) -> Progress:
+        bars.append(Progress("audit", objects, size, io.StringIO()))
+        return bars[-1]
+
+    report = await Audit(store, settle=0, progress=progress).run()
+    [bar] = bars
+    assert (bar.objects, bar.bytes) == (report.files, report.bytes) == (5, report.bytes)
+    assert (bar.total_objects, bar.total_bytes) == (report.files, report.bytes)  # from the index's sizes
+
+
+async def test_the_cycle_collector_is_back_on_after_a_run(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await put(store, png(3, 3))
+    await Audit(store, settle=0).run()
+    assert gc.isenabled()
+
+    async def broken() -> list[ObjectRow]:
+        raise StorageUnavailable("index error while reading")
+
+    monkeypatch.setattr(store.index, "rows", broken)
+    with pytest.raises(StorageUnavailable):
+        await Audit(store, settle=0).run()
+    assert gc.isenabled()
+
+
+async def test_the_listing_walks_as_walk_objects_and_os_walk_do(store: Store) -> None:
+    refs = await put(store, *(png(3, 3, seed=i) for i in range(6)))
+    objects = store.local.objects
+    (objects / "sha256" / "notes.txt").write_text("not an object")
+    deep = objects / "sha256" / "ab" / "cd" / "ef"
+    deep.mkdir(parents=True)
+    (deep / "x").write_text("too deep")
+    image = png(5, 5)
+    ref = Ref.of("sha256", image)
+    odd = objects / "sha256" / ref.digest[0:1] / ref.digest[1:4]  # the name's start, cut elsewhere
+    odd.mkdir(parents=True)
+    (odd / ref.digest).write_bytes(image)
+
+    listed = [
+        (listing.path(n), listing.ref(n)) for listing in store.local.list_objects() for n in listing.names
+    ]
+    walked = [(str(f.path), f.ref) for f in store.local.walk_objects()]
+    expected = []
+    for directory, subdirectories, names in os.walk(objects):
+        subdirectories.sort()
+        expected += [os.path.join(directory, n) for n in sorted(names)]
+    assert [p for p, _ in listed] == [p for p, _ in walked] == expected
+    assert [r for _, r in listed] == [r for _, r in walked]
+    assert sorted(str(r) for _, r in listed if r) == sorted(refs)

@@ -504,6 +504,23 @@ def _audit(data_dir: Path, work: Path) -> Result:
     }
 
 
+def _audit_profiled(b: Bench, data_dir: Path) -> dict[str, Any]:
+    """One extra, unmeasured audit run under py-spy (started by it: the command is short-lived)."""
+    assert b.profile_dir is not None
+    spy = Profiler.available()
+    if spy is None:
+        return {"error": "py-spy is not installed (pip install py-spy)"}
+    out = b.profile_dir / "audit.raw.txt"
+    record = [spy, "record", "--threads", "--format", "raw", "-r", str(Profiler.RATE), "-o", str(out)]
+    command = [*attachstore_command(), "audit", "--data-dir", str(data_dir), "--json"]
+    started = time.perf_counter()
+    subprocess.run([*record, "--", *command], capture_output=True, cwd=REPO, check=False, timeout=3600)
+    seconds = time.perf_counter() - started
+    if not out.exists():
+        return {"error": "py-spy wrote nothing (is ptrace permitted?)"}
+    return summarise(out, seconds, Profiler.RATE) | {"raw": str(out)}
+
+
 def _raw(data_dir: Path, work: Path) -> Result:
     out = work / f"raw-{data_dir.name}.json"
     seconds, _ = _timed([sys.executable, "-m", "tests.bench.rawhash", str(data_dir)], out)
@@ -611,6 +628,8 @@ def _scale(b: Bench) -> dict[str, Any]:
             "raw_sha256": _scale_sides(rr, ("seconds", "mb_per_s")),
             "ratio": paired_ratio(aa, rr, "mb_per_s"),
         }
+    if b.profile_dir is not None:
+        audit["profile"] = _audit_profiled(b, dirs[large])
     out["audit"] = audit
     phases["audit"] = time.perf_counter() - started - sum(phases.values())
     out["phase_seconds"] = phases
