@@ -15,8 +15,7 @@ from typing import TypeVar
 
 import msgspec
 
-from . import __version__, logs, maintenance, server
-from .api.attachments import attachment
+from . import __version__, logs, maintenance
 from .config import Config, load
 from .errors import AttachstoreError, ConfigError, InvalidRequest
 from .index import SessionRow
@@ -143,6 +142,8 @@ def _cmd_put(args: argparse.Namespace, config: Config) -> int:
 
     result = asyncio.run(_with_store(config, action))
     if args.json:
+        from .api.attachments import attachment  # the HTTP stack, only where its wire shape is printed
+
         answer: dict[str, object] = {"attachments": [attachment(r) for r in result.attachments]}
         if result.degraded:
             answer |= {"degraded": True, "diagnostics": result.diagnostics, "text": result.text}
@@ -173,6 +174,8 @@ def _cmd_get(args: argparse.Namespace, config: Config) -> int:
 
 def _cmd_stat(args: argparse.Namespace, config: Config) -> int:
     async def action(store: Store) -> int:
+        from .api.attachments import attachment
+
         print(msgspec.json.encode(attachment(await store.meta(args.ref))).decode())
         return EXIT_OK
 
@@ -224,6 +227,8 @@ def _cmd_serve(args: argparse.Namespace, config: Config) -> int:
     logs.setup()
     if args.workers < 1:
         raise InvalidRequest("--workers: at least 1")
+    from . import server  # aiohttp and the app: only `serve` pays for importing them
+
     return server.run(config, args.workers)
 
 

@@ -65,9 +65,9 @@ async def test_another_tenants_ref_answers_like_one_that_does_not_exist(
     store = client.app[STORE]
     real = store.blobs.read
 
-    async def recording(r: Ref, size: int) -> bytes:
+    async def recording(r: Ref, size: int, *, fresh: bool = False) -> bytes:
         files_read.append(str(r))
-        return await real(r, size)
+        return await real(r, size, fresh=fresh)
 
     monkeypatch.setattr(store.blobs, "read", recording)
 
