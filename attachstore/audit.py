@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from .backend import StoredObject
 from .blobstore import IN_FLIGHT, Listing, LocalBlobStore, StoredFile
 from .config import Limits
-from .errors import AttachstoreError, Rejected
+from .errors import Rejected
 from .index import ObjectRow
 from .probe import probe_header
 from .progress import Progress
@@ -52,6 +53,7 @@ _TRIP_FILES = 1024
 _TRIP_BYTES = 16 << 20
 _READ_AT_ONCE = 64 << 20  # a larger object is read in chunks, on a closer look
 _READ_CHUNK = 1 << 20
+_FETCHES = 16  # objects fetched at once from a remote backend (S3): latency, not CPU, bounds it
 _OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 _Part = tuple[Listing, list[str]]  # a listing and the names of it to audit
@@ -239,12 +241,6 @@ class Audit:
         self._picked: dict[str, bool] = {}
         self._rng = random.Random()
 
-    @property
-    def _local(self) -> LocalBlobStore:
-        if self.store.local is None:
-            raise AttachstoreError(f"the audit of the {self.store.blobs.kind} backend is not built yet")
-        return self.store.local
-
     def _pick(self, key: str) -> bool:
         """A file and its row are sampled together."""
         if self.sample >= 1.0:
@@ -272,8 +268,34 @@ class Audit:
             bar = self.progress(round(len(rows) * self.sample), round(total * self.sample))
         started = time.monotonic()
         seen: set[str] = set()
+        if self.store.local is not None:
+            await self._local_pass(self.store.local, rows, per_trip, report, bar, seen, started)
+        else:
+            await self._backend_pass(rows, report, bar, seen, started)
+        for ref in sorted(rows.keys() - seen):
+            if self._pick(ref):
+                report.rows += 1
+                await self._check_row_without_file(rows[ref], report)
+        report.rows += len(seen & rows.keys())
+        if bar:
+            bar.finish()
+        figures = {"files": report.files, "bytes": report.bytes, "findings": len(report.findings)}
+        await self.store.index.record_run("audit" if self.sample >= 1 else "audit_sample", figures)
+        return report
+
+    async def _local_pass(
+        self,
+        local: LocalBlobStore,
+        rows: dict[str, ObjectRow],
+        per_trip: int,
+        report: AuditReport,
+        bar: Progress | None,
+        seen: set[str],
+        started: float,
+    ) -> None:
+        """Every file under objects/, read on one thread in trips; suspects looked at again on the loop."""
         # The walk is listed as it goes, on the audit's thread, a trip at a time: nothing is listed ahead.
-        trips = _trips(self._parts(self._local), per_trip)
+        trips = _trips(self._parts(local), per_trip)
 
         def trip() -> _Trip | None:
             parts = next(trips, None)
@@ -309,16 +331,59 @@ class Audit:
                 pending.append(loop.run_in_executor(pool, trip))
         finally:
             pool.shutdown(cancel_futures=True)  # on an error, no trip after the one under way
-        for ref in sorted(rows.keys() - seen):
-            if self._pick(ref):
-                report.rows += 1
-                await self._check_row_without_file(rows[ref], report)
-        report.rows += len(seen & rows.keys())
-        if bar:
-            bar.finish()
-        figures = {"files": report.files, "bytes": report.bytes, "findings": len(report.findings)}
-        await self.store.index.record_run("audit" if self.sample >= 1 else "audit_sample", figures)
-        return report
+
+    async def _backend_pass(
+        self,
+        rows: dict[str, ObjectRow],
+        report: AuditReport,
+        bar: Progress | None,
+        seen: set[str],
+        started: float,
+    ) -> None:
+        """Every object a remote backend (S3) lists, fetched _FETCHES at a time as it is, hashed off the
+        loop, and checked against its row like a local file's closer look."""
+        batch: list[StoredObject] = []
+        async for found in self.store.blobs.walk():
+            if self._pick(str(found.ref) if found.ref else found.key):
+                batch.append(found)
+            if len(batch) >= _FETCHES:
+                await self._backend_batch(batch, rows, report, bar, seen, started)
+                batch = []
+        if batch:
+            await self._backend_batch(batch, rows, report, bar, seen, started)
+
+    async def _backend_batch(
+        self,
+        batch: list[StoredObject],
+        rows: dict[str, ObjectRow],
+        report: AuditReport,
+        bar: Progress | None,
+        seen: set[str],
+        started: float,
+    ) -> None:
+        looks = await asyncio.gather(*(self._fetch(found) for found in batch))
+        for look in looks:
+            if look is None:
+                continue  # gone since the listing (a GC sweep): the row pass decides about its row
+            row = None
+            if look.file.ref is not None:
+                seen.add(str(look.file.ref))
+                row = rows.get(str(look.file.ref))
+            report.files += 1
+            report.bytes += look.file.size
+            await self._check_file(look, row, report)
+            if bar:
+                bar.advance(1, look.file.size)
+        await self._throttle(report.bytes, started)
+
+    async def _fetch(self, found: StoredObject) -> _Look | None:
+        data = await self.store.blobs.fetch(found.key)
+        if data is None:
+            return None
+        file = StoredFile(Path(found.key), found.ref, len(data), found.mtime)
+        if found.ref is None:
+            return _Look(file)
+        return _Look(file, await asyncio.to_thread(found.ref.matches, data), data)
 
     def _parts(self, local: LocalBlobStore) -> Iterator[_Part]:
         for listing in local.list_objects():
@@ -431,19 +496,7 @@ class Audit:
         return "quarantined" if found == "quarantined" else "marked missing"
 
     async def _quarantine_path(self, path: Path) -> str:
-        local = self._local
-        target = local.quarantine_dir / f"stray-{path.name}.{time.time_ns()}"
-
-        def move() -> None:
-            os.rename(path, target)
-            local.ops.fsync_dir(path.parent)
-            local.ops.fsync_dir(target.parent)
-
-        try:
-            await asyncio.to_thread(move)
-        except FileNotFoundError:
-            return "gone meanwhile"
-        return f"moved to {target}"
+        return await self.store.blobs.set_aside(str(path))
 
     async def _reindex(self, ref: Ref, data: bytes, name: str | None) -> str:
         """Publish a row for intact bytes, with metadata read from the bytes themselves."""
