@@ -603,6 +603,8 @@ def _blob_store(config: Config, ops: FileOps | None) -> BlobStore:
 
 async def _open_index(config: Config) -> Index | PgIndex:
     if config.index.backend == "sqlite":
+        # With the bytes on S3 nothing else has made the data dir.
+        await asyncio.to_thread(config.data_path.mkdir, 0o700, True, True)
         return await Index.open(config.data_path / "index.sqlite3")
     try:
         from .pgindex import PgIndex

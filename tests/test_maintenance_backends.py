@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -141,3 +142,35 @@ async def test_gc_collects_unheld_objects_and_unindexed_keys_in_the_bucket(store
     assert await store.index.get(dropped) is None
     _, data = await store.read(kept)
     assert Ref.parse(kept).matches(data)
+
+
+@pytest.mark.parametrize(("storage", "index"), [("local", "postgresql"), ("s3", "sqlite")])
+async def test_gc_and_the_audit_work_on_the_mixed_combinations(
+    tmp_path: Path, storage: str, index: str
+) -> None:
+    server = fixtures.require_s3() if storage == "s3" else None
+    async with contextlib.AsyncExitStack() as stack:
+        raw: dict[str, Any] = {"data_dir": str(tmp_path / "data"), "admission": {"decode_workers": 1}}
+        if server is not None:
+            bucket = await stack.enter_async_context(fixtures.bucket_on(server))
+            raw["storage"] = {
+                "backend": "s3",
+                "endpoint": server.endpoint,
+                "bucket": bucket,
+                "region": server.region,
+                "access_key_id": server.access_key,
+                "secret_access_key": server.secret_key,
+            }
+        if index == "postgresql":
+            raw["index"] = {"backend": "postgresql", "dsn": stack.enter_context(fixtures.database())}
+        store = await Store.open(msgspec.convert(raw, Config))
+        stack.push_async_callback(store.close)
+        [kept, dropped] = await admit(store, images.png(20, 20, seed=7), images.png(20, 20, seed=8))
+        await store.sessions.create(("", "s"), None)
+        await store.sessions.hold(("", "s"), [kept])
+        assert (await Audit(store).run()).clean
+        result = await gc.execute(store, await gc.plan(store, grace=0, now=time.time() + 3600))
+        assert result.collected == [dropped]
+        report = await Audit(store).run()
+        assert report.clean
+        assert (report.files, report.rows) == (1, 1)
