@@ -44,7 +44,12 @@ PNG = [images.png(2, 2, seed=seed) for seed in range(3)]
 
 
 def image(seed: int, detail: Literal["auto", "low", "high"] | None = None) -> Image:
-    return Image("image/png", base64.b64encode(PNG[seed]).decode(), detail)
+    return Image("image/png", PNG[seed], detail)
+
+
+def b64(seed: int) -> str:
+    """What the body must carry for image(seed): the standard library's base64."""
+    return base64.b64encode(PNG[seed]).decode()
 
 
 def text_only() -> list[Turn]:
@@ -297,7 +302,7 @@ def test_openai_chat_text_only() -> None:
 
 def test_openai_chat_user_images() -> None:
     content = render_body("openai-chat", user_images())["messages"][0]["content"]
-    assert content[1] == {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{image(0).data}"}}
+    assert content[1] == {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{b64(0)}"}}
     assert content[2]["image_url"]["detail"] == "high"
     assert content[3] == {"type": "text", "text": "[image left out]"}
 
@@ -323,10 +328,10 @@ def test_openai_chat_parallel_tool_images_follow_the_whole_run() -> None:
         "role": "user",
         "content": [
             {"type": "text", "text": TOOL_IMAGES_INTRO},
-            {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{image(1).data}"}},
+            {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{b64(1)}"}},
             {
                 "type": "image_url",
-                "image_url": {"url": f"data:image/png;base64,{image(2).data}", "detail": "low"},
+                "image_url": {"url": f"data:image/png;base64,{b64(2)}", "detail": "low"},
             },
         ],
     }
@@ -362,7 +367,7 @@ def test_openai_responses_tool_round() -> None:
     items = body["input"]
     assert items[0]["content"][1] == {
         "type": "input_image",
-        "image_url": f"data:image/png;base64,{image(0).data}",
+        "image_url": f"data:image/png;base64,{b64(0)}",
         "detail": "auto",  # required by the SDK type for message images
     }
     assert items[1:5] == [
@@ -380,7 +385,7 @@ def test_openai_responses_tool_round() -> None:
                 {"type": "input_text", "text": "captured"},
                 {
                     "type": "input_image",
-                    "image_url": f"data:image/png;base64,{image(1).data}",
+                    "image_url": f"data:image/png;base64,{b64(1)}",
                     "detail": "auto",
                 },
             ],
@@ -391,7 +396,7 @@ def test_openai_responses_tool_round() -> None:
             "output": [
                 {
                     "type": "input_image",
-                    "image_url": f"data:image/png;base64,{image(2).data}",
+                    "image_url": f"data:image/png;base64,{b64(2)}",
                     "detail": "low",
                 }
             ],
@@ -432,13 +437,13 @@ def test_anthropic_tool_results_keep_their_images_and_merge_with_the_next_user_t
             "tool_use_id": "call_1",
             "content": [
                 {"type": "text", "text": "captured"},
-                {"type": "image", "source": {**source, "data": image(1).data}},
+                {"type": "image", "source": {**source, "data": b64(1)}},
             ],
         },
         {
             "type": "tool_result",
             "tool_use_id": "call_2",
-            "content": [{"type": "image", "source": {**source, "data": image(2).data}}],
+            "content": [{"type": "image", "source": {**source, "data": b64(2)}}],
         },
         {"type": "text", "text": "And now?"},
     ]
@@ -500,8 +505,8 @@ def test_gemini_tool_round() -> None:
         {"function_response": {"name": "screenshot", "response": {"output": "captured"}}},
         # named after the call it answers
         {"function_response": {"name": "read_image", "response": {"output": IMAGE_ONLY_TOOL_RESULT}}},
-        {"inline_data": {"mime_type": "image/png", "data": image(1).data}},
-        {"inline_data": {"mime_type": "image/png", "data": image(2).data}},
+        {"inline_data": {"mime_type": "image/png", "data": b64(1)}},
+        {"inline_data": {"mime_type": "image/png", "data": b64(2)}},
         {"text": "And now?"},
     ]
 

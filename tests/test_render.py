@@ -6,12 +6,17 @@ import base64
 import json
 from typing import Any
 
+import msgspec
 import pytest
 from aiohttp.test_utils import TestClient
 
 from attachstore.api.common import STORE
+from attachstore.api.render import Answer, ImageSlot
 from attachstore.refs import Ref
-from attachstore.render import tokens
+from attachstore.render import Rendered, RenderRequest, Summary, tokens
+from attachstore.render import render as render_in_process
+from attachstore.render.model import Image, Text, Turn
+from attachstore.render.providers import render_body
 from attachstore.service import Store
 from tests.conftest import MakeClient
 from tests.faults import flip_byte
@@ -279,3 +284,88 @@ async def test_an_image_that_fails_its_read_gives_its_budget_back(client: Client
 async def test_an_empty_conversation_is_a_bad_request(client: Client) -> None:
     response = await post_json(client, "/v1/render", {"route": "vision", "messages": []})
     assert (response.status, (await error_of(response))["code"]) == (400, "INVALID_REQUEST")
+
+
+@pytest.mark.parametrize("provider", ["openai-chat", "openai-responses", "anthropic", "gemini"])
+async def test_the_answer_is_the_json_of_the_python_render(client: Client, provider: str) -> None:
+    """The daemon writes the base64 from the buffers it was encoded into; the bytes must be those of the
+    render an embedder gets, encoded as JSON, whatever the texts around the images hold."""
+    refs = await stored(client, png(30, 20), jpeg(16, 16), png(3, 3, seed=2))
+    corrupt_all(client.app[STORE], [refs[2]])
+    odd = 'NUL \x00, quote ", backslash \\, newline \n, é, 😀, </script>'
+    request = {
+        "provider": provider,
+        "messages": [
+            {"role": "system", "content": odd},
+            {"role": "user", "content": [text(odd), image(refs[0], detail="low"), image(refs[1])]},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"id": "c1", "name": "read_image", "arguments": {"path": odd}}],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": [image(refs[1]), image(refs[2], path=odd)]},
+            {"role": "user", "content": [image(refs[0])]},
+        ],
+    }
+    response = await post_json(client, "/v1/render", request)
+    assert response.status == 200
+    body = await response.read()
+    assert response.headers["Content-Type"] == "application/json"
+    assert response.headers["Content-Length"] == str(len(body))
+    rendered = await render_in_process(client.app[STORE], msgspec.convert(request, RenderRequest))
+    assert body == msgspec.json.encode(rendered)
+    assert rendered.summary.included == 4
+    assert rendered.summary.unavailable == 1
+    assert b"\x00" not in body
+    # The embedder's body holds plain JSON values, its images' base64 in strings.
+    assert all(isinstance(leaf, str | int | None) for leaf in _leaves(rendered.body))
+
+
+def _leaves(value: Any) -> list[Any]:
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, list):
+        return [leaf for v in value for leaf in _leaves(v)]
+    return [value]
+
+
+async def test_an_answer_without_images(client: Client) -> None:
+    request = {"provider": "gemini", "messages": [{"role": "user", "content": "hi"}]}
+    response = await post_json(client, "/v1/render", request)
+    rendered = await render_in_process(client.app[STORE], msgspec.convert(request, RenderRequest))
+    assert await response.read() == msgspec.json.encode(rendered)
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.pieces: list[bytes] = []
+
+    async def write(self, chunk: bytes | memoryview) -> None:
+        self.pieces.append(bytes(chunk))
+
+
+@pytest.mark.parametrize("provider", ["openai-chat", "openai-responses", "anthropic", "gemini"])
+async def test_the_answer_payload_matches_the_encoder_for_every_length(provider: str) -> None:
+    """Sizes 0 to 7 cover every amount of base64 padding; the declared size is the Content-Length."""
+    images = [Image("image/png", bytes(range(n)), "low" if n % 2 else None) for n in range(8)]
+    turns = [
+        Turn("system", [Text("s\x00")]),
+        Turn("user", [Text("a"), *images[:4]]),
+        Turn("tool", images[4:], tool_call_id="c1"),
+        Turn("user", [Text("")]),
+    ]
+    summary = Summary(8, 0, 0, 0, 0)
+    expected = msgspec.json.encode(Rendered(provider, render_body(provider, turns), summary))
+    answer = Answer(Rendered(provider, render_body(provider, turns, ImageSlot), summary))
+    writer = _Writer()
+    await answer.write(writer)  # type: ignore[arg-type]
+    assert b"".join(writer.pieces) == expected
+    assert answer.size == len(expected)
+    assert answer.decode() == expected.decode()
+
+
+def test_msgspec_writes_bytes_as_the_standard_librarys_base64() -> None:
+    """The daemon's answer and the embedder's body encode the same bytes with these two."""
+    for n in [*range(70), 1000, 4097]:
+        data = bytes((i * 7 + n) % 256 for i in range(n))
+        assert msgspec.json.encode(data) == b'"' + base64.b64encode(data) + b'"'

@@ -3,18 +3,74 @@
 from __future__ import annotations
 
 import msgspec
-from aiohttp import web
+from aiohttp import payload, web
+from aiohttp.abc import AbstractStreamWriter
 
-from ..render import RenderRequest, render
-from .common import STORE, json_response, read_json, tenant_of
+from ..render import Rendered, RenderRequest, render
+from ..render.model import Image
+from .common import STORE, read_json, tenant_of
 
 RENDER_BODY = 16 * 1024 * 1024  # a long conversation is text; the images are refs
 render_decoder = msgspec.json.Decoder(RenderRequest)
+_CUT = b"\0"  # never in msgspec's JSON, which escapes every control character in a string
 
 
 async def handle(request: web.Request) -> web.Response:
     body = await read_json(request, render_decoder, RENDER_BODY, "send a shorter conversation")
-    return json_response(await render(request.app[STORE], body, tenant=tenant_of(request)))
+    rendered = await render(request.app[STORE], body, tenant=tenant_of(request), embed=ImageSlot)
+    return web.Response(body=Answer(rendered))
+
+
+class ImageSlot:
+    """Where an image's base64 goes in the answer (an `embed` for render): the JSON of that string is `head`
+    (its opening quote and prefix, such as a data URL's start), then the base64 of `data`, then a quote."""
+
+    __slots__ = ("data", "head")
+
+    def __init__(self, prefix: str, image: Image) -> None:
+        self.head = msgspec.Raw(msgspec.json.encode(prefix)[:-1] + _CUT)
+        self.data = image.data
+
+
+class Answer(payload.Payload):
+    """The JSON of a render made with `embed=ImageSlot`: byte for byte what the JSON encoder gives for the
+    same render with strings. The text around the images is encoded at once, into pieces cut where the images
+    go; each image's base64 is encoded only when its turn comes to be written, so that encoding overlaps the
+    sending of what came before, and the base64 of a render is never copied into a str, escaped, joined into
+    one buffer, or held whole in memory."""
+
+    def __init__(self, rendered: Rendered) -> None:
+        images: list[bytes] = []
+
+        def splice(value: object) -> msgspec.Raw:
+            if not isinstance(value, ImageSlot):
+                raise NotImplementedError(f"cannot encode {type(value).__name__}")
+            images.append(value.data)
+            return value.head
+
+        texts = msgspec.json.Encoder(enc_hook=splice).encode(rendered).split(_CUT)
+        if len(texts) != len(images) + 1:  # pragma: no cover - msgspec escapes every NUL in a string
+            raise RuntimeError("the JSON of a render holds a NUL byte of its own")
+        super().__init__(rendered, content_type="application/json")
+        self._texts = texts
+        self._images = images
+        # Each image's base64 (4 characters per 3 bytes, padded) and the closing quote of its string.
+        self._size = sum(map(len, texts)) + sum(4 * ((len(data) + 2) // 3) + 1 for data in images)
+
+    async def write(self, writer: AbstractStreamWriter) -> None:
+        await writer.write(self._texts[0])
+        for data, text in zip(self._images, self._texts[1:], strict=True):
+            # On the event loop: the encoding holds the interpreter lock wherever it runs, and a trip to a
+            # thread per image cost more than it freed. msgspec writes bytes as standard padded base64.
+            encoded = msgspec.json.encode(data)  # '"' + base64 + '"'
+            await writer.write(memoryview(encoded)[1:])
+            await writer.write(text)
+
+    def decode(self, encoding: str = "utf-8", errors: str = "strict") -> str:
+        pieces = [self._texts[0]]
+        for data, text in zip(self._images, self._texts[1:], strict=True):
+            pieces += (msgspec.json.encode(data)[1:], text)
+        return b"".join(pieces).decode(encoding, errors)
 
 
 def add_routes(router: web.UrlDispatcher) -> None:

@@ -10,7 +10,6 @@ whose object is missing or damaged becomes a placeholder and never fails the req
 from __future__ import annotations
 
 import asyncio
-import base64
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, get_args
@@ -24,7 +23,7 @@ from ..service import Store, VariantSpec
 from . import tokens
 from .model import Image, Part, Text, ToolCall, Turn
 from .neutral import ImageBlock, RenderRequest, TextBlock, check
-from .providers import render_body
+from .providers import Embed, as_text, render_body
 
 DEFAULT_BUDGET = 20 * 1024 * 1024  # base64 bytes
 _NO_LIMIT = 1 << 62  # a variant limit the route does not set
@@ -67,8 +66,13 @@ def _base64_size(n: int) -> int:
     return 4 * ((n + 2) // 3)
 
 
-async def render(store: Store, request: RenderRequest, *, tenant: str = "") -> Rendered:
-    """Refs to a provider-ready request body. Importable by hosts that embed the store."""
+async def render(
+    store: Store, request: RenderRequest, *, tenant: str = "", embed: Embed = as_text
+) -> Rendered:
+    """Refs to a provider-ready request body. Importable by hosts that embed the store.
+
+    `embed` makes the value that stands for an image's base64 in the body (providers.py); the default gives
+    plain strings."""
     check(request)
     route_name = request.route
     if request.session is not None:
@@ -86,7 +90,7 @@ async def render(store: Store, request: RenderRequest, *, tenant: str = "") -> R
     ]
     if vision is False:  # nothing is looked up, nothing is read
         text_only = {(o.message, o.block): Fate.TEXT_ONLY for o in occurrences}
-        return _finish(request, provider, placeholders, text_only, {}, {})
+        return _finish(request, provider, placeholders, text_only, {}, {}, embed)
 
     scope = store.scope(tenant)  # an image the caller may not see is unavailable, like a missing one
     unique = list(dict.fromkeys(o.ref for o in occurrences))
@@ -102,7 +106,7 @@ async def render(store: Store, request: RenderRequest, *, tenant: str = "") -> R
     }
     budget, count = _budget(request, route)
     variants: dict[str, ObjectRow] = {}  # source ref -> the variant sent in its place
-    data: dict[str, str] = {}
+    data: dict[str, bytes] = {}
     while True:
         sizes = {ref: _size(row, variants.get(ref), ref in oversize, spec) for ref, row in rows.items()}
         fates = _plan(occurrences, sizes, unavailable, budget, count)
@@ -114,9 +118,7 @@ async def render(store: Store, request: RenderRequest, *, tenant: str = "") -> R
             unavailable |= {ref for ref, v in zip(derive, made, strict=True) if v is None}
             continue
         wanted = sorted(sent - data.keys())
-        read = await asyncio.gather(
-            *(_read_base64(store, rows[ref], variants.get(ref), spec) for ref in wanted)
-        )
+        read = await asyncio.gather(*(_read(store, rows[ref], variants.get(ref), spec) for ref in wanted))
         failed = {ref for ref, d in zip(wanted, read, strict=True) if d is None}
         data |= {ref: d for ref, d in zip(wanted, read, strict=True) if d is not None}
         if not failed:
@@ -128,8 +130,10 @@ async def render(store: Store, request: RenderRequest, *, tenant: str = "") -> R
         for ref, row in rows.items()
         if (sent_row := variants.get(ref, row)) is not None
     }
-    return _finish(
-        request, provider, placeholders, fates, data, media, resized=len(variants.keys() & data.keys())
+    resized = len(variants.keys() & data.keys())
+    # Off the event loop: with the default `embed`, the body's strings hold the base64 of every image.
+    return await asyncio.to_thread(
+        _finish, request, provider, placeholders, fates, data, media, embed, resized=resized
     )
 
 
@@ -209,10 +213,10 @@ def _budget(request: RenderRequest, route: Route | None) -> tuple[int, int | Non
     return budget, count
 
 
-async def _read_base64(
+async def _read(
     store: Store, row: ObjectRow | None, variant: ObjectRow | None, spec: VariantSpec | None
-) -> str | None:
-    """Verified bytes as base64, or None: one bad object never fails the request. The row was looked up
+) -> bytes | None:
+    """Verified bytes, or None: one bad object never fails the request. The row was looked up
     (and its visibility checked) with all the others, in one statement. A variant whose bytes fail their
     read is derived again (the same bytes, which heals it) and read once more."""
     if row is None:
@@ -230,7 +234,7 @@ async def _read_base64(
                 _, data = await store.verified(Ref.parse(again.ref), again)
     except AttachstoreError:
         return None
-    return await asyncio.to_thread(lambda: base64.b64encode(data).decode("ascii"))
+    return data
 
 
 def _provider(request: RenderRequest, route: Route | None, route_name: str | None) -> Provider:
@@ -251,8 +255,9 @@ def _finish(
     provider: Provider,
     placeholders: Placeholders,
     fates: dict[tuple[int, int], Fate],
-    data: dict[str, str],
+    data: dict[str, bytes],
     media: dict[str, tuple[str, int, int]],
+    embed: Embed,
     *,
     resized: int = 0,
 ) -> Rendered:
@@ -271,7 +276,7 @@ def _finish(
                 media_type, width, height = media[ref]
                 parts.append(Image(media_type, data[ref], b.detail))
                 included += 1
-                b64 += len(data[ref])
+                b64 += _base64_size(len(data[ref]))
                 estimated += tokens.estimate(provider, width, height, b.detail)
             elif fate is Fate.TEXT_ONLY:
                 omitted += 1
@@ -287,7 +292,7 @@ def _finish(
         calls = [ToolCall(c.id, c.name, c.arguments) for c in m.tool_calls or []]
         turns.append(Turn(m.role, parts, calls, m.tool_call_id, m.name))
     summary = Summary(included, omitted, unavailable, b64, estimated, resized)
-    return Rendered(provider, render_body(provider, turns), summary)
+    return Rendered(provider, render_body(provider, turns, embed), summary)
 
 
 def _say(without_path: str, with_path: str, block: ImageBlock) -> str:

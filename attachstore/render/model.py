@@ -1,4 +1,4 @@
-"""The provider-neutral conversation after assembly: every image either resolved to verified base64 or
+"""The provider-neutral conversation after assembly: every image either resolved to its verified bytes or
 replaced by a placeholder text. Providers (providers.py) turn this into request bodies."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ class Text:
 @dataclass(frozen=True, slots=True)
 class Image:
     media_type: str
-    data: str  # base64 of the verified bytes
+    data: bytes  # verified; the body carries them as base64
     detail: Literal["auto", "low", "high"] | None = None
 
 

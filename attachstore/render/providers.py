@@ -10,10 +10,14 @@ Differences between the protocols that matter here:
   in the same user content: multimodal function responses only work with some models.
 - Anthropic and Gemini refuse empty text blocks and messages without content: empty texts are dropped, and
   a message left with nothing gets the text EMPTY rather than being removed, so turns never disappear.
+
+Where an image's base64 goes (a data URL, or a plain base64 field), the body holds what `embed` makes of it:
+a str by default; the HTTP answer passes its own, which keeps the base64 bytes out of the body's strings.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Callable, Iterable, Sequence
 from itertools import groupby
@@ -22,16 +26,21 @@ from typing import Any
 from .model import IMAGE_ONLY_TOOL_RESULT, TOOL_IMAGES_INTRO, Image, Text, Turn
 
 Json = dict[str, Any]
+Embed = Callable[[str, Image], Any]  # (prefix, image) -> the string value "<prefix><the image's base64>"
 
 EMPTY = "(empty)"
 
 
-def render_body(provider: str, turns: Sequence[Turn]) -> Json:
+def as_text(prefix: str, image: Image) -> str:
+    return prefix + base64.b64encode(image.data).decode("ascii")
+
+
+def render_body(provider: str, turns: Sequence[Turn], embed: Embed = as_text) -> Json:
     """The body for `provider`: one of openai-chat, openai-responses, anthropic, gemini."""
     encode = _ENCODERS.get(provider)
     if encode is None:
         raise ValueError(f"unknown provider {provider!r}")
-    return encode(turns)
+    return encode(turns, embed)
 
 
 # Shared helpers.
@@ -71,8 +80,8 @@ def _arguments(arguments: dict[str, Any]) -> str:
     return json.dumps(arguments, separators=(",", ":"), sort_keys=False)
 
 
-def _data_url(image: Image) -> str:
-    return f"data:{image.media_type};base64,{image.data}"
+def _data_url(image: Image, embed: Embed) -> Any:
+    return embed(f"data:{image.media_type};base64,", image)
 
 
 def _runs(turns: Sequence[Turn]) -> Iterable[tuple[bool, list[Turn]]]:
@@ -99,23 +108,23 @@ def _merged(messages: Iterable[Json], key: str, first: Callable[[Json], bool], e
 # OpenAI chat completions.
 
 
-def _openai_chat(turns: Sequence[Turn]) -> Json:
+def _openai_chat(turns: Sequence[Turn], embed: Embed) -> Json:
     messages: list[Json] = []
     for is_tool, run in _runs(turns):
         if not is_tool:
-            messages.extend(_chat_message(t) for t in run)
+            messages.extend(_chat_message(t, embed) for t in run)
             continue
         messages.extend(
             {"role": "tool", "tool_call_id": _call_id(t), "content": _tool_output(t)} for t in run
         )
         images = [image for t in run for image in _images(t)]
         if images:
-            parts = [{"type": "text", "text": TOOL_IMAGES_INTRO}, *map(_chat_image, images)]
+            parts = [{"type": "text", "text": TOOL_IMAGES_INTRO}, *(_chat_image(i, embed) for i in images)]
             messages.append({"role": "user", "content": parts})
     return {"messages": messages}
 
 
-def _chat_message(turn: Turn) -> Json:
+def _chat_message(turn: Turn, embed: Embed) -> Json:
     if turn.role == "system":
         return {"role": "system", "content": "\n\n".join(_texts(turn))}
     if turn.role == "assistant":
@@ -132,13 +141,14 @@ def _chat_message(turn: Turn) -> Json:
         ]
         return {"role": "assistant", "content": text or None, "tool_calls": calls}
     parts = [
-        _chat_image(p) if isinstance(p, Image) else {"type": "text", "text": p.text} for p in _parts(turn)
+        _chat_image(p, embed) if isinstance(p, Image) else {"type": "text", "text": p.text}
+        for p in _parts(turn)
     ]
     return {"role": "user", "content": parts or ""}  # the API refuses an empty list, not an empty string
 
 
-def _chat_image(image: Image) -> Json:
-    url: Json = {"url": _data_url(image)}
+def _chat_image(image: Image, embed: Embed) -> Json:
+    url: Json = {"url": _data_url(image, embed)}
     if image.detail:
         url["detail"] = image.detail
     return {"type": "image_url", "image_url": url}
@@ -147,11 +157,11 @@ def _chat_image(image: Image) -> Json:
 # OpenAI responses.
 
 
-def _openai_responses(turns: Sequence[Turn]) -> Json:
+def _openai_responses(turns: Sequence[Turn], embed: Embed) -> Json:
     items: list[Json] = []
     for t in turns:
         if t.role == "user":
-            items.append({"role": "user", "content": [_input_part(p) for p in _parts(t)] or ""})
+            items.append({"role": "user", "content": [_input_part(p, embed) for p in _parts(t)] or ""})
         elif t.role == "assistant":
             text = "\n\n".join(_texts(t))
             if text or not t.tool_calls:
@@ -168,53 +178,54 @@ def _openai_responses(turns: Sequence[Turn]) -> Json:
         elif t.role == "tool":
             output: str | list[Json] = "\n".join(_texts(t))
             if _images(t):
-                output = [_input_part(p) for p in _parts(t)]
+                output = [_input_part(p, embed) for p in _parts(t)]
             items.append({"type": "function_call_output", "call_id": _call_id(t), "output": output})
     system = _system_text(turns)
     return {"instructions": system, "input": items} if system else {"input": items}
 
 
-def _input_part(part: Text | Image) -> Json:
+def _input_part(part: Text | Image, embed: Embed) -> Json:
     if isinstance(part, Text):
         return {"type": "input_text", "text": part.text}
-    return {"type": "input_image", "image_url": _data_url(part), "detail": part.detail or "auto"}
+    return {"type": "input_image", "image_url": _data_url(part, embed), "detail": part.detail or "auto"}
 
 
 # Anthropic messages.
 
 
-def _anthropic(turns: Sequence[Turn]) -> Json:
+def _anthropic(turns: Sequence[Turn], embed: Embed) -> Json:
     messages: list[Json] = []
     for t in turns:
         if t.role == "assistant":
             calls = [
                 {"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments} for c in t.tool_calls
             ]
-            messages.append({"role": "assistant", "content": [*map(_anthropic_block, _parts(t)), *calls]})
+            blocks = [_anthropic_block(p, embed) for p in _parts(t)]
+            messages.append({"role": "assistant", "content": [*blocks, *calls]})
         elif t.role == "tool":
             result: Json = {"type": "tool_result", "tool_use_id": _call_id(t)}
-            if blocks := [_anthropic_block(p) for p in _parts(t)]:
+            if blocks := [_anthropic_block(p, embed) for p in _parts(t)]:
                 result["content"] = blocks
             messages.append({"role": "user", "content": [result]})
         elif t.role == "user":
-            messages.append({"role": "user", "content": [_anthropic_block(p) for p in _parts(t)]})
+            messages.append({"role": "user", "content": [_anthropic_block(p, embed) for p in _parts(t)]})
     empty = {"type": "text", "text": EMPTY}
     merged = _merged(messages, "content", first=lambda block: block["type"] == "tool_result", empty=empty)
     system = _system_text(turns)
     return {"system": system, "messages": merged} if system else {"messages": merged}
 
 
-def _anthropic_block(part: Text | Image) -> Json:
+def _anthropic_block(part: Text | Image, embed: Embed) -> Json:
     if isinstance(part, Text):
         return {"type": "text", "text": part.text}
-    source = {"type": "base64", "media_type": part.media_type, "data": part.data}
+    source = {"type": "base64", "media_type": part.media_type, "data": embed("", part)}
     return {"type": "image", "source": source}
 
 
 # Gemini generateContent.
 
 
-def _gemini(turns: Sequence[Turn]) -> Json:
+def _gemini(turns: Sequence[Turn], embed: Embed) -> Json:
     contents: list[Json] = []
     names: dict[str, str] = {}  # tool call id → function name, for tool turns that do not say it
     for is_tool, run in _runs(turns):
@@ -222,16 +233,17 @@ def _gemini(turns: Sequence[Turn]) -> Json:
             # The function responses stay together, one per call, as the API counts them against the
             # calls; the images follow them as plain parts.
             responses = [_function_response(t.name or names.get(_call_id(t), "tool"), t) for t in run]
-            images = [_inline_data(image) for t in run for image in _images(t)]
+            images = [_inline_data(image, embed) for t in run for image in _images(t)]
             contents.append({"role": "user", "parts": responses + images})
             continue
         for t in run:
             if t.role == "assistant":
                 names.update((c.id, c.name) for c in t.tool_calls)
                 calls = [{"function_call": {"name": c.name, "args": c.arguments}} for c in t.tool_calls]
-                contents.append({"role": "model", "parts": [*map(_gemini_part, _parts(t)), *calls]})
+                parts = [_gemini_part(p, embed) for p in _parts(t)]
+                contents.append({"role": "model", "parts": [*parts, *calls]})
             elif t.role == "user":
-                contents.append({"role": "user", "parts": [_gemini_part(p) for p in _parts(t)]})
+                contents.append({"role": "user", "parts": [_gemini_part(p, embed) for p in _parts(t)]})
     merged = _merged(contents, "parts", first=lambda part: "function_response" in part, empty={"text": EMPTY})
     system = _system_text(turns)
     if not system:
@@ -243,15 +255,15 @@ def _function_response(name: str, turn: Turn) -> Json:
     return {"function_response": {"name": name, "response": {"output": _tool_output(turn)}}}
 
 
-def _gemini_part(part: Text | Image) -> Json:
-    return {"text": part.text} if isinstance(part, Text) else _inline_data(part)
+def _gemini_part(part: Text | Image, embed: Embed) -> Json:
+    return {"text": part.text} if isinstance(part, Text) else _inline_data(part, embed)
 
 
-def _inline_data(image: Image) -> Json:
-    return {"inline_data": {"mime_type": image.media_type, "data": image.data}}
+def _inline_data(image: Image, embed: Embed) -> Json:
+    return {"inline_data": {"mime_type": image.media_type, "data": embed("", image)}}
 
 
-_ENCODERS: dict[str, Callable[[Sequence[Turn]], Json]] = {
+_ENCODERS: dict[str, Callable[[Sequence[Turn], Embed], Json]] = {
     "openai-chat": _openai_chat,
     "openai-responses": _openai_responses,
     "anthropic": _anthropic,
