@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import stat
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -143,10 +144,22 @@ class LocalBackend:
         return f"moved to {target}"
 
     async def walk(self) -> AsyncIterator[StoredObject]:
-        files: Iterator[StoredFile] = self.blobs.walk_objects()
-        while batch := await asyncio.to_thread(lambda: list(itertools.islice(files, _WALK_BATCH))):
-            for found in batch:
-                yield _object(found)
+        found = self._objects()
+        while batch := await asyncio.to_thread(lambda: list(itertools.islice(found, _WALK_BATCH))):
+            for item in batch:
+                yield item
+
+    def _objects(self) -> Iterator[StoredObject]:
+        """walk_objects without a Path per file: the walk of gc's plan lists every object of the store."""
+        for listing in self.blobs.list_objects():
+            for name in listing.names:
+                path = listing.path(name)
+                try:
+                    st = os.lstat(path)
+                except FileNotFoundError:
+                    continue  # removed since the listing
+                regular = stat.S_ISREG(st.st_mode) and name not in listing.irregular
+                yield StoredObject(path, listing.ref(name) if regular else None, st.st_size, st.st_mtime)
 
 
 def _object(found: StoredFile) -> StoredObject:
