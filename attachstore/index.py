@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import aiosqlite
 
@@ -32,8 +33,10 @@ from .schema import migrate
 BUSY_TIMEOUT_MS = 30_000
 
 
-@dataclass(frozen=True, slots=True)
-class ObjectRow:
+class ObjectRow(NamedTuple):
+    """An object's row. A named tuple, not a frozen dataclass: gc, the audit and render build one per
+    object, and a frozen dataclass costs seven times as much to make (0.3 s for 150,000 rows)."""
+
     ref: str
     media_type: str
     bytes: int
@@ -307,10 +310,12 @@ class Index:
                 await db.execute("DELETE FROM objects WHERE ref = ?", (ref,))  # its variant links cascade
                 collected.append((ref, int(next(iter(found))[0])))
                 for v in variants:
+                    # A variant renewed since the cutoff is being derived again for another source that
+                    # yields the same bytes: it stays, and goes later as an unheld object if nothing links it.
                     orphan = await db.execute_fetchall(
-                        f"""SELECT bytes FROM objects WHERE ref = ? AND {_UNHELD}
+                        f"""SELECT bytes FROM objects WHERE ref = ? AND lease_at < ? AND {_UNHELD}
                         AND NOT EXISTS (SELECT 1 FROM grants WHERE grants.ref = objects.ref)""",
-                        (v,),
+                        (v, cutoff),
                     )
                     if orphan:
                         await remove(v)

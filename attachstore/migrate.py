@@ -22,7 +22,6 @@ short anywhere (Ctrl-C, a crash, a network failure) is finished by running it ag
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import itertools
 import json
 import os
@@ -309,7 +308,7 @@ class _Copy:
             )
             found = target.get(ref)
             if found is not None:  # publishing sets the lease: never move one back (a daemon may serve it)
-                row = dataclasses.replace(row, lease_at=max(row.lease_at, found.lease_at))
+                row = row._replace(lease_at=max(row.lease_at, found.lease_at))
             if found is not None and _same_object(found, row):
                 lacking = [s for s in steps if s[0] is not None and ref not in granted[s[0]]]
                 work.append(_Work(row, lacking, steps, in_target=True))
@@ -372,7 +371,7 @@ class _Copy:
             for r in batch:
                 if i < len(r.steps):
                     tenant, name = r.steps[i]
-                    groups.setdefault(tenant, []).append(dataclasses.replace(r.row, name=name))
+                    groups.setdefault(tenant, []).append(r.row._replace(name=name))
             for tenant, rows in groups.items():
                 await self.store.index.publish(rows, self._in_place(rows), None, tenant)
         for r in batch:
@@ -413,7 +412,7 @@ class _Copy:
             # Publishing the link publishes the variant's row again: with its lease, never moved back.
             row = self.snapshot.rows[link.variant]
             there = await self.store.index.get(link.variant)
-            row = dataclasses.replace(row, lease_at=max(row.lease_at, there.lease_at if there else 0.0))
+            row = row._replace(lease_at=max(row.lease_at, there.lease_at if there else 0.0))
             if await self.store.index.publish_variant(row, link.source, link.spec, self._in_place([row])):
                 self.report.variants += 1
 
@@ -622,9 +621,9 @@ def _holds_change(target: tuple[str, ...], source: tuple[str, ...]) -> str:
 def _changes(target: ObjectRow, source: ObjectRow) -> str:
     """The fields that differ, as `field: target (source ...)`; empty when the rows are equal."""
     return "; ".join(
-        f"{f.name}: {getattr(target, f.name)!r} (source {getattr(source, f.name)!r})"
-        for f in dataclasses.fields(ObjectRow)
-        if getattr(target, f.name) != getattr(source, f.name)
+        f"{name}: {getattr(target, name)!r} (source {getattr(source, name)!r})"
+        for name in ObjectRow._fields
+        if getattr(target, name) != getattr(source, name)
     )
 
 

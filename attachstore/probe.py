@@ -7,7 +7,7 @@ nothing, and never raises: anything truncated or malformed gives None.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from typing import NamedTuple
 
 MEDIA_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
 
@@ -27,8 +27,9 @@ _JPEG_STANDALONE = frozenset({0x01, *range(0xD0, 0xD8)})
 _JPEG_NO_FRAME = frozenset({0x00, 0xD8, 0xD9, 0xDA})
 
 
-@dataclass(frozen=True, slots=True)
-class Header:
+class Header(NamedTuple):
+    """What the fixed header fields say. A named tuple: the audit probes every object of the store."""
+
     media_type: str
     width: int
     height: int
