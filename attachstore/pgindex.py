@@ -597,10 +597,12 @@ class PgIndex:
                 await db.execute("DELETE FROM objects WHERE ref = $1", ref)  # its variant links cascade
                 collected.append((ref, int(size)))
                 for v in variants:
+                    # As in Index.collect: a variant renewed since the cutoff stays.
                     orphan = await db.fetchval(
-                        f"""SELECT bytes FROM objects WHERE ref = $1 AND {_UNHELD}
+                        f"""SELECT bytes FROM objects WHERE ref = $1 AND lease_at < $2 AND {_UNHELD}
                         AND NOT EXISTS (SELECT 1 FROM grants WHERE grants.ref = objects.ref)""",
                         v,
+                        cutoff,
                     )
                     if orphan is not None:
                         await _call(remove, v)

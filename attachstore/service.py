@@ -26,6 +26,7 @@ from .errors import (
     NotFound,
     Rejected,
     ServerBusy,
+    StorageUnavailable,
 )
 from .index import Hold, Index, ObjectRow
 from .metrics import Metrics
@@ -203,6 +204,9 @@ class Store:
         return cls(config, blobs, index, pool)
 
     async def close(self) -> None:
+        for task in list(self._deriving.values()):
+            task.cancel()
+        await asyncio.gather(*self._deriving.values(), return_exceptions=True)
         await self.pool.close()
         await self.index.close()
         await self.blobs.close()
@@ -472,8 +476,24 @@ class Store:
         if passed.data is None:  # pragma: no cover - a derivation always answers with its bytes
             raise AttachstoreError("the decode worker answered a derivation without bytes")
         ref, derived = Ref(self.config.hash, passed.digest), passed.data
+        for _ in range(_PUBLISH_ATTEMPTS):
+            try:
+                row = await self._store_variant(ref, derived, passed, source.ref, spec.key)
+                break
+            except _FileGone:  # collected (as another source's variant, say) between its write and its link
+                continue
+        else:
+            raise StorageUnavailable(f"the variant {ref} kept disappearing while it was being published")
+        self.metrics.variants.labels("derived").inc()
+        return row
+
+    async def _store_variant(
+        self, ref: Ref, derived: bytes, passed: Passed, source: str, spec: str
+    ) -> ObjectRow:
+        """Renew, write and link a derived object, as an admission stores one (raises _FileGone to retry)."""
         now = time.time()
         existing = await self.index.renew([str(ref)], now)  # as an admission: GC leaves it alone from here
+        created = existing[str(ref)].created_at if str(ref) in existing else now
         row = ObjectRow(
             str(ref),
             passed.media_type,
@@ -482,7 +502,7 @@ class Store:
             passed.height,
             passed.frames,
             None,
-            existing[str(ref)].created_at if str(ref) in existing else now,
+            created,
             now,
         )
         try:
@@ -491,12 +511,11 @@ class Store:
             async def file_still_there() -> None:
                 await self._still_there([(ref, len(derived))])
 
-            if not await self.index.publish_variant(row, source.ref, spec.key, file_still_there):
-                raise NotFound(f"no attachment {source.ref}: it was collected while its variant was made")
+            if not await self.index.publish_variant(row, source, spec, file_still_there):
+                raise NotFound(f"no attachment {source}: it was collected while its variant was made")
         except BaseException:
             await self.index.discard_unpublished([str(ref)], self.discard_object)
             raise
-        self.metrics.variants.labels("derived").inc()
         return row
 
     # -- reads -----------------------------------------------------------------------------------------

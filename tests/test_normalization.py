@@ -306,3 +306,68 @@ async def test_a_variant_of_a_held_source_survives_gc(make_client: MakeClient) -
     plan = await gc.plan(store, grace=0, now=variant.lease_at + 3600)
     await gc.execute(store, plan)
     assert await store.index.variant(ref, _spec_key(512)) == variant
+
+
+async def test_a_shared_variant_collected_between_its_write_and_its_link_is_written_again(
+    make_client: MakeClient,
+) -> None:
+    """Two sources with the same pixels share one variant. gc collecting the first source (and with it the
+    variant) while a render of the second has written the variant but not linked it: the render writes it
+    again and succeeds."""
+    client = await make_client(routes=ROUTES)
+    store = client.app[STORE]
+    base = images.jpeg(1024, 768)
+    commented = images.jpeg_insert(base, 2, images.jpeg_segment(0xFE, b"a comment"))
+    first = (await admit(client, base))[1]["attachments"][0]["ref"]
+    second = (await admit(client, commented))[1]["attachments"][0]["ref"]
+    await client.post("/v1/render", json=render_body(first))
+    shared = await store.index.variant(first, _spec_key(512))
+    assert shared is not None
+    publish = store.index.publish_variant
+    collected: list[str] = []
+
+    async def gc_lands_first(*args: Any) -> bool:
+        if not collected:  # once: the sweep of the first source, between the write and the link
+            plan = await gc.plan(store, grace=0, now=shared.lease_at + 3600)
+            plan.garbage[:] = [row for row in plan.garbage if row.ref == first]
+            collected.extend((await gc.execute(store, plan)).collected)
+        return await publish(*args)
+
+    store.index.publish_variant = gc_lands_first  # type: ignore[method-assign]
+    answer = await client.post("/v1/render", json=render_body(second))
+    assert answer.status == 200
+    assert collected == [first, shared.ref]  # the variant went with the first source...
+    assert (await answer.json())["summary"]["resized"] == 1
+    linked = await store.index.variant(second, _spec_key(512))
+    assert linked is not None
+    assert linked.ref == shared.ref  # ...and was written again for the second
+    assert await read(client, shared.ref)
+
+
+async def test_a_variant_that_cannot_be_made_leaves_the_image_out_as_too_large(
+    make_client: MakeClient,
+) -> None:
+    client = await make_client(routes=ROUTES)
+    store = client.app[STORE]
+    ref = (await admit(client, images.jpeg(1600, 1200)))[1]["attachments"][0]["ref"]
+    store.pool.timeout = 0.001  # every derivation runs past its time bound
+    body = await (await client.post("/v1/render", json=render_body(ref))).json()
+    assert body["summary"]["included"] == 0
+    assert body["summary"]["omitted"] == 1
+    assert body["summary"]["unavailable"] == 0
+    text = body["body"]["messages"][0]["content"][1]["text"]
+    assert text.startswith("[image omitted to keep the request within its image limits")
+
+
+async def test_a_variant_renewed_after_the_cutoff_outlives_its_source(make_client: MakeClient) -> None:
+    client = await make_client(routes=ROUTES)
+    store = client.app[STORE]
+    ref = (await admit(client, images.jpeg(1024, 768)))[1]["attachments"][0]["ref"]
+    await client.post("/v1/render", json=render_body(ref))
+    variant = await store.index.variant(ref, _spec_key(512))
+    assert variant is not None
+    cutoff = variant.lease_at + 10
+    await store.index.renew([variant.ref], cutoff + 5)  # derived again for another source meanwhile
+    result = await gc.execute(store, await gc.plan(store, grace=0, now=cutoff))
+    assert result.collected == [ref]
+    assert await store.index.get(variant.ref) is not None  # an ordinary unheld object now, for a later gc

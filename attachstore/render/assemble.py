@@ -15,7 +15,7 @@ from enum import Enum
 from typing import Any, get_args
 
 from ..config import Placeholders, Provider, Route
-from ..errors import AttachstoreError, Corrupt, InvalidRequest, Missing
+from ..errors import AttachstoreError, Corrupt, InvalidRequest, Missing, Rejected
 from ..index import ObjectRow
 from ..policy import accepts_images
 from ..refs import Ref
@@ -106,16 +106,20 @@ async def render(
     }
     budget, count = _budget(request, route)
     variants: dict[str, ObjectRow] = {}  # source ref -> the variant sent in its place
+    unfit: set[str] = set()  # stored intact, but no variant within the route's limits could be made
     data: dict[str, bytes] = {}
     while True:
         sizes = {ref: _size(row, variants.get(ref), ref in oversize, spec) for ref, row in rows.items()}
-        fates = _plan(occurrences, sizes, unavailable, budget, count)
+        fates = _plan(occurrences, sizes, unavailable, unfit, budget, count)
         sent = {o.ref for o in occurrences if fates[(o.message, o.block)] is Fate.SENT}
         # Variants are derived only for images the plan sends; their real sizes may change the plan.
         if spec is not None and (derive := sorted((sent & oversize) - variants.keys())):
             made = await asyncio.gather(*(_variant(store, rows[ref], spec) for ref in derive))
-            variants |= {ref: v for ref, v in zip(derive, made, strict=True) if v is not None}
-            unavailable |= {ref for ref, v in zip(derive, made, strict=True) if v is None}
+            for ref, v in zip(derive, made, strict=True):
+                if isinstance(v, ObjectRow):
+                    variants[ref] = v
+                else:
+                    (unfit if v is Fate.OVER_BUDGET else unavailable).add(ref)
             continue
         wanted = sorted(sent - data.keys())
         read = await asyncio.gather(*(_read(store, rows[ref], variants.get(ref), spec) for ref in wanted))
@@ -166,25 +170,31 @@ def _size(
     return row.bytes
 
 
-async def _variant(store: Store, row: ObjectRow | None, spec: VariantSpec) -> ObjectRow | None:
+async def _variant(store: Store, row: ObjectRow | None, spec: VariantSpec) -> ObjectRow | Fate:
+    """The variant, or why there is none: the source cannot be read (UNAVAILABLE), or its bytes are fine
+    but no variant within the route's limits could be made (OVER_BUDGET: the image is left out as too
+    large, with the budget's placeholder, not reported as damaged)."""
     if row is None:  # pragma: no cover - only rows found are oversize
-        return None
+        return Fate.UNAVAILABLE
     try:
         return await store.variant(row, spec)
+    except Rejected:  # from the decode pool: no fit, or past the time bound
+        return Fate.OVER_BUDGET
     except AttachstoreError:
-        return None
+        return Fate.UNAVAILABLE
 
 
 def _plan(
     occurrences: list[_Occurrence],
     sizes: dict[str, int | None],
     unavailable: set[str],
+    unfit: set[str],
     budget: int,
     count: int | None,
 ) -> dict[tuple[int, int], Fate]:
     """Newest first, each image is sent while it and everything newer fits both budgets; from the first
     that does not fit, everything older is left out. Sizes (bytes; None: no row) come from the index:
-    nothing is read to decide."""
+    nothing is read to decide. An image in `unfit` is left out on its own, taking no budget."""
     fates: dict[tuple[int, int], Fate] = {}
     used = sent = 0
     full = False
@@ -192,6 +202,9 @@ def _plan(
         size = sizes[o.ref]
         if size is None or o.ref in unavailable:
             fates[(o.message, o.block)] = Fate.UNAVAILABLE
+            continue
+        if o.ref in unfit:
+            fates[(o.message, o.block)] = Fate.OVER_BUDGET
             continue
         b64 = _base64_size(size)
         full = full or used + b64 > budget or (count is not None and sent + 1 > count)
