@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sys
 
 from .config import Limits
@@ -126,6 +127,7 @@ class DecodePool:
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 limit=_STREAM_LIMIT,
+                env=_worker_env(),
             )
         except OSError as e:
             raise AttachstoreError(f"cannot start a decode worker: {e}") from e
@@ -142,3 +144,12 @@ class DecodePool:
         self._closed = True
         idle, self._idle = self._idle, []
         await asyncio.gather(*(w.stop() for w in idle))
+
+
+# Variables that may carry secrets or the daemon's configuration (S3 keys, the index DSN with its password):
+# a decode worker parses hostile bytes and needs none of them.
+_SECRET_PREFIXES = ("ATTACHSTORE_", "AWS_", "PG")
+
+
+def _worker_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(_SECRET_PREFIXES)}

@@ -218,7 +218,7 @@ def _die_with_parent() -> None:
 def _worker_main(where: str) -> None:
     _die_with_parent()
     logs.setup()
-    config = msgspec.json.decode(os.environ[WORKER_ENV], type=Config)
+    config = msgspec.json.decode(os.environ.pop(WORKER_ENV), type=Config)  # not left where children see it
     sock: socket.socket | Callable[[], socket.socket]
     if where == "tcp":
         sock = functools.partial(bind, config, reuse_port=True)

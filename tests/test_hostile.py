@@ -36,6 +36,7 @@ import zipfile
 import zlib
 from collections.abc import Callable, Iterator
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -522,6 +523,23 @@ async def test_the_pool_refuses_an_unknown_trailing_data_mode() -> None:
             await pool.inspect(images.png(4, 4), None, DEFAULTS, "sha256", trailing_data="strip")
     finally:
         await pool.close()
+
+
+async def test_a_decode_worker_gets_none_of_the_daemons_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A decoder exploit would run in the worker: it must not find the S3 keys or the index's password."""
+    monkeypatch.setenv("ATTACHSTORE_S3_SECRET_ACCESS_KEY", "s3-secret")
+    monkeypatch.setenv("ATTACHSTORE_INDEX_DSN", "postgresql://u:db-password@db/x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-secret")
+    monkeypatch.setenv("PGPASSWORD", "pg-secret")
+    pool = DecodePool(1, TIMEOUT)
+    try:
+        await pool.inspect(images.png(4, 4), None, DEFAULTS, "sha256")
+        [worker] = pool._idle
+        environ = (Path("/proc") / str(worker.proc.pid) / "environ").read_bytes()
+    finally:
+        await pool.close()
+    for secret in (b"s3-secret", b"db-password", b"aws-secret", b"pg-secret"):
+        assert secret not in environ
 
 
 # Through the HTTP app
