@@ -315,16 +315,7 @@ class Audit:
                 report.files += len(found.refs)
                 report.bytes += found.bytes
                 for path, named in found.suspects:
-                    look = await asyncio.to_thread(_look_again, path, named)
-                    if look is None:
-                        continue  # gone since the listing (a GC sweep): the row pass decides about its row
-                    row = None
-                    if look.file.ref is not None:
-                        seen.add(str(look.file.ref))
-                        row = rows.get(str(look.file.ref))
-                    report.files += 1
-                    report.bytes += look.file.size
-                    await self._check_file(look, row, report)
+                    await self._look(await asyncio.to_thread(_look_again, path, named), rows, report, seen)
                 if bar:
                     bar.advance(len(found.refs) + len(found.suspects), report.bytes - before)
                 await self._throttle(report.bytes, started)
@@ -362,19 +353,27 @@ class Audit:
         started: float,
     ) -> None:
         looks = await asyncio.gather(*(self._fetch(found) for found in batch))
+        before = report.bytes
         for look in looks:
-            if look is None:
-                continue  # gone since the listing (a GC sweep): the row pass decides about its row
-            row = None
-            if look.file.ref is not None:
-                seen.add(str(look.file.ref))
-                row = rows.get(str(look.file.ref))
-            report.files += 1
-            report.bytes += look.file.size
-            await self._check_file(look, row, report)
-            if bar:
-                bar.advance(1, look.file.size)
+            await self._look(look, rows, report, seen)
+        if bar:
+            bar.advance(len(batch), report.bytes - before)
         await self._throttle(report.bytes, started)
+
+    async def _look(
+        self, look: _Look | None, rows: dict[str, ObjectRow], report: AuditReport, seen: set[str]
+    ) -> None:
+        """Count a file looked at closely and check it against its row; None: gone since the listing (a GC
+        sweep), and the row pass decides about its row."""
+        if look is None:
+            return
+        row = None
+        if look.file.ref is not None:
+            seen.add(str(look.file.ref))
+            row = rows.get(str(look.file.ref))
+        report.files += 1
+        report.bytes += look.file.size
+        await self._check_file(look, row, report)
 
     async def _fetch(self, found: StoredObject) -> _Look | None:
         data = await self.store.blobs.fetch(found.key)

@@ -23,23 +23,27 @@ from . import images
 from .support import fixtures
 
 
+def s3_storage(server: fixtures.S3Server, bucket: str) -> dict[str, Any]:
+    """The [storage] section for `bucket` on the test server."""
+    return {
+        "backend": "s3",
+        "endpoint": server.endpoint,
+        "bucket": bucket,
+        "region": server.region,
+        "access_key_id": server.access_key,
+        "secret_access_key": server.secret_key,
+    }
+
+
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[Store]:
     server = fixtures.require_s3()
     async with fixtures.bucket_on(server) as bucket:
         with fixtures.database() as dsn:
-            storage = {
-                "backend": "s3",
-                "endpoint": server.endpoint,
-                "bucket": bucket,
-                "region": server.region,
-                "access_key_id": server.access_key,
-                "secret_access_key": server.secret_key,
-            }
             raw: dict[str, Any] = {
                 "data_dir": str(tmp_path / "data"),
                 "admission": {"decode_workers": 1},
-                "storage": storage,
+                "storage": s3_storage(server, bucket),
                 "index": {"backend": "postgresql", "dsn": dsn},
             }
             s = await Store.open(msgspec.convert(raw, Config))
@@ -153,14 +157,7 @@ async def test_gc_and_the_audit_work_on_the_mixed_combinations(
         raw: dict[str, Any] = {"data_dir": str(tmp_path / "data"), "admission": {"decode_workers": 1}}
         if server is not None:
             bucket = await stack.enter_async_context(fixtures.bucket_on(server))
-            raw["storage"] = {
-                "backend": "s3",
-                "endpoint": server.endpoint,
-                "bucket": bucket,
-                "region": server.region,
-                "access_key_id": server.access_key,
-                "secret_access_key": server.secret_key,
-            }
+            raw["storage"] = s3_storage(server, bucket)
         if index == "postgresql":
             raw["index"] = {"backend": "postgresql", "dsn": stack.enter_context(fixtures.database())}
         store = await Store.open(msgspec.convert(raw, Config))
