@@ -1,7 +1,7 @@
 """The index in PostgreSQL, for many stateless daemons sharing one database.
 
 `PgIndex` has the interface and the semantics of `index.Index` (SQLite); one suite checks both
-(tests/test_index_conformance.py). The schema is the same, version for version (`MIGRATIONS` below, twin of
+(tests/test_index_conformance.py). The schema is the same, version for version (`pgschema.MIGRATIONS`, twin of
 `schema.MIGRATIONS`), tracked in the one-row table `attachstore_schema` instead of PRAGMA user_version.
 
 The protocol. SQLite runs every write transaction behind one lock, and the admission/GC protocol
@@ -35,7 +35,8 @@ narrower locks, each held until its transaction ends:
   across every node (with SQLite two runs are safe, only redundant; here the second waits for the first).
 
 A lock not granted within `LOCK_TIMEOUT` (like SQLite's busy timeout) fails with STORAGE_UNAVAILABLE. Driver
-failures never leave as asyncpg exceptions: a full disk is StorageFull, anything else StorageUnavailable.
+failures never leave as asyncpg exceptions: a full disk is StorageFull, anything else StorageUnavailable
+(`pgdriver.storage_error`).
 """
 
 from __future__ import annotations
@@ -44,107 +45,29 @@ import asyncio
 import hashlib
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any, ParamSpec, Protocol, TypeVar, cast
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import ParamSpec, TypeVar, cast
 
 import asyncpg  # type: ignore[import-untyped,unused-ignore]
 
-from . import schema
-from .errors import (
-    AttachstoreError,
-    NotFound,
-    SessionConflict,
-    SessionNotFound,
-    StorageFull,
-    StorageUnavailable,
-)
+from .errors import NotFound, SessionConflict, SessionNotFound, StorageUnavailable
 from .index import Hold, ObjectRow, SessionKey, SessionRow
-from .schema import SCHEMA_VERSION, IndexUnusable
+from .pgdriver import (
+    CONNECTION_ERRORS,
+    DRIVER_ERRORS,
+    LOCK_TIMEOUT,
+    RETRY_SQLSTATES,
+    Connection,
+    Pool,
+    Record,
+    storage_error,
+)
+from .pgschema import LOCK_SPACE, SWEEP_LOCK, migrate
+from .pgschema import MIGRATIONS as MIGRATIONS  # re-exported: pgindex.MIGRATIONS is read by the tests
 
-LOCK_TIMEOUT = "30s"  # index.BUSY_TIMEOUT_MS
 CONNECT_TIMEOUT = 10.0
 _ATTEMPTS = 5  # of a transaction that failed on a deadlock or a serialization failure
-_RETRY_SQLSTATES = frozenset({"40001", "40P01"})
-
-# Our own advisory locks use the two-int4 key space, which never meets the bigint keys of the per-ref locks.
-_LOCK_SPACE = 0x61747374  # "atst"
-_MIGRATE_LOCK = 1
-_SWEEP_LOCK = 2
-
-# One list of statements per schema version, aligned with schema.MIGRATIONS; never edit a released entry.
-MIGRATIONS: list[list[str]] = [
-    [
-        """CREATE TABLE objects (
-        ref         text COLLATE "C" PRIMARY KEY,
-        media_type  text NOT NULL,
-        bytes       bigint NOT NULL,
-        width       bigint NOT NULL,
-        height      bigint NOT NULL,
-        frames      bigint NOT NULL,
-        name        text,
-        created_at  double precision NOT NULL,
-        lease_at    double precision NOT NULL,
-        state       text NOT NULL DEFAULT 'ok' CHECK (state IN ('ok', 'quarantined', 'missing'))
-        )""",
-        "CREATE INDEX objects_lease ON objects (lease_at)",
-    ],
-    [
-        """CREATE TABLE sessions (
-        tenant      text NOT NULL,
-        id          text NOT NULL,
-        route       text,
-        created_at  double precision NOT NULL,
-        PRIMARY KEY (tenant, id)
-        )""",
-        # `seq` stands in for SQLite's rowid: the order holds were first made, among equal created_at.
-        """CREATE TABLE holds (
-        tenant      text NOT NULL,
-        session     text NOT NULL,
-        ref         text COLLATE "C" NOT NULL REFERENCES objects (ref),
-        created_at  double precision NOT NULL,
-        seq         bigint GENERATED ALWAYS AS IDENTITY,
-        PRIMARY KEY (tenant, session, ref),
-        FOREIGN KEY (tenant, session) REFERENCES sessions (tenant, id) ON DELETE CASCADE
-        )""",
-        "CREATE INDEX holds_ref ON holds (ref)",
-    ],
-    [
-        """CREATE TABLE grants (
-        tenant      text NOT NULL,
-        ref         text COLLATE "C" NOT NULL REFERENCES objects (ref) ON DELETE CASCADE,
-        PRIMARY KEY (tenant, ref)
-        )""",
-        "CREATE INDEX grants_ref ON grants (ref)",
-        "INSERT INTO grants (tenant, ref) SELECT '', ref FROM objects",
-    ],
-    [
-        """CREATE TABLE runs (
-        command     text PRIMARY KEY,
-        finished_at double precision NOT NULL,
-        figures     text NOT NULL
-        )""",
-    ],
-    [
-        "ALTER TABLE grants ADD COLUMN name text",
-        "UPDATE grants SET name = (SELECT name FROM objects WHERE objects.ref = grants.ref)",
-    ],
-    [
-        """CREATE TABLE variants (
-        source      text COLLATE "C" NOT NULL REFERENCES objects (ref) ON DELETE CASCADE,
-        spec        text NOT NULL,
-        variant     text COLLATE "C" NOT NULL REFERENCES objects (ref),
-        created_at  double precision NOT NULL,
-        PRIMARY KEY (source, spec)
-        )""",
-        "CREATE INDEX variants_variant ON variants (variant)",
-    ],
-]
-if len(MIGRATIONS) != len(schema.MIGRATIONS):
-    raise ImportError(
-        f"pgindex.MIGRATIONS has {len(MIGRATIONS)} versions, schema.MIGRATIONS {len(schema.MIGRATIONS)}: "
-        "every SQLite migration needs its PostgreSQL twin"
-    )
 
 _COLUMNS = "ref, media_type, bytes, width, height, frames, name, created_at, lease_at, state"
 _OBJECT_COLUMNS = ", ".join(f"objects.{c.strip()}" for c in _COLUMNS.split(","))
@@ -163,51 +86,6 @@ _RENEW = f"""UPDATE objects SET lease_at = $1 WHERE ref IN
 
 P = ParamSpec("P")
 T = TypeVar("T")
-
-
-# -- the part of asyncpg used here (it ships no type information) --------------------------------------------
-
-
-class _Record(Protocol):
-    def __getitem__(self, key: int | str, /) -> Any: ...
-    def __iter__(self) -> Iterator[Any]: ...
-    def __len__(self) -> int: ...
-
-
-class _Connection(Protocol):
-    async def execute(self, query: str, *args: object) -> str: ...
-    async def executemany(self, command: str, args: Iterable[Sequence[object]]) -> None: ...
-    async def fetch(self, query: str, *args: object) -> list[_Record]: ...
-    async def fetchrow(self, query: str, *args: object) -> _Record | None: ...
-    async def fetchval(self, query: str, *args: object) -> Any: ...
-    def transaction(self) -> AbstractAsyncContextManager[object]: ...
-    def terminate(self) -> None: ...
-
-
-class _Pool(Protocol):
-    def acquire(self) -> Awaitable[_Connection]: ...
-    async def release(self, connection: _Connection) -> None: ...
-    async def fetch(self, query: str, *args: object) -> list[_Record]: ...
-    async def fetchrow(self, query: str, *args: object) -> _Record | None: ...
-    async def close(self) -> None: ...
-
-
-# Everything the driver raises: server errors, client and pool errors, sockets and timeouts.
-_DRIVER_ERRORS: tuple[type[BaseException], ...] = (
-    asyncpg.PostgresError,
-    asyncpg.InterfaceError,
-    asyncpg.InternalClientError,  # e.g. a query sent just as the server ended the connection
-    OSError,
-)
-_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
-    asyncpg.PostgresConnectionError,
-    asyncpg.InterfaceError,
-    asyncpg.InternalClientError,
-    asyncpg.CannotConnectNowError,
-    asyncpg.AdminShutdownError,
-    asyncpg.CrashShutdownError,
-    OSError,
-)
 
 
 class _CallbackFailed(Exception):
@@ -232,25 +110,12 @@ def _guard(guard: Callable[[SessionRow], object], session: SessionRow) -> None:
         raise _CallbackFailed(e) from e
 
 
-def _storage_error(e: BaseException, closed: bool) -> AttachstoreError:
-    if closed:
-        return StorageUnavailable("the PostgreSQL index is closed")
-    sqlstate = getattr(e, "sqlstate", None)
-    if sqlstate == "53100":
-        return StorageFull(f"the index cannot grow: {e}")
-    if sqlstate == "55P03":
-        return StorageUnavailable(f"the index is busy: a lock was not granted within {LOCK_TIMEOUT}")
-    if isinstance(e, _CONNECTION_ERRORS):
-        return StorageUnavailable(f"the PostgreSQL index is unreachable: {e or type(e).__name__}")
-    return StorageUnavailable(f"index error: {e}")
-
-
 def ref_key(ref: str) -> int:
     """The advisory lock key of a ref: 64 bits of its hash, as PostgreSQL's signed bigint."""
     return int.from_bytes(hashlib.blake2b(ref.encode(), digest_size=8).digest(), "big", signed=True)
 
 
-async def _lock_refs(db: _Connection, refs: Iterable[str]) -> None:
+async def _lock_refs(db: Connection, refs: Iterable[str]) -> None:
     """The refs' advisory locks, in key order (no two lockers wait on each other), in a statement of its own:
     what the statements after it read includes everything the previous holders committed."""
     keys = sorted({ref_key(r) for r in refs})
@@ -258,39 +123,12 @@ async def _lock_refs(db: _Connection, refs: Iterable[str]) -> None:
         await db.execute("SELECT pg_advisory_xact_lock(k) FROM unnest($1::bigint[]) AS u(k)", keys)
 
 
-def _row(r: _Record) -> ObjectRow:
+def _row(r: Record) -> ObjectRow:
     return ObjectRow(*r)
 
 
 def _object_values(r: ObjectRow) -> tuple[object, ...]:
     return (r.ref, r.media_type, r.bytes, r.width, r.height, r.frames, r.name, r.created_at, r.lease_at)
-
-
-async def migrate(db: _Connection) -> None:
-    """Bring the schema to SCHEMA_VERSION in one transaction. The advisory lock makes daemons that start
-    together migrate once: the others wait, then find the work done."""
-    async with db.transaction():
-        await db.execute("SELECT pg_advisory_xact_lock($1, $2)", _LOCK_SPACE, _MIGRATE_LOCK)
-        await db.execute(
-            """CREATE TABLE IF NOT EXISTS attachstore_schema (
-            one     boolean PRIMARY KEY DEFAULT true CHECK (one),
-            version integer NOT NULL
-            )"""
-        )
-        version = await db.fetchval("SELECT version FROM attachstore_schema")
-        if version is None:
-            version = 0
-            await db.execute("INSERT INTO attachstore_schema (version) VALUES (0)")
-        if version > SCHEMA_VERSION:
-            raise IndexUnusable(
-                f"the index has schema version {version}, newer than this attachstore knows "
-                f"({SCHEMA_VERSION}); upgrade attachstore"
-            )
-        for number in range(version, SCHEMA_VERSION):
-            for statement in MIGRATIONS[number]:
-                await db.execute(statement)
-        if version != SCHEMA_VERSION:
-            await db.execute("UPDATE attachstore_schema SET version = $1", SCHEMA_VERSION)
 
 
 async def _keep_session_state(db: object) -> None:
@@ -302,7 +140,7 @@ async def _keep_session_state(db: object) -> None:
 class PgIndex:
     """A pool of connections; every method is one transaction (or one statement for reads)."""
 
-    def __init__(self, pool: _Pool) -> None:
+    def __init__(self, pool: Pool) -> None:
         self._pool = pool
         self._closed = False
 
@@ -315,7 +153,7 @@ class PgIndex:
             )
         try:
             pool = cast(
-                _Pool,
+                Pool,
                 await asyncpg.create_pool(
                     dsn,
                     min_size=min_size,
@@ -325,7 +163,7 @@ class PgIndex:
                     server_settings={"application_name": "attachstore", "lock_timeout": LOCK_TIMEOUT},
                 ),
             )
-        except _DRIVER_ERRORS as e:
+        except DRIVER_ERRORS as e:
             raise StorageUnavailable(f"cannot connect to the PostgreSQL index: {e}") from e
         try:
             db = await pool.acquire()
@@ -335,8 +173,8 @@ class PgIndex:
                 await pool.release(db)
         except BaseException as e:
             await pool.close()
-            if isinstance(e, _DRIVER_ERRORS):
-                raise _storage_error(e, False) from e
+            if isinstance(e, DRIVER_ERRORS):
+                raise storage_error(e, False) from e
             raise
         return cls(pool)
 
@@ -346,7 +184,7 @@ class PgIndex:
 
     # -- running statements ----------------------------------------------------------------------------------
 
-    async def _transaction(self, work: Callable[[_Connection], Awaitable[T]]) -> T:
+    async def _transaction(self, work: Callable[[Connection], Awaitable[T]]) -> T:
         """`work` in one transaction, run again from the start after a deadlock or serialization failure.
         Exceptions from callbacks leave unchanged; the driver's as StorageFull / StorageUnavailable."""
         for attempt in range(1, _ATTEMPTS + 1):
@@ -359,23 +197,23 @@ class PgIndex:
                     await self._pool.release(db)
             except _CallbackFailed as e:
                 raise e.error from None
-            except _DRIVER_ERRORS as e:
-                if getattr(e, "sqlstate", None) in _RETRY_SQLSTATES and attempt < _ATTEMPTS:
+            except DRIVER_ERRORS as e:
+                if getattr(e, "sqlstate", None) in RETRY_SQLSTATES and attempt < _ATTEMPTS:
                     await asyncio.sleep(0.005 * attempt)
                     continue
-                raise _storage_error(e, self._closed) from e
+                raise storage_error(e, self._closed) from e
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _fetch(self, sql: str, *args: object) -> list[_Record]:
+    async def _fetch(self, sql: str, *args: object) -> list[Record]:
         """One statement on any connection of the pool; tried twice if the first connection was lost."""
         for attempt in (1, 2):
             try:
                 return await self._pool.fetch(sql, *args)
-            except _DRIVER_ERRORS as e:
-                lost = isinstance(e, _CONNECTION_ERRORS) and not self._closed
+            except DRIVER_ERRORS as e:
+                lost = isinstance(e, CONNECTION_ERRORS) and not self._closed
                 if lost and attempt == 1:
                     continue
-                raise _storage_error(e, self._closed) from e
+                raise storage_error(e, self._closed) from e
         raise AssertionError("unreachable")  # pragma: no cover
 
     @asynccontextmanager
@@ -385,27 +223,27 @@ class PgIndex:
         stays safe: only the exclusion of a redundant second run is lost)."""
         try:
             db = await self._pool.acquire()
-        except _DRIVER_ERRORS as e:
-            raise _storage_error(e, self._closed) from e
+        except DRIVER_ERRORS as e:
+            raise storage_error(e, self._closed) from e
         try:
             try:
                 await db.execute("SET lock_timeout = 0")  # a gc run may take long; the next one waits
-                await db.execute("SELECT pg_advisory_lock($1, $2)", _LOCK_SPACE, _SWEEP_LOCK)
+                await db.execute("SELECT pg_advisory_lock($1, $2)", LOCK_SPACE, SWEEP_LOCK)
                 await db.execute("RESET lock_timeout")
             except BaseException as e:
                 # Cancelled or failed half-way: the session may hold the lock or the setting; end it.
                 db.terminate()
-                if isinstance(e, _DRIVER_ERRORS):
-                    raise _storage_error(e, self._closed) from e
+                if isinstance(e, DRIVER_ERRORS):
+                    raise storage_error(e, self._closed) from e
                 raise
             try:
                 yield
             finally:
                 try:
-                    await db.execute("SELECT pg_advisory_unlock($1, $2)", _LOCK_SPACE, _SWEEP_LOCK)
+                    await db.execute("SELECT pg_advisory_unlock($1, $2)", LOCK_SPACE, SWEEP_LOCK)
                 except BaseException as e:
                     db.terminate()  # the server releases a closed session's locks
-                    if not isinstance(e, _DRIVER_ERRORS):
+                    if not isinstance(e, DRIVER_ERRORS):
                         raise
         finally:
             await self._pool.release(db)
@@ -454,7 +292,7 @@ class PgIndex:
         if not wanted:
             return {}
 
-        async def work(db: _Connection) -> dict[str, ObjectRow]:
+        async def work(db: Connection) -> dict[str, ObjectRow]:
             await _lock_refs(db, wanted)
             found = {r.ref: r for r in map(_row, await db.fetch(_RENEW, at, wanted))}
             return {ref: found[ref] for ref in wanted if ref in found}
@@ -472,7 +310,7 @@ class PgIndex:
         `check` and the hold's guard run under the locks first; if one raises, nothing is committed."""
         ordered = sorted(rows, key=lambda r: r.ref)  # row locks in ref order; equal refs keep their order
 
-        async def work(db: _Connection) -> None:
+        async def work(db: Connection) -> None:
             if hold is not None:
                 _guard(hold.guard, await _require_session(db, hold.key))
             await _lock_refs(db, (r.ref for r in rows))
@@ -500,7 +338,7 @@ class PgIndex:
         if not wanted:
             return
 
-        async def work(db: _Connection) -> None:
+        async def work(db: Connection) -> None:
             await _lock_refs(db, wanted)
             published = {
                 r[0] for r in await db.fetch("SELECT ref FROM objects WHERE ref = ANY($1::text[])", wanted)
@@ -515,7 +353,7 @@ class PgIndex:
         """Whether a row publishes `ref`, asked under its lock: a publishing transaction has either committed
         or not begun (the audit's confirmation that a file is stray)."""
 
-        async def work(db: _Connection) -> bool:
+        async def work(db: Connection) -> bool:
             await _lock_refs(db, [ref])
             return await db.fetchrow("SELECT 1 FROM objects WHERE ref = $1", ref) is not None
 
@@ -525,7 +363,7 @@ class PgIndex:
         """Under the ref's lock: the row's state if the row is still there and `gone()` confirms its object
         is absent, else None. With `mark`, a row in state 'ok' becomes 'missing' (and 'ok' is returned)."""
 
-        async def work(db: _Connection) -> str | None:
+        async def work(db: Connection) -> str | None:
             await _lock_refs(db, [ref])
             # The row lock keeps set_state (which takes no ref lock) out until this transaction ends.
             state = await db.fetchval("SELECT state FROM objects WHERE ref = $1 FOR NO KEY UPDATE", ref)
@@ -541,7 +379,7 @@ class PgIndex:
         """Record what a read found, unless the row changed since it was read (a concurrent admission renewed
         it, perhaps healing the object): then the finding is stale and the admission's row stands."""
 
-        async def work(db: _Connection) -> None:
+        async def work(db: Connection) -> None:
             await db.execute(
                 "UPDATE objects SET state = $1 WHERE ref = $2 AND lease_at = $3", state, row.ref, row.lease_at
             )
@@ -576,7 +414,7 @@ class PgIndex:
         candidates = list(refs)
         links = "SELECT variant FROM variants WHERE source = ANY($1::text[])"
 
-        async def work(db: _Connection) -> list[tuple[str, int]]:
+        async def work(db: Connection) -> list[tuple[str, int]]:
             # Every lock before any removal: the variants as seen before locking, then any linked since
             # (a link needs its source's lock, so once the sources are locked the set stands still).
             locked = set(candidates) | {r[0] for r in await db.fetch(links, candidates)}
@@ -630,7 +468,7 @@ class PgIndex:
         """Publish a derived object and link it to its source, in one transaction; False (nothing committed)
         when the source is gone, collected meanwhile. `check` runs under the locks first."""
 
-        async def work(db: _Connection) -> bool:
+        async def work(db: Connection) -> bool:
             await _lock_refs(db, [source, row.ref])
             if await db.fetchrow("SELECT 1 FROM objects WHERE ref = $1", source) is None:
                 return False
@@ -658,7 +496,7 @@ class PgIndex:
     async def record_run(self, command: str, figures: Mapping[str, float], now: float | None = None) -> None:
         at = time.time() if now is None else now
 
-        async def work(db: _Connection) -> None:
+        async def work(db: Connection) -> None:
             await db.execute(
                 """INSERT INTO runs (command, finished_at, figures) VALUES ($1, $2, $3)
                 ON CONFLICT (command) DO UPDATE SET finished_at = excluded.finished_at,
@@ -691,7 +529,7 @@ class PgIndex:
     async def create_session(self, key: SessionKey, route: str | None, now: float) -> tuple[SessionRow, bool]:
         """Create, or find the same session again. False when it already existed with this route."""
 
-        async def work(db: _Connection) -> tuple[SessionRow, bool]:
+        async def work(db: Connection) -> tuple[SessionRow, bool]:
             while True:  # until the session is found or made: a concurrent delete may come in between
                 existing = await _session(db, key)
                 if existing is not None:
@@ -712,7 +550,7 @@ class PgIndex:
     ) -> SessionRow:
         """Switch the route after `guard(session)` (run with the session locked) has not raised."""
 
-        async def work(db: _Connection) -> SessionRow:
+        async def work(db: Connection) -> SessionRow:
             current = await _require_session(db, key)
             _guard(guard, current)
             await db.execute("UPDATE sessions SET route = $1 WHERE tenant = $2 AND id = $3", route, *key)
@@ -723,7 +561,7 @@ class PgIndex:
     async def fork(self, source: SessionKey, target: SessionKey, now: float) -> SessionRow:
         """A new session with the source's route and a copy of all its holds, in one transaction."""
 
-        async def work(db: _Connection) -> SessionRow:
+        async def work(db: Connection) -> SessionRow:
             original = await _require_session(db, source)
             if not await _insert_session(db, target, original.route, now):
                 raise SessionConflict(
@@ -738,7 +576,7 @@ class PgIndex:
         """Hold existing objects: all of them or, if one has no row, none (ATTACHMENT_NOT_FOUND)."""
         key = hold.key
 
-        async def work(db: _Connection) -> SessionRow:
+        async def work(db: Connection) -> SessionRow:
             _guard(hold.guard, await _require_session(db, key))
             await _lock_refs(db, refs)
             # A tenant holds only what it may see; anything else answers like a ref that does not exist.
@@ -761,7 +599,7 @@ class PgIndex:
     async def delete_session(self, key: SessionKey, now: float) -> int:
         """Release every hold of the session, then forget it. Returns how many holds were released."""
 
-        async def work(db: _Connection) -> int:
+        async def work(db: Connection) -> int:
             session = await _require_session(db, key)
             await _renew(db, session.holds, now)  # the grace period starts at the release
             await db.execute("DELETE FROM sessions WHERE tenant = $1 AND id = $2", *key)  # holds cascade
@@ -770,7 +608,7 @@ class PgIndex:
         return await self._transaction(work)
 
 
-async def _session(db: _Connection, key: SessionKey, *, lock: bool = True) -> SessionRow | None:
+async def _session(db: Connection, key: SessionKey, *, lock: bool = True) -> SessionRow | None:
     """The session, locked: the holds are read by a second statement, after the lock is granted, so they
     include whatever the previous holder of the lock committed."""
     found = await db.fetchrow(
@@ -786,14 +624,14 @@ async def _session(db: _Connection, key: SessionKey, *, lock: bool = True) -> Se
     return SessionRow(key[0], key[1], found[0], found[1], tuple(r[0] for r in holds))
 
 
-async def _require_session(db: _Connection, key: SessionKey, *, lock: bool = True) -> SessionRow:
+async def _require_session(db: Connection, key: SessionKey, *, lock: bool = True) -> SessionRow:
     session = await _session(db, key, lock=lock)
     if session is None:
         raise SessionNotFound(f"no session {key[1]!r}", hint="create it with PUT /v1/sessions/{id}")
     return session
 
 
-async def _insert_session(db: _Connection, key: SessionKey, route: str | None, now: float) -> bool:
+async def _insert_session(db: Connection, key: SessionKey, route: str | None, now: float) -> bool:
     """Whether the session was made; False when it exists (and then it is left alone)."""
     made = await db.fetchrow(
         """INSERT INTO sessions (tenant, id, route, created_at) VALUES ($1, $2, $3, $4)
@@ -805,13 +643,13 @@ async def _insert_session(db: _Connection, key: SessionKey, route: str | None, n
     return made is not None
 
 
-async def _renew(db: _Connection, refs: Iterable[str], now: float) -> None:
+async def _renew(db: Connection, refs: Iterable[str], now: float) -> None:
     wanted = list(refs)
     if wanted:
         await db.execute(_RENEW, now, wanted)
 
 
-async def _add_holds(db: _Connection, key: SessionKey, refs: Iterable[str], now: float) -> None:
+async def _add_holds(db: Connection, key: SessionKey, refs: Iterable[str], now: float) -> None:
     """Every hold change renews the held objects' leases. Holds are numbered in the order of `refs`."""
     wanted = list(refs)
     if not wanted:

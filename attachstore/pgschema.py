@@ -1,0 +1,119 @@
+"""The PostgreSQL schema of the index: the twin of `schema.py`, version for version.
+
+`MIGRATIONS` holds one list of statements per version, aligned with `schema.MIGRATIONS`; the version is kept
+in the one-row table `attachstore_schema` instead of PRAGMA user_version. `migrate` brings a database to
+SCHEMA_VERSION under an advisory lock, so that daemons starting together migrate it once.
+"""
+
+from __future__ import annotations
+
+from . import schema
+from .pgdriver import Connection
+from .schema import SCHEMA_VERSION, IndexUnusable
+
+# Our own advisory locks use the two-int4 key space, which never meets the bigint keys of the per-ref locks.
+# Every daemon on one database must agree on these keys.
+LOCK_SPACE = 0x61747374  # "atst"
+MIGRATE_LOCK = 1
+SWEEP_LOCK = 2
+
+# One list of statements per schema version, aligned with schema.MIGRATIONS; never edit a released entry.
+MIGRATIONS: list[list[str]] = [
+    [
+        """CREATE TABLE objects (
+        ref         text COLLATE "C" PRIMARY KEY,
+        media_type  text NOT NULL,
+        bytes       bigint NOT NULL,
+        width       bigint NOT NULL,
+        height      bigint NOT NULL,
+        frames      bigint NOT NULL,
+        name        text,
+        created_at  double precision NOT NULL,
+        lease_at    double precision NOT NULL,
+        state       text NOT NULL DEFAULT 'ok' CHECK (state IN ('ok', 'quarantined', 'missing'))
+        )""",
+        "CREATE INDEX objects_lease ON objects (lease_at)",
+    ],
+    [
+        """CREATE TABLE sessions (
+        tenant      text NOT NULL,
+        id          text NOT NULL,
+        route       text,
+        created_at  double precision NOT NULL,
+        PRIMARY KEY (tenant, id)
+        )""",
+        # `seq` stands in for SQLite's rowid: the order holds were first made, among equal created_at.
+        """CREATE TABLE holds (
+        tenant      text NOT NULL,
+        session     text NOT NULL,
+        ref         text COLLATE "C" NOT NULL REFERENCES objects (ref),
+        created_at  double precision NOT NULL,
+        seq         bigint GENERATED ALWAYS AS IDENTITY,
+        PRIMARY KEY (tenant, session, ref),
+        FOREIGN KEY (tenant, session) REFERENCES sessions (tenant, id) ON DELETE CASCADE
+        )""",
+        "CREATE INDEX holds_ref ON holds (ref)",
+    ],
+    [
+        """CREATE TABLE grants (
+        tenant      text NOT NULL,
+        ref         text COLLATE "C" NOT NULL REFERENCES objects (ref) ON DELETE CASCADE,
+        PRIMARY KEY (tenant, ref)
+        )""",
+        "CREATE INDEX grants_ref ON grants (ref)",
+        "INSERT INTO grants (tenant, ref) SELECT '', ref FROM objects",
+    ],
+    [
+        """CREATE TABLE runs (
+        command     text PRIMARY KEY,
+        finished_at double precision NOT NULL,
+        figures     text NOT NULL
+        )""",
+    ],
+    [
+        "ALTER TABLE grants ADD COLUMN name text",
+        "UPDATE grants SET name = (SELECT name FROM objects WHERE objects.ref = grants.ref)",
+    ],
+    [
+        """CREATE TABLE variants (
+        source      text COLLATE "C" NOT NULL REFERENCES objects (ref) ON DELETE CASCADE,
+        spec        text NOT NULL,
+        variant     text COLLATE "C" NOT NULL REFERENCES objects (ref),
+        created_at  double precision NOT NULL,
+        PRIMARY KEY (source, spec)
+        )""",
+        "CREATE INDEX variants_variant ON variants (variant)",
+    ],
+]
+if len(MIGRATIONS) != len(schema.MIGRATIONS):
+    raise ImportError(
+        f"pgschema.MIGRATIONS has {len(MIGRATIONS)} versions, schema.MIGRATIONS {len(schema.MIGRATIONS)}: "
+        "every SQLite migration needs its PostgreSQL twin"
+    )
+
+
+async def migrate(db: Connection) -> None:
+    """Bring the schema to SCHEMA_VERSION in one transaction. The advisory lock makes daemons that start
+    together migrate once: the others wait, then find the work done."""
+    async with db.transaction():
+        await db.execute("SELECT pg_advisory_xact_lock($1, $2)", LOCK_SPACE, MIGRATE_LOCK)
+        await db.execute(
+            """CREATE TABLE IF NOT EXISTS attachstore_schema (
+            one     boolean PRIMARY KEY DEFAULT true CHECK (one),
+            version integer NOT NULL
+            )"""
+        )
+        version = await db.fetchval("SELECT version FROM attachstore_schema")
+        if version is None:
+            version = 0
+            await db.execute("INSERT INTO attachstore_schema (version) VALUES (0)")
+        if version > SCHEMA_VERSION:
+            raise IndexUnusable(
+                f"the index has schema version {version}, newer than this attachstore knows "
+                f"({SCHEMA_VERSION}); upgrade attachstore"
+            )
+        for number in range(version, SCHEMA_VERSION):
+            for statement in MIGRATIONS[number]:
+                await db.execute(statement)
+        if version != SCHEMA_VERSION:
+            await db.execute("UPDATE attachstore_schema SET version = $1", SCHEMA_VERSION)
