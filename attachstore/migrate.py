@@ -15,8 +15,9 @@ short anywhere (Ctrl-C, a crash, a network failure) is finished by running it ag
 2. variant links, sessions and their holds (in their order, with their times), the runs of gc and audit;
 3. leases: adding a hold sets them to its time; they are set forward to the source's (a lease is never
    moved back: a daemon serving the target may have renewed it);
-4. verify: every copied object is read back from the target (verified) and every row compared with the
-   source. In a copying run, an object whose target bytes fail is written again from the source.
+4. verify (`attachstore.migrate_verify`): every copied object is read back from the target (verified) and
+   every row compared with the source. In a copying run, an object whose target bytes fail is written again
+   from the source.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from .blobstore import LocalBlobStore
 from .config import SECTION_ENV_KEYS, Config, load
 from .errors import AttachstoreError, ConfigError, Corrupt, Missing, StorageUnavailable
 from .index import BUSY_TIMEOUT_MS, Hold, ObjectRow, SessionRow
+from .migrate_verify import Finding, read_failure, run_all, verify
 from .progress import Progress
 from .refs import Ref
 from .schema import SCHEMA_VERSION, IndexUnusable
@@ -196,15 +198,6 @@ def _same_dir(a: Path, b: Path) -> bool:
 # -- the report -----------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Finding:
-    # failed: corrupt, missing; not_copied: quarantined, missing, hold, variant;
-    # differences: object, bytes, grant, session, holds, variant
-    kind: str
-    what: str  # a ref, a session as tenant/id, a variant link as "source spec"
-    detail: str
-
-
 @dataclass
 class Report:
     objects: int = 0  # copied by this run
@@ -249,7 +242,7 @@ async def run(
                 report.not_copied.append(Finding(r.state, r.ref, f"marked {r.state} in the source"))
         if not verify_only:
             await _Copy(snapshot, blobs, store, report, progress).run()
-        await _Verify(snapshot, blobs, store, report, progress, heal=not verify_only).run()
+        await verify(snapshot, blobs, store, report, progress, heal=not verify_only, jobs=JOBS)
         return report
     finally:
         await store.close()
@@ -337,7 +330,7 @@ class _Copy:
                 try:
                     data = await self.source.read(ref, w.row.bytes)
                 except (Corrupt, Missing) as e:
-                    self.report.failed.append(_failed(w.row.ref, e))
+                    self.report.failed.append(read_failure(w.row.ref, e))
                     progress.advance(1, w.row.bytes)
                     continue
                 await self.store.blobs.put(ref, data)
@@ -345,7 +338,7 @@ class _Copy:
                 await ready.put(_Ready(w.row, w.every_step, copied=True))
 
         async def copiers() -> None:
-            await _all(copy() for _ in range(JOBS))
+            await run_all(copy() for _ in range(JOBS))
             await ready.put(None)
 
         async def publisher() -> None:
@@ -360,7 +353,7 @@ class _Copy:
                 await self._publish(batch, progress)
 
         try:
-            await _all([copiers(), publisher()])
+            await run_all([copiers(), publisher()])
         finally:
             progress.finish()
 
@@ -458,20 +451,6 @@ class _Copy:
             await self.store.index.renew(refs, lease)
 
 
-def _failed(ref: str, e: Corrupt | Missing) -> Finding:
-    if isinstance(e, Corrupt):
-        return Finding("corrupt", ref, "the source's bytes do not match the ref (see `attachstore audit`)")
-    return Finding("missing", ref, "the source has no object file (see `attachstore audit`)")
-
-
-async def _source_failure(source: LocalBlobStore, row: ObjectRow) -> Finding | None:
-    try:
-        await source.read(Ref.parse(row.ref), row.bytes)
-    except (Corrupt, Missing) as e:
-        return _failed(row.ref, e)
-    return None
-
-
 def _accept(session: SessionRow) -> None:
     """The guard of the holds a migration copies: they were accepted when they were made."""
 
@@ -480,159 +459,3 @@ def _same_object(target: ObjectRow, source: ObjectRow) -> bool:
     """The target row is the source's, but for what the later steps set (lease) or cannot change (name)."""
     fields = ("media_type", "bytes", "width", "height", "frames", "created_at")
     return target.state == "ok" and all(getattr(target, f) == getattr(source, f) for f in fields)
-
-
-# -- verifying ------------------------------------------------------------------------------------------
-
-
-class _Verify:
-    """Compare the target with the source: every object read back verified, every row compared. With
-    `heal`, an object whose target bytes fail is written again from the source and read again."""
-
-    def __init__(
-        self,
-        snapshot: Snapshot,
-        source: LocalBlobStore,
-        store: Store,
-        report: Report,
-        progress: MakeProgress,
-        *,
-        heal: bool,
-    ) -> None:
-        self.snapshot = snapshot
-        self.source = source
-        self.store = store
-        self.report = report
-        self.progress = progress
-        self.heal = heal
-        self.wanted = snapshot.wanted(f.what for f in report.failed)
-
-    def _differ(self, kind: str, what: str, detail: str) -> None:
-        self.report.differences.append(Finding(kind, what, detail))
-
-    async def run(self) -> None:
-        target = {r.ref: r for r in await self.store.index.rows()}
-        self.report.target_only = len(target.keys() - self.snapshot.rows.keys())
-        # An object the target lacks may be one the source cannot give (--verify-only has not read it).
-        for ref, row in list(self.wanted.items()):
-            if ref not in target and (failure := await _source_failure(self.source, row)) is not None:
-                self.report.failed.append(failure)
-                del self.wanted[ref]
-        for ref, row in self.wanted.items():
-            found = target.get(ref)
-            if found is None:
-                self._differ("object", ref, "no row in the target")
-            elif changes := _changes(found, row):
-                self._differ("object", ref, changes)
-        await self._bytes([row for ref, row in self.wanted.items() if ref in target])
-        await self._grants()
-        await self._sessions()
-        await self._variants()
-
-    async def _bytes(self, rows: list[ObjectRow]) -> None:
-        progress = self.progress("verify", len(rows), sum(r.bytes for r in rows))
-        pending = iter(rows)
-
-        async def read() -> None:
-            for row in pending:
-                ref = Ref.parse(row.ref)
-                try:
-                    await self.store.blobs.read(ref, row.bytes)
-                except (Corrupt, Missing) as e:
-                    if not await self._healed(ref, row.bytes):
-                        detail = "do not match the ref" if isinstance(e, Corrupt) else "are missing"
-                        self._differ("bytes", row.ref, f"the target's bytes {detail}")
-                        progress.advance(1, row.bytes)
-                        continue
-                self.report.verified += 1
-                self.report.verified_bytes += row.bytes
-                progress.advance(1, row.bytes)
-
-        try:
-            await _all(read() for _ in range(JOBS))
-        finally:
-            progress.finish()
-
-    async def _healed(self, ref: Ref, size: int) -> bool:
-        if not self.heal:
-            return False
-        try:
-            await self.store.blobs.put(ref, await self.source.read(ref, size))
-            await self.store.blobs.read(ref, size)
-        except (Corrupt, Missing):
-            return False
-        self.report.healed += 1
-        return True
-
-    async def _grants(self) -> None:
-        """Each tenant sees exactly the objects it saw, by the names it gave them."""
-        refs = list(self.wanted)
-        tenants = self.snapshot.tenants() | {t.name for t in self.store.config.tenants} | {""}
-        for tenant in sorted(tenants):
-            should = {
-                ref: name for ref in refs for t, name in self.snapshot.grants.get(ref, ()) if t == tenant
-            }
-            seen = await self.store.index.get_many(refs, tenant) if refs else {}
-            for ref, name in should.items():
-                if ref not in seen:
-                    self._differ("grant", ref, f"tenant {tenant!r} does not see it in the target")
-                elif seen[ref].name != name:
-                    self._differ(
-                        "grant", ref, f"tenant {tenant!r} sees it as {seen[ref].name!r}, not {name!r}"
-                    )
-            for ref in sorted(seen.keys() - should.keys()):
-                self._differ("grant", ref, f"tenant {tenant!r} sees it in the target, not in the source")
-
-    async def _sessions(self) -> None:
-        for s in self.snapshot.sessions:
-            what = f"{s.tenant}/{s.id}"
-            found = await self.store.index.get_session(s.key)
-            if found is None:
-                self._differ("session", what, "not in the target")
-                continue
-            if (found.route, found.created_at) != (s.route, s.created_at):
-                self._differ(
-                    "session",
-                    what,
-                    f"route {found.route!r} created at {found.created_at!r} in the target, "
-                    f"{s.route!r} created at {s.created_at!r} in the source",
-                )
-            holds = tuple(h.ref for h in s.holds if h.ref in self.wanted)
-            if found.holds != holds:
-                self._differ("holds", what, _holds_change(found.holds, holds))
-
-    async def _variants(self) -> None:
-        for link in self.snapshot.variants:
-            if {link.source, link.variant} <= self.wanted.keys():
-                found = await self.store.index.variant(link.source, link.spec)
-                if found is None or found.ref != link.variant:
-                    what = f"{link.source} {link.spec}"
-                    self._differ("variant", what, f"links {found.ref if found else None}, not {link.variant}")
-
-
-def _holds_change(target: tuple[str, ...], source: tuple[str, ...]) -> str:
-    lacks = [r for r in source if r not in target]
-    extra = [r for r in target if r not in source]
-    parts = [f"the target lacks {', '.join(lacks)}"] if lacks else []
-    parts += [f"the target also holds {', '.join(extra)}"] if extra else []
-    return "; ".join(parts) or "the target holds them in another order"
-
-
-def _changes(target: ObjectRow, source: ObjectRow) -> str:
-    """The fields that differ, as `field: target (source ...)`; empty when the rows are equal."""
-    return "; ".join(
-        f"{name}: {getattr(target, name)!r} (source {getattr(source, name)!r})"
-        for name in ObjectRow._fields
-        if getattr(target, name) != getattr(source, name)
-    )
-
-
-async def _all(work: Iterable[Awaitable[None]]) -> None:
-    """Run concurrently; on the first failure cancel the others, wait for them, and raise it."""
-    tasks = [asyncio.ensure_future(w) for w in work]
-    try:
-        await asyncio.gather(*tasks)
-    finally:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
