@@ -43,6 +43,10 @@ if TYPE_CHECKING:
 SOURCES = ("user", "tool", "mcp", "command")
 MAX_NAME_LENGTH = 255
 _PUBLISH_ATTEMPTS = 3
+# A variant that could not be made is not tried again for this long (renders of a conversation repeat):
+# a failure costs up to decode_timeout of a decode worker. At most _UNFIT_KEPT are remembered.
+_UNFIT_SECONDS = 600.0
+_UNFIT_KEPT = 10_000
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -177,6 +181,8 @@ class Store:
         self.metrics = Metrics()
         self._admitting = 0
         self._deriving: dict[tuple[str, str], asyncio.Future[ObjectRow]] = {}
+        # (source, spec) whose derivation failed in the decode pool, until when, and why.
+        self._unfit: dict[tuple[str, str], tuple[float, Rejected]] = {}
 
     @classmethod
     async def open(
@@ -451,12 +457,23 @@ class Store:
             if found is not None and found.state == "ok":
                 self.metrics.variants.labels("cached").inc()
                 return found
+        failed = self._unfit.get(key)
+        if failed is not None and failed[0] > time.monotonic():
+            why = failed[1]  # it failed a moment ago: the same work would fail the same way
+            raise Rejected(why.code, why.message, hint=why.hint)
         task = self._deriving.get(key)
         if task is None:
             task = asyncio.ensure_future(self._derive(source, spec))
             self._deriving[key] = task
             task.add_done_callback(lambda t: (self._deriving.pop(key, None), t.cancelled() or t.exception()))
-        return await asyncio.shield(task)
+        try:
+            return await asyncio.shield(task)
+        except Rejected as e:  # no variant fits, or past the time bound: remembered for a while
+            self._unfit[key] = (time.monotonic() + _UNFIT_SECONDS, e)
+            if len(self._unfit) > _UNFIT_KEPT:
+                now = time.monotonic()
+                self._unfit = {k: v for k, v in self._unfit.items() if v[0] > now}
+            raise
 
     async def _derive(self, source: ObjectRow, spec: VariantSpec) -> ObjectRow:
         _, data = await self.verified(Ref.parse(source.ref), source)

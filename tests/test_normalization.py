@@ -358,6 +358,11 @@ async def test_a_variant_that_cannot_be_made_leaves_the_image_out_as_too_large(
     text = body["body"]["messages"][0]["content"][1]["text"]
     assert text.startswith("[image omitted to keep the request within its image limits")
 
+    counter = CountDerivations(store)  # the failure is remembered: the next render does no image work
+    again = await (await client.post("/v1/render", json=render_body(ref))).json()
+    assert again["summary"]["omitted"] == 1
+    assert counter.calls == 0
+
 
 async def test_a_variant_renewed_after_the_cutoff_outlives_its_source(make_client: MakeClient) -> None:
     client = await make_client(routes=ROUTES)
