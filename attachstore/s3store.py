@@ -165,13 +165,9 @@ class S3BlobStore:
         for _ in range(_ATTEMPTS):
             # A HEAD first: a refused create would upload the bytes for nothing (and RGW answers any error
             # about 40 ms late). The conditional create alone decides who creates.
-            if await self._head(key) is None:
-                try:
-                    await self._put_object(key, data, md5, IfNoneMatch="*")
-                    outcome = Put.CREATED
-                    break
-                except _ConditionFailed:
-                    pass  # a concurrent create got there first, or is in flight: look at what is there
+            if await self._head(key) is None and await self._create(key, data, md5):
+                outcome = Put.CREATED
+                break
             found = await self._get(key, "verifying an existing object")
             if found is None:
                 continue  # removed meanwhile: create it again
@@ -298,6 +294,14 @@ class S3BlobStore:
             raise StorageUnavailable(
                 f"the {self._where()} answered a write of {key} with an ETag other than its MD5"
             )
+
+    async def _create(self, key: str, data: bytes, md5: tuple[str, str]) -> bool:
+        """A conditional create; False when a concurrent create got there first (or is in flight)."""
+        try:
+            await self._put_object(key, data, md5, IfNoneMatch="*")
+        except _ConditionFailed:
+            return False
+        return True
 
     async def _get(self, key: str, doing: str) -> _Fetched | None:
         try:

@@ -44,7 +44,7 @@ class Answer(payload.Payload):
 
         def splice(value: object) -> msgspec.Raw:
             if not isinstance(value, ImageSlot):
-                raise NotImplementedError(f"cannot encode {type(value).__name__}")
+                raise TypeError(f"cannot encode {type(value).__name__}")
             images.append(value.data)
             return value.head
 
