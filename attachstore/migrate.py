@@ -36,7 +36,7 @@ from .blobstore import LocalBlobStore
 from .config import SECTION_ENV_KEYS, Config, load
 from .errors import AttachstoreError, ConfigError, Corrupt, Missing, StorageUnavailable
 from .index import BUSY_TIMEOUT_MS, Hold, ObjectRow, SessionRow
-from .migrate_verify import Finding, read_failure, run_all, verify
+from .migrate_verify import Finding, Verify, read_failure, run_all
 from .progress import Progress
 from .refs import Ref
 from .schema import SCHEMA_VERSION, IndexUnusable
@@ -242,7 +242,7 @@ async def run(
                 report.not_copied.append(Finding(r.state, r.ref, f"marked {r.state} in the source"))
         if not verify_only:
             await _Copy(snapshot, blobs, store, report, progress).run()
-        await verify(snapshot, blobs, store, report, progress, heal=not verify_only, jobs=JOBS)
+        await Verify(snapshot, blobs, store, report, progress, heal=not verify_only, jobs=JOBS).run()
         return report
     finally:
         await store.close()

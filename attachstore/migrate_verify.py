@@ -46,22 +46,7 @@ async def source_failure(source: LocalBlobStore, row: ObjectRow) -> Finding | No
     return None
 
 
-async def verify(
-    snapshot: Snapshot,
-    source: LocalBlobStore,
-    store: Store,
-    report: Report,
-    progress: MakeProgress,
-    *,
-    heal: bool,
-    jobs: int,
-) -> None:
-    """Compare the target with the source, adding to `report` its findings and figures (verified, healed,
-    target_only, differences, and the source objects found failed); read at most `jobs` objects at once."""
-    await _Verify(snapshot, source, store, report, progress, heal=heal, jobs=jobs).run()
-
-
-class _Verify:
+class Verify:
     """Compare the target with the source: every object read back verified, every row compared. With
     `heal`, an object whose target bytes fail is written again from the source and read again."""
 
