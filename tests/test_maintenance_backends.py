@@ -171,3 +171,17 @@ async def test_gc_and_the_audit_work_on_the_mixed_combinations(
         report = await Audit(store).run()
         assert report.clean
         assert (report.files, report.rows) == (1, 1)
+
+
+async def test_commands_open_the_store_without_the_read_cache(tmp_path: Path) -> None:
+    """A read cache directory belongs to one daemon process; gc, audit, get and put open none."""
+    server = fixtures.require_s3()
+    async with fixtures.bucket_on(server) as bucket:
+        storage = s3_storage(server, bucket) | {"cache_dir": str(tmp_path / "cache")}
+        config = msgspec.convert({"data_dir": str(tmp_path / "data"), "storage": storage}, Config)
+        for read_cache, cached in ((True, True), (False, False)):
+            store = await Store.open(config, workers=1, read_cache=read_cache)
+            try:
+                assert (bucket_store(store).cache is not None) is cached
+            finally:
+                await store.close()

@@ -135,6 +135,15 @@ async def test_fit_takes_nothing_past_its_own_bounds(make_client: MakeClient) ->
     assert "12,000,000" in body["error"]["message"]
 
 
+async def test_fit_takes_no_upload_past_its_byte_bound(make_client: MakeClient) -> None:
+    client = await make_client(admission={"oversize": "fit", "fit_max_bytes": 4_000_000})
+    noisy = images.png(1000, 1500)  # noise: over 4 MB as PNG, so over both byte bounds
+    assert len(noisy) > 4_000_000
+    status, body = await admit(client, noisy)
+    assert status == 422
+    assert body["error"]["code"] == "IMAGE_TOO_LARGE"
+
+
 async def test_fit_brings_an_image_within_the_byte_limit(make_client: MakeClient) -> None:
     noisy = images.png(1000, 1000)  # noise: about 3 MB as PNG
     client = await make_client(limits={"max_image_bytes": 400_000}, **FIT)
@@ -248,6 +257,24 @@ async def test_an_image_within_the_route_limits_is_sent_as_stored(make_client: M
     body = await (await client.post("/v1/render", json=render_body(ref))).json()
     assert sent_images(body["body"]) == [source]
     assert counter.calls == 0
+
+
+async def test_a_route_with_only_a_byte_limit_gets_variants_within_it(make_client: MakeClient) -> None:
+    routes = {
+        "bytes": {
+            "input_modalities": ["text", "image"],
+            "provider": "openai-chat",
+            "max_request_bytes": 60_000,
+        }
+    }
+    client = await make_client(routes=routes)
+    source = images.jpeg(1200, 900)  # noise: far over 60 kB
+    assert len(source) > 60_000
+    ref = (await admit(client, source))[1]["attachments"][0]["ref"]
+    body = await (await client.post("/v1/render", json=render_body(ref, "bytes"))).json()
+    assert body["summary"]["resized"] == 1
+    [sent] = sent_images(body["body"])
+    assert len(sent) <= 60_000
 
 
 async def test_the_many_images_rule_applies_past_its_count(make_client: MakeClient) -> None:
