@@ -159,7 +159,7 @@ def _cmd_get(args: argparse.Namespace, config: Config) -> int:
     if args.output is None and sys.stdout.isatty():
         raise InvalidRequest("refusing to write image bytes to a terminal; use -o FILE")
 
-    async def action(store: Store) -> bytes:
+    async def action(store: Store) -> bytes | bytearray:
         _, data = await store.read(args.ref)
         return data
 

@@ -44,6 +44,7 @@ class Metrics:
             ["result"],
             registry=r,
         )
+        self.reads_ok = self.reads.labels("ok")  # every read counts: look its child up once
         self.integrity_failures = Counter(
             "attachstore_integrity_failures",
             "Objects found damaged (corrupt) or gone (missing) on a read",

@@ -35,7 +35,7 @@ class Header(NamedTuple):
     height: int
 
 
-def sniff(data: bytes) -> str | None:
+def sniff(data: bytes | bytearray) -> str | None:
     """The media type the magic bytes name, if it is one of MEDIA_TYPES."""
     if data.startswith(_PNG_SIGNATURE):
         return "image/png"
@@ -48,7 +48,7 @@ def sniff(data: bytes) -> str | None:
     return None
 
 
-def probe_header(data: bytes) -> Header | None:
+def probe_header(data: bytes | bytearray) -> Header | None:
     """Media type, width and height from the header alone; None if it is not one of the four formats,
     is truncated before the dimensions, is malformed, or declares a zero side."""
     media_type = sniff(data)
@@ -67,7 +67,7 @@ def probe_header(data: bytes) -> Header | None:
     return Header(media_type, size[0], size[1])
 
 
-def _png_size(data: bytes) -> tuple[int, int] | None:
+def _png_size(data: bytes | bytearray) -> tuple[int, int] | None:
     # Signature (8), IHDR length and type (8), width and height; the whole 13-byte IHDR body must be there.
     if len(data) < 29 or not data.startswith(_PNG_IHDR, 8):
         return None
@@ -77,7 +77,7 @@ def _png_size(data: bytes) -> tuple[int, int] | None:
     return width, height
 
 
-def _gif_size(data: bytes) -> tuple[int, int] | None:
+def _gif_size(data: bytes | bytearray) -> tuple[int, int] | None:
     # The 7-byte logical screen descriptor follows the 6-byte signature; its first 4 bytes are the size.
     if len(data) < 13:
         return None
@@ -85,7 +85,7 @@ def _gif_size(data: bytes) -> tuple[int, int] | None:
     return width, height
 
 
-def _jpeg_size(data: bytes) -> tuple[int, int] | None:
+def _jpeg_size(data: bytes | bytearray) -> tuple[int, int] | None:
     end = len(data)
     pos = 2  # past SOI
     while True:
@@ -114,7 +114,7 @@ def _jpeg_size(data: bytes) -> tuple[int, int] | None:
         pos += length
 
 
-def _webp_size(data: bytes) -> tuple[int, int] | None:
+def _webp_size(data: bytes | bytearray) -> tuple[int, int] | None:
     # RIFF, size, WEBP (12 bytes), then the first chunk's FourCC and size; its payload starts at 20.
     if data.startswith(b"VP8 ", 12):
         # Lossy: a 3-byte frame tag (bit 0 clear on a key frame, and a still image is one), the start code

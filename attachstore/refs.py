@@ -17,7 +17,7 @@ _REF = re.compile(r"(sha256|blake3):([0-9a-f]{64})")
 
 
 class Hasher(Protocol):
-    def update(self, data: bytes, /) -> object: ...
+    def update(self, data: bytes | bytearray, /) -> object: ...
     def hexdigest(self) -> str: ...
 
 
@@ -49,12 +49,12 @@ class Ref:
         return cls(match.group(1), match.group(2))
 
     @classmethod
-    def of(cls, algorithm: str, data: bytes) -> Ref:
+    def of(cls, algorithm: str, data: bytes | bytearray) -> Ref:
         h = hasher(algorithm)
         h.update(data)
         return cls(algorithm, h.hexdigest())
 
-    def matches(self, data: bytes) -> bool:
+    def matches(self, data: bytes | bytearray) -> bool:
         return Ref.of(self.algorithm, data) == self
 
 

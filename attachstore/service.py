@@ -34,6 +34,7 @@ from .policy import Diagnostic
 from .pool import DecodePool
 from .probe import probe_header
 from .refs import Ref
+from .resident import Resident
 from .sessions import Sessions
 from .worker import Original, Passed
 
@@ -175,6 +176,7 @@ class Store:
         # The file-system store behind the local backend, for what only it has (staging files, the audit's
         # direct walk); None on S3.
         self.local = blobs.blobs if isinstance(blobs, LocalBackend) else None
+        self.resident = Resident(self.local) if self.local is not None else None
         self.index = index
         self.pool = pool
         self.sessions = Sessions(config, index)
@@ -545,8 +547,10 @@ class Store:
     async def _row(self, text: str, tenant: str | None) -> tuple[Ref, ObjectRow]:
         """The row of a ref the caller may see; one it may not see answers exactly like a missing one,
         before any file is touched."""
-        ref = Ref.parse(text)
-        row = await self.index.get(str(ref), self.scope(tenant))
+        return await self._row_of(Ref.parse(text), self.scope(tenant))
+
+    async def _row_of(self, ref: Ref, scope: str | None) -> tuple[Ref, ObjectRow]:
+        row = await self.index.get(str(ref), scope)
         if row is None:
             raise NotFound(f"no attachment {ref}")
         if row.state == "quarantined":
@@ -557,13 +561,29 @@ class Store:
         _, row = await self._row(text, tenant)
         return image_ref(row)
 
-    async def read(self, text: str, tenant: str | None = None) -> tuple[ImageRef, bytes]:
+    async def read(self, text: str, tenant: str | None = None) -> tuple[ImageRef, bytes | bytearray]:
         """Verified bytes: the whole object re-hashed, its header checked against the index."""
+        ref = Ref.parse(text)
+        scope = self.scope(tenant)
+        resident = self.resident
+        if resident is not None:
+            # Without the index when this process served the same file to the same scope a moment ago.
+            hit = resident.recall(ref, scope)
+            if hit is not None:
+                if _header_fits(hit[0], hit[1]):
+                    self.metrics.reads_ok.inc()
+                    return image_ref(hit[0]), hit[1]
+                resident.forget(str(ref))
         try:
-            ref, row = await self._row(text, tenant)
+            ref, row = await self._row_of(ref, scope)
         except NotFound:
             self.metrics.reads.labels("not_found").inc()
             raise
+        if resident is not None and row.state == "ok":
+            data = resident.load(ref, row, scope)
+            if data is not None and _header_fits(row, data):
+                self.metrics.reads_ok.inc()
+                return image_ref(row), data
         return await self.verified(ref, row)
 
     async def verified(self, ref: Ref, row: ObjectRow) -> tuple[ImageRef, bytes]:
@@ -576,7 +596,7 @@ class Store:
             self.metrics.reads.labels(kind).inc()
             self.metrics.integrity_failures.labels(kind).inc()
             raise
-        self.metrics.reads.labels("ok").inc()
+        self.metrics.reads_ok.inc()
         return found
 
     async def _verified(self, ref: Ref, row: ObjectRow) -> tuple[ImageRef, bytes]:
@@ -584,32 +604,42 @@ class Store:
             # A row marked missing or quarantined is only set right by the store's own copy, not a cached one.
             data = await self.blobs.read(ref, row.bytes, fresh=row.state != "ok")
         except Missing:
-            await self.index.set_state(row, "missing")
+            await self._set_state(row, "missing")
             raise
         except Corrupt:
             found = await self.blobs.quarantine(ref)
             if found != "intact":
-                await self.index.set_state(row, found)
+                await self._set_state(row, found)
                 if found == "missing":
                     raise Missing(f"the bytes of {ref} are missing from the store") from None
                 raise
             data = await self.blobs.read(ref, row.bytes)  # healed meanwhile
         if row.state != "ok":
-            await self.index.set_state(row, "ok")  # the file is back (restored, or healed by another process)
-        header = probe_header(data)
-        if header is None or (header.media_type, header.width, header.height) != (
-            row.media_type,
-            row.width,
-            row.height,
-        ):
+            await self._set_state(row, "ok")  # the file is back (restored, or healed by another process)
+        if not _header_fits(row, data):
             # The bytes are the admitted ones (the hash matched), so the row is what is wrong: do not serve,
             # do not quarantine good bytes; admitting them again rewrites the row.
             raise Corrupt(f"the index entry of {ref} does not match its bytes")
         return image_ref(row), data
 
+    async def _set_state(self, row: ObjectRow, state: str) -> None:
+        if self.resident is not None:
+            self.resident.forget(row.ref)
+        await self.index.set_state(row, state)
+
     async def ready(self) -> None:
         await self.index.ping()
         await self.blobs.probe_writable()
+
+
+def _header_fits(row: ObjectRow, data: bytes | bytearray) -> bool:
+    """The bytes' header says what the index row says: type and dimensions."""
+    header = probe_header(data)
+    return header is not None and (header.media_type, header.width, header.height) == (
+        row.media_type,
+        row.width,
+        row.height,
+    )
 
 
 def _blob_store(config: Config, ops: FileOps | None) -> BlobStore:

@@ -1,0 +1,205 @@
+"""Reads on the event loop from the page cache, and the index rows they remember (attachstore/resident.py):
+every read still hashes the whole object; only the row's look-up is saved, and never across scopes, files
+or failures."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from attachstore import gc, resident
+from attachstore.errors import Corrupt, NotFound
+from attachstore.refs import Ref
+from attachstore.service import Store, Upload
+from tests.conftest import MakeConfig
+from tests.images import jpeg, png
+from tests.test_gc import age
+
+TENANTS = [{"name": n, "token_sha256": hashlib.sha256(n.encode()).hexdigest()} for n in ("alpha", "beta")]
+
+
+async def put(store: Store, image: bytes, tenant: str = "") -> str:
+    result = await store.admit([Upload.of_bytes(image)], "user", tenant=tenant)
+    return result.attachments[0].ref
+
+
+class CountingGets:
+    """Counts the index look-ups of rows."""
+
+    def __init__(self, store: Store) -> None:
+        self.calls = 0
+        self._get = store.index.get
+        store.index.get = self  # type: ignore[method-assign]
+
+    async def __call__(self, *args: Any) -> Any:
+        self.calls += 1
+        return await self._get(*args)
+
+
+def overwrite(path: Path, offset: int, data: bytes) -> None:
+    """Change the object's file in place: the same inode, other bytes."""
+    path.chmod(0o644)
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        f.write(data)
+
+
+def path_of(store: Store, ref: str) -> Path:
+    assert store.local is not None
+    return store.local.path(Ref.parse(ref))
+
+
+async def test_a_second_read_is_served_without_the_index_and_still_hashed(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    image = jpeg(64, 48)
+    ref = await put(store, image)
+    gets = CountingGets(store)
+    hashed: list[int] = []
+    matches = Ref.matches
+    monkeypatch.setattr(Ref, "matches", lambda self, data: hashed.append(len(data)) or matches(self, data))
+    for _ in range(3):
+        found, data = await store.read(ref)
+        assert (found.ref, bytes(data)) == (ref, image)
+    assert gets.calls == 1
+    assert hashed == [len(image)] * 3
+
+
+async def test_a_row_remembered_for_one_tenant_is_not_used_for_another(make_config: MakeConfig) -> None:
+    store = await Store.open(make_config(tenants=TENANTS))
+    try:
+        ref = await put(store, png(5, 4), tenant="alpha")
+        await store.read(ref, "alpha")
+        await store.read(ref, "alpha")
+        with pytest.raises(NotFound):
+            await store.read(ref, "beta")
+    finally:
+        await store.close()
+
+
+async def test_damage_in_place_is_caught_on_a_remembered_read(store: Store) -> None:
+    image = png(9, 9)
+    ref = await put(store, image)
+    await store.read(ref)
+    path = path_of(store, ref)
+    inode = path.stat().st_ino
+    overwrite(path, len(image) - 5, b"\x00\x01\x02")
+    assert path.stat().st_ino == inode
+    with pytest.raises(Corrupt):
+        await store.read(ref)
+    assert not path.exists()
+    assert store.metrics.registry.get_sample_value("attachstore_reads_total", {"result": "corrupt"}) == 1
+
+
+async def test_an_object_collected_meanwhile_is_not_found(store: Store) -> None:
+    ref = await put(store, png(6, 6))
+    await store.read(ref)
+    await age(store, 3600)
+    result = await gc.execute(store, await gc.plan(store, grace=600, roots=[]))
+    assert result.collected == [ref]
+    with pytest.raises(NotFound):
+        await store.read(ref)
+
+
+async def test_an_object_quarantined_by_another_process_answers_as_quarantined(store: Store) -> None:
+    ref = await put(store, png(7, 3))
+    await store.read(ref)
+    # What the audit does from its own process: move the file aside, then mark the row.
+    assert store.local is not None
+    os.rename(path_of(store, ref), store.local.quarantine_dir / "moved")
+    row = await store.index.get(ref, None)
+    assert row is not None
+    await store.index.set_state(row, "quarantined")
+    with pytest.raises(Corrupt, match="quarantined"):
+        await store.read(ref)
+
+
+async def test_a_new_file_under_the_same_name_is_looked_up_again(store: Store) -> None:
+    image = png(8, 2)
+    ref = await put(store, image)
+    await store.read(ref)
+    path = path_of(store, ref)
+    copy = path.with_name("copy")
+    shutil.copyfile(path, copy)
+    os.replace(copy, path)  # restored from a backup, say: the same bytes in a new file
+    gets = CountingGets(store)
+    _, data = await store.read(ref)
+    assert bytes(data) == image
+    assert gets.calls == 1
+
+
+async def test_remembered_rows_expire(store: Store) -> None:
+    assert store.resident is not None
+    store.resident.ttl = 0.0
+    ref = await put(store, png(4, 4))
+    gets = CountingGets(store)
+    await store.read(ref)
+    await store.read(ref)
+    assert gets.calls == 2
+
+
+@pytest.fixture
+def cold(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Every RWF_NOWAIT read answers 'not in the page cache'; yields the flags preadv was called with."""
+    flags: list[int] = []
+
+    def preadv(fd: int, buffers: list[bytearray], offset: int, flag: int = 0) -> int:
+        flags.append(flag)
+        raise OSError(errno.EAGAIN, "would block")
+
+    monkeypatch.setattr(resident.os, "preadv", preadv)
+    return flags
+
+
+async def test_objects_not_in_the_page_cache_are_read_on_a_thread(store: Store, cold: list[int]) -> None:
+    image = jpeg(40, 30, seed=3)
+    ref = await put(store, image)
+    gets = CountingGets(store)
+    for _ in range(2):
+        _, data = await store.read(ref)
+        assert bytes(data) == image
+    assert gets.calls == 2  # nothing remembered: the reads went the usual way
+    assert cold
+    assert all(f == os.RWF_NOWAIT for f in cold)
+    assert store.resident is not None
+    assert store.resident.enabled
+
+
+async def test_large_objects_are_read_on_a_thread(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    image = png(30, 30, seed=5)
+    monkeypatch.setattr(resident, "RESIDENT_MAX", len(image) - 1)
+    ref = await put(store, image)
+    gets = CountingGets(store)
+    await store.read(ref)
+    await store.read(ref)
+    assert gets.calls == 2
+
+
+async def test_a_file_system_without_rwf_nowait_turns_the_path_off(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def preadv(fd: int, buffers: list[bytearray], offset: int, flag: int = 0) -> int:
+        raise OSError(errno.EOPNOTSUPP, "not supported")
+
+    monkeypatch.setattr(resident.os, "preadv", preadv)
+    image = png(3, 7)
+    ref = await put(store, image)
+    _, data = await store.read(ref)
+    assert bytes(data) == image
+    assert store.resident is not None
+    assert not store.resident.enabled
+
+
+async def test_a_longer_file_is_never_served_from_the_page_cache(store: Store) -> None:
+    image = png(6, 5, seed=9)
+    ref = await put(store, image)
+    path = path_of(store, ref)
+    overwrite(path, len(image), b"trailing")
+    with pytest.raises(Corrupt):
+        await store.read(ref)
