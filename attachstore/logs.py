@@ -4,15 +4,19 @@ and ref; never image bytes, base64 or tokens (nothing here is given any)."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import logging.handlers
 import queue
+import sys
+import threading
 import time
-from typing import Any
+from typing import Any, TextIO
 
 import msgspec
 
 FIELDS = "attachstore_fields"  # the `extra` key a record's structured fields travel under
+_GATHER_SECONDS = 0.05  # how late a line may be written
 
 
 class JsonFormatter(logging.Formatter):
@@ -31,7 +35,7 @@ class JsonFormatter(logging.Formatter):
 
 
 class _Enqueue(logging.handlers.QueueHandler):
-    """Hands the record over as it is: the listener's thread formats and writes it, not the event loop
+    """Hands the record over as it is: the writer's thread formats and writes it, not the event loop
     (the write of every access line was a tenth of a busy worker's loop). The queue stays in the process,
     so nothing needs pickling."""
 
@@ -39,20 +43,64 @@ class _Enqueue(logging.handlers.QueueHandler):
         return record
 
 
+class _Writer:
+    """Formats queued records and writes them, on a thread of its own: each time it wakes, everything that
+    has been queued meanwhile, as one write (one system call, and one turn of the interpreter lock, for a
+    burst of access lines rather than one each)."""
+
+    def __init__(self, lines: queue.SimpleQueue[logging.LogRecord | None], stream: TextIO) -> None:
+        self.lines = lines
+        self.stream = stream
+        self.formatter = JsonFormatter()
+        self.thread = threading.Thread(target=self._run, name="attachstore-log", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        """Write what is queued, then end the thread."""
+        self.lines.put(None)
+        self.thread.join()
+
+    def _run(self) -> None:
+        while True:
+            batch = [self.lines.get()]
+            if batch[0] is not None:
+                # Let the burst this line may start gather: woken once for all of it, not once per line
+                # (each wake-up takes the interpreter lock from the event loop).
+                time.sleep(_GATHER_SECONDS)
+            while not self.lines.empty():
+                batch.append(self.lines.get())
+            text = "".join(self._line(record) for record in batch if record is not None)
+            # Standard error closed or gone (OSError, ValueError): there is no one left to tell.
+            with contextlib.suppress(OSError, ValueError):
+                self.stream.write(text)
+                self.stream.flush()
+            if batch[-1] is None:
+                return
+
+    def _line(self, record: logging.LogRecord) -> str:
+        try:
+            return self.formatter.format(record) + "\n"
+        except Exception:  # a bad log call must not end the logging of everything after it
+            return f'{{"level": "error", "msg": "unformattable log record from {record.name}"}}\n'
+
+
 def setup(level: int = logging.INFO) -> None:
     """JSON lines on standard error, for the daemon, formatted and written on a thread of their own.
     Lines still queued when the process exits normally are written first; a SIGKILL loses them."""
-    stream = logging.StreamHandler()
-    stream.setFormatter(JsonFormatter())
-    lines: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
-    listener = logging.handlers.QueueListener(lines, stream)
-    listener.start()
-    atexit.register(listener.stop)
+    lines: queue.SimpleQueue[logging.LogRecord | None] = queue.SimpleQueue()
+    writer = _Writer(lines, sys.stderr)
+    writer.start()
+    atexit.register(writer.stop)
     root = logging.getLogger()
     root.handlers[:] = [_Enqueue(lines)]
     root.setLevel(level)
-    # Lines carry no source location, so do not pay for finding the caller of every log call.
+    # Lines carry no source location, thread or process, so do not pay for finding them on every call.
     logging._srcfile = None
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
 
 
 def fields(**values: Any) -> dict[str, Any]:

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import json
 import logging
+import queue
+import subprocess
+import sys
 from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from attachstore import logs
 from attachstore.logs import JsonFormatter
 from tests.conftest import MakeClient
 from tests.faults import flip_byte
@@ -125,3 +130,37 @@ async def test_logs_never_carry_images_base64_or_tokens(
     )
     assert first["duration_ms"] >= 0
     assert access[2]["code"] == "UNAUTHORIZED"
+
+
+def _record(msg: str, *args: object, **fields: Any) -> logging.LogRecord:
+    record = logging.LogRecord("attachstore.access", logging.INFO, __file__, 1, msg, args, None)
+    record.attachstore_fields = fields
+    return record
+
+
+def test_the_log_writer_writes_every_queued_line_in_order_once_stopped() -> None:
+    lines: queue.SimpleQueue[logging.LogRecord | None] = queue.SimpleQueue()
+    out = io.StringIO()
+    writer = logs._Writer(lines, out)
+    writer.start()
+    for n in range(500):
+        lines.put(_record("request", n=n))
+    lines.put(_record("bad %d", "text"))  # its arguments do not fit its message: formatting fails
+    lines.put(_record("request", n=500))
+    writer.stop()
+    written = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [w.get("n") for w in written[:500]] == list(range(500))
+    assert written[500] == {"level": "error", "msg": "unformattable log record from attachstore.access"}
+    assert written[501]["n"] == 500
+    assert not writer.thread.is_alive()
+
+
+def test_log_lines_still_queued_at_exit_are_written() -> None:
+    program = (
+        "import logging; from attachstore import logs; logs.setup(); "
+        "[logging.getLogger('attachstore.x').info('line %d', n) for n in range(200)]"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert [json.loads(line)["msg"] for line in done.stderr.splitlines()] == [f"line {n}" for n in range(200)]
