@@ -30,6 +30,7 @@ from .errors import ConfigError
 log = logging.getLogger("attachstore.server")
 SHUTDOWN_TIMEOUT = 30.0
 WORKER_ENV = "ATTACHSTORE_WORKER_CONFIG"  # a worker process's resolved configuration, as JSON
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt parameters, from glibc's malloc.h
 
 
 def is_loopback(host: str) -> bool:
@@ -113,8 +114,23 @@ def run(config: Config, workers: int = 1) -> int:
                 os.unlink(config.unix_socket)
 
 
+def _keep_freed_memory() -> None:
+    """glibc hands a freed block of more than 128 KiB back to the kernel at once (and trims the heap's top
+    above 128 KiB free), and every read allocates a buffer the size of its object: so every read faulted in
+    its buffer's pages anew, about 70 page faults for a 300 KB object, a fifth of its hashing time on this
+    kind of VM. Blocks up to 4 MiB now come from the heap, and up to 32 MiB of free heap is kept for reuse.
+    Without glibc (mallopt missing, or a no-op as on musl) nothing changes."""
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        libc.mallopt(_M_MMAP_THRESHOLD, 4 << 20)
+        libc.mallopt(_M_TRIM_THRESHOLD, 32 << 20)
+
+
 def _run_loop(main: Coroutine[Any, Any, None]) -> None:
     """uvloop when it is installed: a faster event loop for the same code."""
+    _keep_freed_memory()
     try:
         import uvloop  # type: ignore[import-not-found, unused-ignore]
 
