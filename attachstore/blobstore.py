@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
+from typing import BinaryIO
 
 from .errors import AttachstoreError, Corrupt, Missing, StorageFull, StorageUnavailable
 from .refs import ALGORITHMS, Ref, hasher
@@ -116,6 +117,24 @@ class Listing:
             return None
 
 
+class NotRegular(OSError):
+    """What is at an object's path is not a regular file (a directory, a FIFO, a device)."""
+
+
+def open_regular(path: str | Path) -> BinaryIO:
+    """Open an object's file for reading. Non-blocking, so that a FIFO planted at the path cannot hold the
+    caller until a writer comes (a plain open waits for one); anything but a regular file raises
+    NotRegular. (O_NONBLOCK means nothing to a regular file's reads.)"""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotRegular(errno.EINVAL, "not a regular file", str(path))
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def storage_error(e: OSError, doing: str) -> AttachstoreError:
     if e.errno in (errno.ENOSPC, errno.EDQUOT):
         return StorageFull(f"the store is full ({doing}): {e.strerror}")
@@ -126,6 +145,7 @@ class LocalBlobStore:
     def __init__(self, root: Path, ops: FileOps | None = None) -> None:
         self.root = root
         self.objects = root / "objects"
+        self._objects = str(self.objects)
         self.staging = root / "tmp"
         self.quarantine_dir = root / "quarantine"
         self.ops = ops or FileOps()
@@ -138,8 +158,12 @@ class LocalBlobStore:
 
     def path(self, ref: Ref) -> Path:
         """Pure function of an already validated `Ref`: objects/<alg>/<hex[0:2]>/<hex[2:4]>/<hex>."""
+        return Path(self.filename(ref))
+
+    def filename(self, ref: Ref) -> str:
+        """`path(ref)` as a string, without building a Path (for the read path's hot loop)."""
         d = ref.digest
-        return self.objects / ref.algorithm / d[0:2] / d[2:4] / d
+        return f"{self._objects}/{ref.algorithm}/{d[0:2]}/{d[2:4]}/{d}"
 
     # -- async surface: every file-system call runs off the event loop ---------------------------------
 
@@ -272,7 +296,11 @@ class LocalBlobStore:
             raise storage_error(e, "verifying an existing object") from e
 
     def _hash_file(self, ref: Ref, path: Path, size: int) -> bool:
-        with open(path, "rb") as f:
+        try:
+            f = open_regular(path)
+        except NotRegular:
+            return False
+        with f:
             if os.fstat(f.fileno()).st_size != size:
                 return False
             h = hasher(ref.algorithm)
@@ -293,10 +321,12 @@ class LocalBlobStore:
     def read_sync(self, ref: Ref, size: int) -> bytes:
         path = self.path(ref)
         try:
-            with open(path, "rb") as f:
+            with open_regular(path) as f:
                 data = f.read()
         except FileNotFoundError:
             raise Missing(f"the bytes of {ref} are missing from the store") from None
+        except NotRegular:
+            raise Corrupt(f"what is stored under {ref} is not a regular file") from None
         except OSError as e:
             raise storage_error(e, "reading an object") from e
         if len(data) != size or not ref.matches(data):
@@ -310,8 +340,7 @@ class LocalBlobStore:
         target = self._quarantine_name(path)
         try:
             self.ops.rename(path, target)
-            with open(target, "rb") as f:
-                intact = ref.matches(f.read())
+            intact = self._intact(ref, target)
             if intact:
                 with contextlib.suppress(FileExistsError):
                     self.ops.link(target, path)
@@ -323,6 +352,14 @@ class LocalBlobStore:
         except OSError as e:
             raise storage_error(e, "quarantining an object") from e
         return "intact" if intact else "quarantined"
+
+    @staticmethod
+    def _intact(ref: Ref, path: Path) -> bool:
+        try:
+            with open_regular(path) as f:
+                return ref.matches(f.read())
+        except NotRegular:
+            return False
 
     def discard_sync(self, ref: Ref) -> None:
         """Remove an object file that no index row publishes (the caller holds the index write lock)."""

@@ -4,19 +4,20 @@ A read that goes to a thread costs two wake-ups of the event loop and a hand-ove
 each way; for a 300 KB object that is as much as its hash. So an object of at most `RESIDENT_MAX` bytes is
 first read right on the loop with `RWF_NOWAIT`, which answers from the page cache or not at all (it never
 waits for the disk), and hashed there: a few hundred microseconds at most. Anything else (a cold object, a
-large one, a file system without RWF_NOWAIT, any error or doubt) gives None and the caller takes the usual
-path through a thread, which also decides what a failure means. The open and the fstat are metadata calls
-that can wait for the disk when the object's directory is not cached, as nginx's do.
+large one, not a regular file, a file system without RWF_NOWAIT, any error or doubt) gives None and the
+caller takes the usual path through a thread, which also decides what a failure means. The open (non-blocking,
+so a FIFO planted at an object's path cannot hold the loop) and the fstat are metadata calls; they can wait
+for the disk when the object's directory entry or inode is not cached, as nginx's opens do.
 
-`Resident` also remembers, for a few seconds, the index row a verified read was served under and the inode
+`Resident` also remembers, for a few seconds, the index row a verified read was served under and the file
 it was read from, keyed by reference and by the caller's scope (whose grants it was looked up under). A
 read that finds both again serves without the index: the bytes are still read and hashed in full, and the
-header still checked against the row, every time; only the look-up of the row is saved. The inode ties the
-row to the file it was verified with: an object collected and admitted again, healed or restored is a new
-file, so the remembered row no longer applies and the index is asked again. A remembered row is dropped
-when this process changes its state, on any failure, and when it is older than `ttl` seconds, which bounds
-what a change made by another process (a grant collected with its object, a quarantine by the audit) can
-go unseen; the audit's moves and the GC's unlinks are seen at once, as a file that is gone.
+header still checked against the row, every time; only the look-up of the row is saved. The file is known
+by device, inode and change time: an object collected and admitted again (even into a reused inode number),
+healed or restored is another file, so the remembered row no longer applies and the index is asked again.
+A remembered row is dropped when this process changes its state, on any failure, and when it is older than
+`ttl` seconds, which bounds what a change made by another process could go unseen for; the audit's moves
+and the GC's unlinks are seen at once, as a file that is gone.
 """
 
 from __future__ import annotations
@@ -34,35 +35,39 @@ from .refs import Ref
 
 RESIDENT_MAX = 1 << 20  # hashing 1 MiB takes under a millisecond here: about what a thread hop costs
 _NOWAIT = getattr(os, "RWF_NOWAIT", 0)
+_OPEN = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK
+
+FileId = tuple[int, int, int]  # st_dev, st_ino, st_ctime_ns: which file, not just which name
 
 
 class _Remembered(NamedTuple):
     row: ObjectRow
-    inode: int
+    file: FileId
     until: float
 
 
 class Resident:
     def __init__(self, blobs: LocalBlobStore, *, ttl: float = 5.0, entries: int = 4096) -> None:
-        self.objects = str(blobs.objects)
+        self.blobs = blobs
         self.ttl = ttl
         self.entries = entries
         self._rows: OrderedDict[tuple[str, str | None], _Remembered] = OrderedDict()
         self.enabled = bool(_NOWAIT)
 
-    def _read(self, ref: Ref, size: int) -> tuple[bytearray, int] | None:
-        """The object's bytes and inode, if all `size` of them are in the page cache, the file is exactly that
-        long, and they hash to `ref`."""
+    def read(self, ref: Ref, size: int, file: FileId | None = None) -> tuple[bytearray, FileId] | None:
+        """The object's bytes and which file they came from, if it is a regular file of exactly `size`
+        bytes (and, given `file`, that very file), all of them are in the page cache, and they hash to
+        `ref`."""
         if not self.enabled or size > RESIDENT_MAX:
             return None
-        d = ref.digest
         try:
-            fd = os.open(f"{self.objects}/{ref.algorithm}/{d[0:2]}/{d[2:4]}/{d}", os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(self.blobs.filename(ref), _OPEN)
         except OSError:
             return None
         try:
             st = os.fstat(fd)
-            if st.st_size != size or not stat.S_ISREG(st.st_mode):
+            found = (st.st_dev, st.st_ino, st.st_ctime_ns)
+            if st.st_size != size or not stat.S_ISREG(st.st_mode) or file not in (None, found):
                 return None
             data = bytearray(size)
             if size and os.preadv(fd, [data], 0, _NOWAIT) != size:
@@ -75,21 +80,15 @@ class Resident:
             os.close(fd)
         if not ref.matches(data):
             return None
-        return data, st.st_ino
+        return data, found
 
-    def load(self, ref: Ref, row: ObjectRow, scope: str | None) -> bytearray | None:
-        """`row` was just looked up under `scope`: read the object here if it is resident, and remember the
-        row for the next read of the same reference in the same scope."""
-        found = self._read(ref, row.bytes)
-        if found is None:
-            return None
-        data, inode = found
+    def remember(self, row: ObjectRow, scope: str | None, file: FileId) -> None:
+        """`row`, just looked up under `scope`, was served from `file`: skip the look-up next time."""
         key = (row.ref, scope)
-        self._rows[key] = _Remembered(row, inode, time.monotonic() + self.ttl)
+        self._rows[key] = _Remembered(row, file, time.monotonic() + self.ttl)
         self._rows.move_to_end(key)
         if len(self._rows) > self.entries:
             self._rows.popitem(last=False)
-        return data
 
     def recall(self, ref: Ref, scope: str | None) -> tuple[ObjectRow, bytearray] | None:
         """A remembered row and the object's verified bytes, read from the same file as before; None (and
@@ -98,13 +97,14 @@ class Resident:
         got = self._rows.get(key)
         if got is None:
             return None
-        found = self._read(ref, got.row.bytes) if time.monotonic() < got.until else None
-        if found is None or found[1] != got.inode:
+        found = self.read(ref, got.row.bytes, got.file) if time.monotonic() < got.until else None
+        if found is None:
             del self._rows[key]
             return None
+        self._rows.move_to_end(key)
         return got.row, found[0]
 
     def forget(self, ref: str) -> None:
-        """The row of `ref` changed here (its state): drop it in every scope."""
+        """The row of `ref` changed here (its state), or did not fit its bytes: drop it in every scope."""
         for key in [k for k in self._rows if k[0] == ref]:
             del self._rows[key]

@@ -580,10 +580,11 @@ class Store:
             self.metrics.reads.labels("not_found").inc()
             raise
         if resident is not None and row.state == "ok":
-            data = resident.load(ref, row, scope)
-            if data is not None and _header_fits(row, data):
+            found = resident.read(ref, row.bytes)
+            if found is not None and _header_fits(row, found[0]):
+                resident.remember(row, scope, found[1])
                 self.metrics.reads_ok.inc()
-                return image_ref(row), data
+                return image_ref(row), found[0]
         return await self.verified(ref, row)
 
     async def verified(self, ref: Ref, row: ObjectRow) -> tuple[ImageRef, bytes]:

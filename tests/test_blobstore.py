@@ -149,6 +149,30 @@ def test_quarantine_moves_damaged_bytes_away(store: LocalBlobStore) -> None:
     assert len(os.listdir(store.quarantine_dir)) == 1
 
 
+def test_a_fifo_at_an_objects_path_is_never_waited_on_and_is_replaced(store: LocalBlobStore) -> None:
+    """A FIFO at an object's path would hold a plain open() until a writer came (forever)."""
+    ref = Ref.of("sha256", DATA)
+    path = store.path(ref)
+    path.parent.mkdir(parents=True)
+    os.mkfifo(path)
+    with pytest.raises(Corrupt, match="not a regular file"):
+        store.read_sync(ref, len(DATA))
+    assert store.quarantine_sync(ref) == "quarantined"
+    assert not os.path.lexists(path)
+    os.mkfifo(path)
+    assert store.put_sync(ref, DATA) is Put.HEALED
+    assert store.read_sync(ref, len(DATA)) == DATA
+
+
+def test_a_directory_at_an_objects_path_is_corrupt_and_moved_away(store: LocalBlobStore) -> None:
+    ref = Ref.of("sha256", DATA)
+    store.path(ref).mkdir(parents=True)
+    with pytest.raises(Corrupt, match="not a regular file"):
+        store.read_sync(ref, len(DATA))
+    assert store.quarantine_sync(ref) == "quarantined"
+    assert not os.path.lexists(store.path(ref))
+
+
 def test_quarantine_leaves_an_intact_object_in_place(store: LocalBlobStore) -> None:
     # A concurrent heal may have replaced the bytes between the failed read and the quarantine.
     ref = Ref.of("sha256", DATA)
