@@ -58,9 +58,10 @@ class _Writer:
         self.thread.start()
 
     def stop(self) -> None:
-        """Write what is queued, then end the thread."""
+        """Write what is queued, then end the thread (waiting a few seconds at most: a process exiting
+        must not hang on its log)."""
         self.lines.put(None)
-        self.thread.join()
+        self.thread.join(timeout=5)
 
     def _run(self) -> None:
         while True:
@@ -76,14 +77,15 @@ class _Writer:
             with contextlib.suppress(OSError, ValueError):
                 self.stream.write(text)
                 self.stream.flush()
-            if batch[-1] is None:
+            if None in batch:  # stopped (lines queued after that, by a thread still running, went out too)
                 return
 
     def _line(self, record: logging.LogRecord) -> str:
         try:
             return self.formatter.format(record) + "\n"
         except Exception:  # a bad log call must not end the logging of everything after it
-            return f'{{"level": "error", "msg": "unformattable log record from {record.name}"}}\n'
+            line = {"level": "error", "msg": f"unformattable log record from {record.name}"}
+            return msgspec.json.encode(line).decode() + "\n"
 
 
 def setup(level: int = logging.INFO) -> None:

@@ -115,17 +115,20 @@ def run(config: Config, workers: int = 1) -> int:
 
 
 def _keep_freed_memory() -> None:
-    """glibc hands a freed block of more than 128 KiB back to the kernel at once (and trims the heap's top
-    above 128 KiB free), and every read allocates a buffer the size of its object: so every read faulted in
-    its buffer's pages anew, about 70 page faults for a 300 KB object, a fifth of its hashing time on this
-    kind of VM. Blocks up to 4 MiB now come from the heap, and up to 32 MiB of free heap is kept for reuse.
-    Without glibc (mallopt missing, or a no-op as on musl) nothing changes."""
+    """glibc hands a freed block of more than 128 KiB back to the kernel at once (and trims a heap whose top
+    has more than 128 KiB free), and every read allocates a buffer the size of its object: so every read
+    faulted in its buffer's pages anew, about 70 page faults for a 300 KB object, a fifth of its hashing time
+    on this kind of VM. Blocks up to 1 MiB (the largest object read on the event loop, resident.RESIDENT_MAX)
+    now come from the heap, and each heap keeps up to 16 MiB free for reuse: the event loop's, and one per
+    thread that allocates (glibc's arenas), so a worker may hold a few times that more than it uses. Larger
+    blocks are mapped and unmapped as before. Without glibc (no mallopt, or a no-op one as on musl)
+    nothing changes."""
     with contextlib.suppress(OSError, AttributeError):
         import ctypes
 
         libc = ctypes.CDLL(None)
-        libc.mallopt(_M_MMAP_THRESHOLD, 4 << 20)
-        libc.mallopt(_M_TRIM_THRESHOLD, 32 << 20)
+        libc.mallopt(_M_MMAP_THRESHOLD, 1 << 20)
+        libc.mallopt(_M_TRIM_THRESHOLD, 16 << 20)
 
 
 def _run_loop(main: Coroutine[Any, Any, None]) -> None:

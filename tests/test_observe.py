@@ -164,3 +164,16 @@ def test_log_lines_still_queued_at_exit_are_written() -> None:
         [sys.executable, "-c", program], capture_output=True, text=True, timeout=60, check=True
     )
     assert [json.loads(line)["msg"] for line in done.stderr.splitlines()] == [f"line {n}" for n in range(200)]
+
+
+def test_the_log_writer_ends_even_with_lines_queued_after_its_stop() -> None:
+    """A thread still logging while the process exits may queue lines behind the stop marker."""
+    lines: queue.SimpleQueue[logging.LogRecord | None] = queue.SimpleQueue()
+    out = io.StringIO()
+    writer = logs._Writer(lines, out)
+    for item in (_record("before"), None, _record("after")):
+        lines.put(item)
+    writer.start()
+    writer.thread.join(timeout=30)
+    assert not writer.thread.is_alive()
+    assert [json.loads(line)["msg"] for line in out.getvalue().splitlines()] == ["before", "after"]
