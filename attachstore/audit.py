@@ -12,13 +12,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import multiprocessing
 import os
 import random
+import sqlite3
 import stat
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -27,7 +29,7 @@ from .backend import StoredObject
 from .blobstore import IN_FLIGHT, Listing, LocalBlobStore, StoredFile
 from .config import Limits
 from .errors import Rejected
-from .index import ObjectRow
+from .index import Index, ObjectRow, rows_in
 from .probe import probe_header
 from .progress import Progress
 from .refs import Ref, hasher
@@ -55,6 +57,11 @@ _READ_AT_ONCE = 64 << 20  # a larger object is read in chunks, on a closer look
 _READ_CHUNK = 1 << 20
 _FETCHES = 16  # objects fetched at once from a remote backend (S3): latency, not CPU, bounds it
 _OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+# From this many rows on (and with an SQLite index), the trips go to one process per core instead of the one
+# thread. Each is spawned once (a few tenths of a second) and reads the rows of its trips' files from the
+# index itself, so that a trip carries only names there and refs back; below this, the start-up costs more
+# than the other cores save.
+_PROCESSES_FROM = 20_000
 
 _Part = tuple[Listing, list[str]]  # a listing and the names of it to audit
 
@@ -133,6 +140,24 @@ def _examine(parts: list[_Part], rows: dict[str, ObjectRow]) -> _Trip:
             size += expected
     trip.bytes = size
     return trip
+
+
+_database: sqlite3.Connection | None = None  # a worker process's own read-only connection to the index
+
+
+def _examine_elsewhere(parts: list[_Part], index: str) -> _Trip:
+    """`_examine` in a worker process, against the rows of the trip's files as the index has them now (a
+    moment after the audit's snapshot: whatever differs is a suspect, looked at again like any other)."""
+    global _database
+    if _database is None:
+        _database = sqlite3.connect(f"{Path(index).resolve().as_uri()}?mode=ro", uri=True)
+    names = [f"{listing.algorithm}:{n}" for listing, part in parts if listing.algorithm for n in part]
+    return _examine(parts, rows_in(_database, names))
+
+
+def _processes(rows: int) -> int:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return cores if cores > 1 and rows >= _PROCESSES_FROM else 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,19 +318,34 @@ class Audit:
         seen: set[str],
         started: float,
     ) -> None:
-        """Every file under objects/, read on one thread in trips; suspects looked at again on the loop."""
+        """Every file under objects/, read in trips by one thread (on a large store with an SQLite index, by
+        one process per core); suspects looked at again on the loop."""
         # The walk is listed as it goes, on the audit's thread, a trip at a time: nothing is listed ahead.
         trips = _trips(self._parts(local), per_trip)
+        index = self.store.index
+        database = str(index.path) if isinstance(index, Index) else None
+        processes = _processes(len(rows)) if database else 1
+        lister = ThreadPoolExecutor(1, thread_name_prefix="audit")
+        spawn = multiprocessing.get_context("spawn")
+        pool = ProcessPoolExecutor(processes, mp_context=spawn) if processes > 1 else None
+        loop = asyncio.get_running_loop()
 
         def trip() -> _Trip | None:
             parts = next(trips, None)
             return None if parts is None else _examine(parts, rows)
 
-        # One trip waits in the thread's queue while the loop looks at the one before: the thread never idles.
-        pool = ThreadPoolExecutor(1, thread_name_prefix="audit")
+        async def elsewhere() -> _Trip | None:
+            parts = await loop.run_in_executor(lister, next, trips, None)
+            if parts is None or database is None:
+                return None
+            return await loop.run_in_executor(pool, _examine_elsewhere, parts, database)
+
+        def start() -> asyncio.Future[_Trip | None]:
+            return asyncio.ensure_future(elsewhere()) if pool else loop.run_in_executor(lister, trip)
+
+        # Two trips per worker wait while the loop looks at the one before: no worker ever idles.
+        pending = deque(start() for _ in range(2 * processes))
         try:
-            loop = asyncio.get_running_loop()
-            pending = deque([loop.run_in_executor(pool, trip), loop.run_in_executor(pool, trip)])
             while pending:
                 found = await pending.popleft()
                 if found is None:
@@ -319,9 +359,13 @@ class Audit:
                 if bar:
                     bar.advance(len(found.refs) + len(found.suspects), report.bytes - before)
                 await self._throttle(report.bytes, started)
-                pending.append(loop.run_in_executor(pool, trip))
+                pending.append(start())
         finally:
-            pool.shutdown(cancel_futures=True)  # on an error, no trip after the one under way
+            for waiting in pending:  # on an error, no trip after the ones under way
+                waiting.cancel()
+            lister.shutdown(cancel_futures=True)
+            if pool:
+                pool.shutdown(cancel_futures=True)
 
     async def _backend_pass(
         self,

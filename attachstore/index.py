@@ -71,6 +71,7 @@ class Hold:
 
 
 _COLUMNS = "ref, media_type, bytes, width, height, frames, name, created_at, lease_at, state"
+_IN_CHUNK = 4096  # refs per IN (...) list, well under SQLite's limit on variables
 _OBJECT_COLUMNS = ", ".join(f"objects.{c}" for c in _COLUMNS.split(", "))
 _TENANT_COLUMNS = (
     "objects.ref, media_type, bytes, width, height, frames, grants.name, created_at, lease_at, state"
@@ -99,6 +100,18 @@ def _storage_error(e: sqlite3.Error) -> AttachstoreError:
 
 def _row(r: sqlite3.Row | tuple[object, ...]) -> ObjectRow:
     return ObjectRow(*r)
+
+
+def rows_in(db: sqlite3.Connection, refs: Sequence[str]) -> dict[str, ObjectRow]:
+    """The rows of `refs` that exist, by ref, from a plain (synchronous) connection: for a process of the
+    audit's that checks a share of the files against the index itself."""
+    found: dict[str, ObjectRow] = {}
+    for start in range(0, len(refs), _IN_CHUNK):
+        chunk = refs[start : start + _IN_CHUNK]
+        marks = ", ".join("?" * len(chunk))
+        for r in db.execute(f"SELECT {_COLUMNS} FROM objects WHERE ref IN ({marks})", chunk):
+            found[r[0]] = _row(r)
+    return found
 
 
 async def _connect(path: Path) -> aiosqlite.Connection:

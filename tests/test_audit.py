@@ -33,12 +33,34 @@ async def audit(store: Store, repair: bool = False, **options: float) -> list[tu
     return [(f.kind, f.ref) for f in report.findings]
 
 
+@pytest.fixture(params=["thread", "processes"])
+def passes(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The file pass on its one thread, and as on a large store: two spawned processes, each reading the
+    rows of its files from the index itself."""
+    if request.param == "processes":
+        monkeypatch.setattr(audit_module, "_processes", lambda rows: 2)
+    return str(request.param)
+
+
+@pytest.mark.usefixtures("passes")
 async def test_a_whole_store_is_clean(store: Store) -> None:
     await put(store, png(3, 3), jpeg(5, 4))
     report = await Audit(store, settle=0).run()
     assert (report.files, report.rows, report.findings) == (2, 2, [])
 
 
+@pytest.mark.usefixtures("passes")
+async def test_clean_files_are_never_looked_at_twice(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The file pass itself clears them (on its thread, or in the processes): none is a suspect."""
+    await put(store, *(png(6, 5, seed=i) for i in range(6)), jpeg(9, 9))
+    looked: list[str] = []
+    look_again = audit_module._look_again
+    monkeypatch.setattr(audit_module, "_look_again", lambda p, r: looked.append(p) or look_again(p, r))
+    report = await Audit(store, settle=0).run()
+    assert (report.files, report.rows, report.findings, looked) == (7, 7, [], [])
+
+
+@pytest.mark.usefixtures("passes")
 async def test_corrupt_is_found_and_quarantined(store: Store) -> None:
     [ref] = await put(store, png(9, 9))
     flip_byte(store.local.path(Ref.parse(ref)), 50)
@@ -51,6 +73,7 @@ async def test_corrupt_is_found_and_quarantined(store: Store) -> None:
     assert await audit(store) == []
 
 
+@pytest.mark.usefixtures("passes")
 async def test_missing_is_found_and_marked(store: Store) -> None:
     [ref] = await put(store, png(8, 8))
     store.local.path(Ref.parse(ref)).unlink()
@@ -60,6 +83,7 @@ async def test_missing_is_found_and_marked(store: Store) -> None:
     assert row.state == "missing"
 
 
+@pytest.mark.usefixtures("passes")
 async def test_a_stray_file_that_verifies_is_reindexed(store: Store) -> None:
     image = jpeg(12, 7)
     ref = Ref.of("sha256", image)
@@ -72,6 +96,7 @@ async def test_a_stray_file_that_verifies_is_reindexed(store: Store) -> None:
     assert await audit(store) == []
 
 
+@pytest.mark.usefixtures("passes")
 async def test_stray_files_that_do_not_verify_or_are_misplaced_are_quarantined(store: Store) -> None:
     wrong = store.local.path(Ref.of("sha256", b"something else"))
     wrong.parent.mkdir(parents=True)
@@ -260,6 +285,7 @@ async def test_a_suspect_healed_before_its_closer_look_is_not_reported(
     assert await audit(store) == []
 
 
+@pytest.mark.usefixtures("passes")
 async def test_progress_counts_every_file_and_byte(store: Store) -> None:
     await put(store, *(png(4, 4, seed=i) for i in range(5)))
     bars: list[Progress] = []

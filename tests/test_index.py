@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from attachstore.errors import StorageFull, StorageUnavailable
-from attachstore.index import Index, ObjectRow
+from attachstore.index import Index, ObjectRow, rows_in
 from attachstore.schema import SCHEMA_VERSION, IndexUnusable
 
 
@@ -104,3 +104,20 @@ async def test_a_full_disk_under_sqlite_is_storage_full(tmp_path: Path) -> None:
         assert await index.get(row().ref) is not None
     finally:
         await index.close()
+
+
+async def test_rows_in_gives_the_rows_that_exist_by_ref(tmp_path: Path) -> None:
+    """What a process of the audit's reads: only the rows asked for, however many (in chunks)."""
+    index = await Index.open(tmp_path / "index.sqlite3")
+    try:
+        rows = [ObjectRow(f"sha256:{i:064x}", "image/png", i, 1, 1, 1, None, 0.0, 0.0) for i in range(10_000)]
+        await index.publish(rows, _nothing)
+    finally:
+        await index.close()
+    db = sqlite3.connect(tmp_path / "index.sqlite3")
+    try:
+        wanted = [r.ref for r in rows[::2]] + [f"sha256:{'f' * 64}"]
+        found = rows_in(db, wanted)
+    finally:
+        db.close()
+    assert found == {r.ref: r for r in rows[::2]}
