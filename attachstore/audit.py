@@ -1,7 +1,8 @@
 """The audit: re-hash every object, check every row against its file and every file against its row.
 
-Every file is read and hashed in one lean pass on a thread, against a snapshot of the rows; a file that is not
-clean there is only a suspect, read again in full for a closer look before anything is said about it.
+Every file is read and hashed in one lean pass, on a thread against a snapshot of the rows (on a large store,
+on one process per core against the rows as the index has them); a file that is not clean there is only a
+suspect, read again in full for a closer look before anything is said about it.
 Findings are collected, typed, and the audit keeps going after each one. Suspected findings (a row without a
 file, a file without a row) are confirmed under the index's write lock, so that an admission or a GC sweep
 running beside the audit is never reported as damage. `repair` acts on each confirmed finding.
@@ -13,14 +14,18 @@ import asyncio
 import contextlib
 import gc
 import multiprocessing
+import multiprocessing.connection
 import os
 import random
+import signal
 import sqlite3
 import stat
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -28,8 +33,8 @@ from pathlib import Path
 from .backend import StoredObject
 from .blobstore import IN_FLIGHT, Listing, LocalBlobStore, StoredFile
 from .config import Limits
-from .errors import Rejected
-from .index import Index, ObjectRow, rows_in
+from .errors import Rejected, StorageUnavailable
+from .index import BUSY_TIMEOUT_MS, Index, ObjectRow, rows_in
 from .probe import probe_header
 from .progress import Progress
 from .refs import Ref, hasher
@@ -47,29 +52,31 @@ _NO_LIMITS = Limits(
 )
 
 
-# Files go to one thread, a trip of about _TRIP_FILES files or _TRIP_BYTES bytes (by the index's sizes) at a
+# Files go to the pass a trip of about _TRIP_FILES files or _TRIP_BYTES bytes (by the index's sizes) at a
 # time, whole listings: few enough trips that their cost vanishes, small enough for the pace (--max-rate)
-# and the progress line. One thread, not more: on small files most of the work holds the interpreter lock,
-# and two threads lost more handing it to each other than they gained (docs/performance.md).
+# and the progress line. One thread, or processes, never two threads: on small files most of the work holds
+# the interpreter lock, and two threads lost more handing it to each other than they gained
+# (docs/performance.md).
 _TRIP_FILES = 1024
 _TRIP_BYTES = 16 << 20
 _READ_AT_ONCE = 64 << 20  # a larger object is read in chunks, on a closer look
 _READ_CHUNK = 1 << 20
 _FETCHES = 16  # objects fetched at once from a remote backend (S3): latency, not CPU, bounds it
 _OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-# From this many rows on (and with an SQLite index), the trips go to one process per core instead of the one
-# thread. Each is spawned once (a few tenths of a second) and reads the rows of its trips' files from the
-# index itself, so that a trip carries only names there and refs back; below this, the start-up costs more
-# than the other cores save.
-_PROCESSES_FROM = 20_000
+# From this many index rows on (with an SQLite index, and no --max-rate), the trips go to one process per
+# core, at most _MAX_PROCESSES, instead of the one thread. Each is spawned once (about 0.25 s) and reads the
+# rows of its trips' files from the index itself, so that a trip carries only names there and refs back.
+# On two cores that wins 15 % at a million rows and breaks even at 100,000.
+_PROCESSES_FROM = 200_000
+_MAX_PROCESSES = 4
 
 _Part = tuple[Listing, list[str]]  # a listing and the names of it to audit
 
 
 @dataclass(slots=True)
 class _Trip:
-    """What one trip to the thread found. A clean file leaves only its ref (for the row pass) and its size;
-    any other file is a suspect, for a closer look on the event loop."""
+    """What one trip found. A clean file leaves only its ref (for the row pass) and its size; any other file
+    is a suspect, for a closer look on the event loop."""
 
     refs: list[str] = field(default_factory=list)
     bytes: int = 0
@@ -145,19 +152,37 @@ def _examine(parts: list[_Part], rows: dict[str, ObjectRow]) -> _Trip:
 _database: sqlite3.Connection | None = None  # a worker process's own read-only connection to the index
 
 
+def _worker_start() -> None:
+    """In each worker process, first: ^C is the audit's to handle (it shuts the pool down), and a worker
+    ends as soon as the audit's process is gone, however it went (killed, say): a worker left behind would
+    keep the index open and hold the standard output of `attachstore audit --json | …` open forever."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        sentinel = parent.sentinel
+
+        def watch() -> None:
+            multiprocessing.connection.wait([sentinel])
+            os._exit(1)
+
+        threading.Thread(target=watch, name="audit-parent", daemon=True).start()
+
+
 def _examine_elsewhere(parts: list[_Part], index: str) -> _Trip:
-    """`_examine` in a worker process, against the rows of the trip's files as the index has them now (a
-    moment after the audit's snapshot: whatever differs is a suspect, looked at again like any other)."""
+    """`_examine` in a worker process, against the rows of the trip's files as the index has them now, a
+    moment after the audit's snapshot. A file clean against its current row is clean; anything else is a
+    suspect, looked at again and judged against the snapshot like any other."""
     global _database
     if _database is None:
-        _database = sqlite3.connect(f"{Path(index).resolve().as_uri()}?mode=ro", uri=True)
+        uri = f"{Path(index).resolve().as_uri()}?mode=ro"
+        _database = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
     names = [f"{listing.algorithm}:{n}" for listing, part in parts if listing.algorithm for n in part]
     return _examine(parts, rows_in(_database, names))
 
 
 def _processes(rows: int) -> int:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return cores if cores > 1 and rows >= _PROCESSES_FROM else 1
+    return min(cores, _MAX_PROCESSES) if cores > 1 and rows >= _PROCESSES_FROM else 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,10 +349,15 @@ class Audit:
         trips = _trips(self._parts(local), per_trip)
         index = self.store.index
         database = str(index.path) if isinstance(index, Index) else None
-        processes = _processes(len(rows)) if database else 1
+        # --max-rate asks to spare the machine: one thread then, never every core in bursts.
+        processes = _processes(len(rows)) if database and not self.max_rate else 1
         lister = ThreadPoolExecutor(1, thread_name_prefix="audit")
         spawn = multiprocessing.get_context("spawn")
-        pool = ProcessPoolExecutor(processes, mp_context=spawn) if processes > 1 else None
+        pool = (
+            ProcessPoolExecutor(processes, mp_context=spawn, initializer=_worker_start)
+            if processes > 1
+            else None
+        )
         loop = asyncio.get_running_loop()
 
         def trip() -> _Trip | None:
@@ -338,7 +368,10 @@ class Audit:
             parts = await loop.run_in_executor(lister, next, trips, None)
             if parts is None or database is None:
                 return None
-            return await loop.run_in_executor(pool, _examine_elsewhere, parts, database)
+            try:
+                return await loop.run_in_executor(pool, _examine_elsewhere, parts, database)
+            except (sqlite3.Error, BrokenProcessPool) as e:  # the index, or a worker killed (out of memory)
+                raise StorageUnavailable(f"an audit process failed: {e or type(e).__name__}") from e
 
         def start() -> asyncio.Future[_Trip | None]:
             return asyncio.ensure_future(elsewhere()) if pool else loop.run_in_executor(lister, trip)

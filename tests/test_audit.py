@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import io
 import json
 import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor as ProcessPool
 from pathlib import Path
 
 import pytest
@@ -119,6 +124,7 @@ async def test_a_young_stray_may_be_an_admission_in_flight(store: Store) -> None
     assert (await Audit(store).run()).findings == []  # default settle: a minute
 
 
+@pytest.mark.usefixtures("passes")
 async def test_metadata_mismatch_is_found_and_rewritten(store: Store) -> None:
     [ref] = await put(store, png(10, 6))
     async with store.index.write() as db:
@@ -128,6 +134,7 @@ async def test_metadata_mismatch_is_found_and_rewritten(store: Store) -> None:
     assert await audit(store) == []
 
 
+@pytest.mark.usefixtures("passes")
 async def test_a_row_marked_missing_whose_file_is_back(store: Store) -> None:
     [ref] = await put(store, png(4, 7))
     async with store.index.write() as db:
@@ -136,6 +143,7 @@ async def test_a_row_marked_missing_whose_file_is_back(store: Store) -> None:
     assert await audit(store) == []
 
 
+@pytest.mark.usefixtures("passes")
 async def test_it_keeps_going_after_each_finding(store: Store) -> None:
     refs = await put(store, png(3, 3), png(4, 4), png(5, 5), png(6, 6))
     flip_byte(store.local.path(Ref.parse(refs[0])), 40)
@@ -143,6 +151,7 @@ async def test_it_keeps_going_after_each_finding(store: Store) -> None:
     assert sorted(await audit(store)) == sorted([(Kind.CORRUPT, refs[0]), (Kind.MISSING, refs[2])])
 
 
+@pytest.mark.usefixtures("passes")
 async def test_sample_checks_a_share(store: Store) -> None:
     for start in range(0, 40, 10):
         await put(store, *(png(3, 3, seed=i) for i in range(start, start + 10)))
@@ -186,6 +195,63 @@ async def test_max_rate_paces_the_reads(store: Store, monkeypatch: pytest.Monkey
 # -- the fast pass and its closer looks --------------------------------------------------------------------
 
 
+async def test_a_failing_audit_process_is_storage_unavailable(
+    store: Store, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Not a traceback and exit status 1 (which says "findings"): the command's exit status 2."""
+    await put(store, png(5, 5))
+    monkeypatch.setattr(audit_module, "_processes", lambda rows: 2)
+    monkeypatch.setattr(store.index, "path", tmp_path / "nowhere" / "index.sqlite3")  # what the workers open
+    with pytest.raises(StorageUnavailable, match="an audit process failed"):
+        await Audit(store, settle=0).run()
+
+
+async def test_max_rate_keeps_the_pass_on_one_thread(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    await put(store, png(5, 5))
+    monkeypatch.setattr(audit_module, "_processes", lambda rows: 2)
+    pools: list[object] = []
+    monkeypatch.setattr(
+        audit_module, "ProcessPoolExecutor", lambda *a, **k: pools.append(a) or ProcessPool(*a, **k)
+    )
+    await Audit(store, settle=0, max_rate=1e9).run()
+    assert pools == []
+    await Audit(store, settle=0).run()
+    assert len(pools) == 1
+
+
+def test_an_audit_process_ends_when_the_audit_is_killed() -> None:
+    """A worker left behind would hold the index and the command's standard output open."""
+    program = (
+        "import multiprocessing, os, sys, time\n"
+        "from concurrent.futures import ProcessPoolExecutor\n"
+        "from attachstore import audit\n"
+        "pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context('spawn'),"
+        " initializer=audit._worker_start)\n"
+        "print(pool.submit(os.getpid).result(), flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", program], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    ) as audit_process:
+        try:
+            assert audit_process.stdout is not None
+            worker = int(audit_process.stdout.readline())
+            os.kill(worker, 0)  # alive
+        finally:
+            audit_process.kill()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            os.kill(worker, 0)
+        except ProcessLookupError:
+            return
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(worker, os.WNOHANG)  # not ours: never a zombie here, but harmless
+        time.sleep(0.05)
+    raise AssertionError(f"the audit process {worker} outlived the audit")
+
+
+@pytest.mark.usefixtures("passes")
 async def test_a_row_whose_size_is_wrong_either_way_is_a_mismatch(store: Store) -> None:
     # Each file is read for one byte more than its row says: both errors show, and the bytes still verify.
     shorter, longer = await put(store, png(5, 5), png(6, 6))
@@ -199,6 +265,7 @@ async def test_a_row_whose_size_is_wrong_either_way_is_a_mismatch(store: Store) 
     assert all(f.detail.startswith("size ") for f in report.findings)
 
 
+@pytest.mark.usefixtures("passes")
 async def test_a_file_with_bytes_appended_is_corrupt(store: Store) -> None:
     [ref] = await put(store, png(7, 7))
     path = store.local.path(Ref.parse(ref))
@@ -219,6 +286,7 @@ async def test_objects_too_large_for_one_read_are_read_whole(
     assert await audit(store) == [(Kind.CORRUPT, refs[1])]
 
 
+@pytest.mark.usefixtures("passes")
 async def test_findings_are_the_same_whatever_the_size_of_a_trip(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -234,6 +302,7 @@ async def test_findings_are_the_same_whatever_the_size_of_a_trip(
         assert (report.files, report.rows) == (7, 7)
 
 
+@pytest.mark.usefixtures("passes")
 async def test_links_and_fifos_are_never_objects(store: Store, tmp_path: Path) -> None:
     [ref] = await put(store, png(7, 7))
     link = store.local.path(Ref.of("sha256", png(8, 8)))
