@@ -14,30 +14,26 @@ import asyncio
 import contextlib
 import gc
 import multiprocessing
-import multiprocessing.connection
-import os
 import random
-import signal
 import sqlite3
-import stat
-import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from . import filepass
 from .backend import StoredObject
-from .blobstore import IN_FLIGHT, Listing, LocalBlobStore, StoredFile
+from .blobstore import IN_FLIGHT, LocalBlobStore, StoredFile
 from .config import Limits
 from .errors import Rejected, StorageUnavailable
-from .index import BUSY_TIMEOUT_MS, Index, ObjectRow, rows_in
+from .index import Index, ObjectRow
 from .probe import probe_header
 from .progress import Progress
-from .refs import Ref, hasher
+from .refs import Ref
 from .service import Store
 
 # Re-indexing a stray file must not re-apply admission limits: reads never do.
@@ -52,176 +48,7 @@ _NO_LIMITS = Limits(
 )
 
 
-# Files go to the pass a trip of about _TRIP_FILES files or _TRIP_BYTES bytes (by the index's sizes) at a
-# time, whole listings: few enough trips that their cost vanishes, small enough for the pace (--max-rate)
-# and the progress line. One thread, or processes, never two threads: on small files most of the work holds
-# the interpreter lock, and two threads lost more handing it to each other than they gained
-# (docs/performance.md).
-_TRIP_FILES = 1024
-_TRIP_BYTES = 16 << 20
-_READ_AT_ONCE = 64 << 20  # a larger object is read in chunks, on a closer look
-_READ_CHUNK = 1 << 20
 _FETCHES = 16  # objects fetched at once from a remote backend (S3): latency, not CPU, bounds it
-_OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-# From this many index rows on (with an SQLite index, and no --max-rate), the trips go to one process per
-# core, at most _MAX_PROCESSES, instead of the one thread. Each is spawned once (about 0.25 s) and reads the
-# rows of its trips' files from the index itself, so that a trip carries only names there and refs back.
-# On two cores that wins 15 % at a million rows and breaks even at 100,000.
-_PROCESSES_FROM = 200_000
-_MAX_PROCESSES = 4
-
-_Part = tuple[Listing, list[str]]  # a listing and the names of it to audit
-
-
-@dataclass(slots=True)
-class _Trip:
-    """What one trip found. A clean file leaves only its ref (for the row pass) and its size; any other file
-    is a suspect, for a closer look on the event loop."""
-
-    refs: list[str] = field(default_factory=list)
-    bytes: int = 0
-    suspects: list[tuple[str, Ref | None]] = field(default_factory=list)  # (path, the ref its place names)
-
-
-def _trips(parts: Iterable[_Part], per_trip: int) -> Iterator[list[_Part]]:
-    trip: list[_Part] = []
-    files = 0
-    for part in parts:
-        trip.append(part)
-        files += len(part[1])
-        if files >= per_trip:
-            yield trip
-            trip, files = [], 0
-    if trip:
-        yield trip
-
-
-def _examine(parts: list[_Part], rows: dict[str, ObjectRow]) -> _Trip:
-    """Read and hash every named file. A file is clean when its bytes hash to its name, have the size of its
-    row and carry the header its row records. This loop runs once per object, so it does the least it can:
-    two strings (the ref and the path), three system calls (open, one read, close), no stat, no objects."""
-    trip = _Trip()
-    refs, suspects = trip.refs, trip.suspects
-    size = 0
-    for listing, names in parts:
-        algorithm = listing.algorithm
-        if algorithm is None:  # not a bucket: nothing in it is an object
-            suspects.extend((listing.path(name), None) for name in names)
-            continue
-        directory = listing.directory + "/"
-        head = algorithm + ":"
-        bucket = listing.bucket
-        irregular = listing.irregular
-        for name in names:
-            ref = head + name
-            row = rows.get(ref)
-            if row is None or name in irregular or not name.startswith(bucket):
-                suspects.append((directory + name, listing.ref(name)))
-                continue
-            expected = row.bytes
-            try:
-                fd = os.open(directory + name, _OPEN)
-                try:
-                    # One byte more than the row says: a longer file shows itself, a shorter one ends early.
-                    data = os.read(fd, expected + 1 if 0 <= expected < _READ_AT_ONCE else _READ_AT_ONCE)
-                finally:
-                    os.close(fd)
-            except OSError:
-                suspects.append((directory + name, listing.ref(name)))
-                continue
-            h = hasher(algorithm)
-            h.update(data)
-            header = probe_header(data)
-            if (
-                h.hexdigest() != name  # also proves the name is 64 lowercase hex digits, as a ref's
-                or len(data) != expected
-                or row.state != "ok"
-                or header is None
-                or header.media_type != row.media_type
-                or header.width != row.width
-                or header.height != row.height
-            ):
-                suspects.append((directory + name, listing.ref(name)))
-                continue
-            refs.append(ref)
-            size += expected
-    trip.bytes = size
-    return trip
-
-
-_database: sqlite3.Connection | None = None  # a worker process's own read-only connection to the index
-
-
-def _worker_start() -> None:
-    """In each worker process, first: ^C is the audit's to handle (it shuts the pool down), and a worker
-    ends as soon as the audit's process is gone, however it went (killed, say): a worker left behind would
-    keep the index open and hold the standard output of `attachstore audit --json | …` open forever."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    parent = multiprocessing.parent_process()
-    if parent is not None:
-        sentinel = parent.sentinel
-
-        def watch() -> None:
-            multiprocessing.connection.wait([sentinel])
-            os._exit(1)
-
-        threading.Thread(target=watch, name="audit-parent", daemon=True).start()
-
-
-def _examine_elsewhere(parts: list[_Part], index: str) -> _Trip:
-    """`_examine` in a worker process, against the rows of the trip's files as the index has them now, a
-    moment after the audit's snapshot. A file clean against its current row is clean; anything else is a
-    suspect, looked at again and judged against the snapshot like any other."""
-    global _database
-    if _database is None:
-        uri = f"{Path(index).resolve().as_uri()}?mode=ro"
-        _database = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
-    names = [f"{listing.algorithm}:{n}" for listing, part in parts if listing.algorithm for n in part]
-    return _examine(parts, rows_in(_database, names))
-
-
-def _processes(rows: int) -> int:
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return min(cores, _MAX_PROCESSES) if cores > 1 and rows >= _PROCESSES_FROM else 1
-
-
-@dataclass(frozen=True, slots=True)
-class _Look:
-    """A suspect file, read again in full: whatever made it suspect may have passed (a heal, say)."""
-
-    file: StoredFile
-    intact: bool = False
-    data: bytes | None = None  # None: not an object (file.ref is None), or unreadable (error)
-    error: OSError | None = None
-
-
-def _look_again(path: str, ref: Ref | None) -> _Look | None:
-    """None if the file is gone (a GC sweep)."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        return _Look(StoredFile(Path(path), ref, 0, 0.0), error=e)
-    if not stat.S_ISREG(st.st_mode):
-        ref = None  # a symlink or a fifo is never an object, whatever its name
-    file = StoredFile(Path(path), ref, st.st_size, st.st_mtime)
-    if ref is None:
-        return _Look(file)
-    try:
-        fd = os.open(path, _OPEN)
-        try:
-            chunks = []
-            while chunk := os.read(fd, _READ_CHUNK):
-                chunks.append(chunk)
-        finally:
-            os.close(fd)
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        return _Look(file, error=e)
-    data = b"".join(chunks)
-    return _Look(StoredFile(file.path, ref, len(data), file.mtime), ref.matches(data), data)
 
 
 @contextlib.contextmanager
@@ -312,7 +139,7 @@ class Audit:
         # progress line before anything is listed.
         total = sum(r.bytes for r in rows.values())
         mean = total // len(rows) if rows else 1
-        per_trip = max(1, min(_TRIP_FILES, _TRIP_BYTES // max(mean, 1)))
+        per_trip = max(1, min(filepass.TRIP_FILES, filepass.TRIP_BYTES // max(mean, 1)))
         bar = None
         if self.progress:
             bar = self.progress(round(len(rows) * self.sample), round(total * self.sample))
@@ -346,34 +173,34 @@ class Audit:
         """Every file under objects/, read in trips by one thread (on a large store with an SQLite index, by
         one process per core); suspects looked at again on the loop."""
         # The walk is listed as it goes, on the audit's thread, a trip at a time: nothing is listed ahead.
-        trips = _trips(self._parts(local), per_trip)
+        trips = filepass.trips(self._parts(local), per_trip)
         index = self.store.index
         database = str(index.path) if isinstance(index, Index) else None
         # --max-rate asks to spare the machine: one thread then, never every core in bursts.
-        processes = _processes(len(rows)) if database and not self.max_rate else 1
+        processes = filepass.processes(len(rows)) if database and not self.max_rate else 1
         lister = ThreadPoolExecutor(1, thread_name_prefix="audit")
         spawn = multiprocessing.get_context("spawn")
         pool = (
-            ProcessPoolExecutor(processes, mp_context=spawn, initializer=_worker_start)
+            ProcessPoolExecutor(processes, mp_context=spawn, initializer=filepass.worker_start)
             if processes > 1
             else None
         )
         loop = asyncio.get_running_loop()
 
-        def trip() -> _Trip | None:
+        def trip() -> filepass.Trip | None:
             parts = next(trips, None)
-            return None if parts is None else _examine(parts, rows)
+            return None if parts is None else filepass.examine(parts, rows)
 
-        async def elsewhere() -> _Trip | None:
+        async def elsewhere() -> filepass.Trip | None:
             parts = await loop.run_in_executor(lister, next, trips, None)
             if parts is None or database is None:
                 return None
             try:
-                return await loop.run_in_executor(pool, _examine_elsewhere, parts, database)
+                return await loop.run_in_executor(pool, filepass.examine_elsewhere, parts, database)
             except (sqlite3.Error, BrokenProcessPool) as e:  # the index, or a worker killed (out of memory)
                 raise StorageUnavailable(f"an audit process failed: {e or type(e).__name__}") from e
 
-        def start() -> asyncio.Future[_Trip | None]:
+        def start() -> asyncio.Future[filepass.Trip | None]:
             return asyncio.ensure_future(elsewhere()) if pool else loop.run_in_executor(lister, trip)
 
         # Two trips per worker wait while the loop looks at the one before: no worker ever idles.
@@ -388,7 +215,9 @@ class Audit:
                 report.files += len(found.refs)
                 report.bytes += found.bytes
                 for path, named in found.suspects:
-                    await self._look(await asyncio.to_thread(_look_again, path, named), rows, report, seen)
+                    await self._look(
+                        await asyncio.to_thread(filepass.look_again, path, named), rows, report, seen
+                    )
                 if bar:
                     bar.advance(len(found.refs) + len(found.suspects), report.bytes - before)
                 await self._throttle(report.bytes, started)
@@ -438,7 +267,7 @@ class Audit:
         await self._throttle(report.bytes, started)
 
     async def _look(
-        self, look: _Look | None, rows: dict[str, ObjectRow], report: AuditReport, seen: set[str]
+        self, look: filepass.Look | None, rows: dict[str, ObjectRow], report: AuditReport, seen: set[str]
     ) -> None:
         """Count a file looked at closely and check it against its row; None: gone since the listing (a GC
         sweep), and the row pass decides about its row."""
@@ -452,16 +281,16 @@ class Audit:
         report.bytes += look.file.size
         await self._check_file(look, row, report)
 
-    async def _fetch(self, found: StoredObject) -> _Look | None:
+    async def _fetch(self, found: StoredObject) -> filepass.Look | None:
         data = await self.store.blobs.fetch(found.key)
         if data is None:
             return None
         file = StoredFile(Path(found.key), found.ref, len(data), found.mtime)
         if found.ref is None:
-            return _Look(file)
-        return _Look(file, await asyncio.to_thread(found.ref.matches, data), data)
+            return filepass.Look(file)
+        return filepass.Look(file, await asyncio.to_thread(found.ref.matches, data), data)
 
-    def _parts(self, local: LocalBlobStore) -> Iterator[_Part]:
+    def _parts(self, local: LocalBlobStore) -> Iterator[filepass.Part]:
         for listing in local.list_objects():
             if self.sample >= 1.0:
                 yield listing, listing.names
@@ -479,7 +308,7 @@ class Audit:
 
     # -- a file, against its row ------------------------------------------------------------------------
 
-    async def _check_file(self, look: _Look, row: ObjectRow | None, report: AuditReport) -> None:
+    async def _check_file(self, look: filepass.Look, row: ObjectRow | None, report: AuditReport) -> None:
         f = look.file
         path = str(f.path)
         if f.ref is None:

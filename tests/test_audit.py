@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from attachstore import audit as audit_module
+from attachstore import filepass
 from attachstore.audit import Audit, Kind
 from attachstore.blobstore import Listing
 from attachstore.cli import main
@@ -43,7 +44,7 @@ def passes(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> s
     """The file pass on its one thread, and as on a large store: two spawned processes, each reading the
     rows of its files from the index itself."""
     if request.param == "processes":
-        monkeypatch.setattr(audit_module, "_processes", lambda rows: 2)
+        monkeypatch.setattr(filepass, "processes", lambda rows: 2)
     return str(request.param)
 
 
@@ -59,8 +60,8 @@ async def test_clean_files_are_never_looked_at_twice(store: Store, monkeypatch: 
     """The file pass itself clears them (on its thread, or in the processes): none is a suspect."""
     await put(store, *(png(6, 5, seed=i) for i in range(6)), jpeg(9, 9))
     looked: list[str] = []
-    look_again = audit_module._look_again
-    monkeypatch.setattr(audit_module, "_look_again", lambda p, r: looked.append(p) or look_again(p, r))
+    look_again = filepass.look_again
+    monkeypatch.setattr(filepass, "look_again", lambda p, r: looked.append(p) or look_again(p, r))
     report = await Audit(store, settle=0).run()
     assert (report.files, report.rows, report.findings, looked) == (7, 7, [], [])
 
@@ -200,7 +201,7 @@ async def test_a_failing_audit_process_is_storage_unavailable(
 ) -> None:
     """Not a traceback and exit status 1 (which says "findings"): the command's exit status 2."""
     await put(store, png(5, 5))
-    monkeypatch.setattr(audit_module, "_processes", lambda rows: 2)
+    monkeypatch.setattr(filepass, "processes", lambda rows: 2)
     monkeypatch.setattr(store.index, "path", tmp_path / "nowhere" / "index.sqlite3")  # what the workers open
     with pytest.raises(StorageUnavailable, match="an audit process failed"):
         await Audit(store, settle=0).run()
@@ -208,7 +209,7 @@ async def test_a_failing_audit_process_is_storage_unavailable(
 
 async def test_max_rate_keeps_the_pass_on_one_thread(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     await put(store, png(5, 5))
-    monkeypatch.setattr(audit_module, "_processes", lambda rows: 2)
+    monkeypatch.setattr(filepass, "processes", lambda rows: 2)
     pools: list[object] = []
     monkeypatch.setattr(
         audit_module, "ProcessPoolExecutor", lambda *a, **k: pools.append(a) or ProcessPool(*a, **k)
@@ -224,9 +225,9 @@ def test_an_audit_process_ends_when_the_audit_is_killed() -> None:
     program = (
         "import multiprocessing, os, sys, time\n"
         "from concurrent.futures import ProcessPoolExecutor\n"
-        "from attachstore import audit\n"
+        "from attachstore import filepass\n"
         "pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context('spawn'),"
-        " initializer=audit._worker_start)\n"
+        " initializer=filepass.worker_start)\n"
         "print(pool.submit(os.getpid).result(), flush=True)\n"
         "time.sleep(60)\n"
     )
@@ -278,7 +279,7 @@ async def test_objects_too_large_for_one_read_are_read_whole(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     refs = await put(store, png(30, 30, seed=1), png(31, 31, seed=2))
-    monkeypatch.setattr("attachstore.audit._READ_AT_ONCE", 64)
+    monkeypatch.setattr("attachstore.filepass.READ_AT_ONCE", 64)
     report = await Audit(store, settle=0).run()
     assert (report.files, report.findings) == (2, [])
     assert report.bytes == sum(store.local.path(Ref.parse(r)).stat().st_size for r in refs)
@@ -296,7 +297,7 @@ async def test_findings_are_the_same_whatever_the_size_of_a_trip(
     (store.local.objects / "sha256" / "notes.txt").write_text("hello")
     expected = sorted([(Kind.CORRUPT, refs[2]), (Kind.MISSING, refs[5]), (Kind.STRAY_FILE, None)], key=str)
     for per_trip in (1, 2, 3, 1024):
-        monkeypatch.setattr("attachstore.audit._TRIP_FILES", per_trip)
+        monkeypatch.setattr("attachstore.filepass.TRIP_FILES", per_trip)
         report = await Audit(store, settle=0).run()
         assert sorted(((f.kind, f.ref) for f in report.findings), key=str) == expected
         assert (report.files, report.rows) == (7, 7)
@@ -322,13 +323,13 @@ async def test_a_file_swept_between_the_listing_and_its_read_is_no_finding_of_it
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     [ref] = await put(store, png(9, 9))
-    examine = audit_module._examine
+    examine = filepass.examine
 
     def sweep_first(parts: list[tuple[Listing, list[str]]], rows: dict[str, ObjectRow]) -> object:
         store.local.path(Ref.parse(ref)).unlink()  # what a GC sweep does first
         return examine(parts, rows)
 
-    monkeypatch.setattr("attachstore.audit._examine", sweep_first)
+    monkeypatch.setattr("attachstore.filepass.examine", sweep_first)
     report = await Audit(store, settle=0).run()
     # Not "cannot be read": the row pass confirms it under the lock (a sweep would have taken the row too).
     assert [(f.kind, f.ref) for f in report.findings] == [(Kind.MISSING, ref)]
@@ -342,7 +343,7 @@ async def test_a_suspect_healed_before_its_closer_look_is_not_reported(
     path = store.local.path(Ref.parse(ref))
     good = path.read_bytes()
     flip_byte(path, 40)
-    look_again = audit_module._look_again
+    look_again = filepass.look_again
 
     def heal_first(where: str, named: Ref | None) -> object:
         os.chmod(path, 0o644)
@@ -350,7 +351,7 @@ async def test_a_suspect_healed_before_its_closer_look_is_not_reported(
         os.chmod(path, 0o444)
         return look_again(where, named)
 
-    monkeypatch.setattr("attachstore.audit._look_again", heal_first)
+    monkeypatch.setattr("attachstore.filepass.look_again", heal_first)
     assert await audit(store) == []
 
 
