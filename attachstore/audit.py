@@ -97,6 +97,18 @@ class AuditReport:
         return not self.findings
 
 
+@dataclass(slots=True)
+class _Pass:
+    """What one run carries from file to file: the snapshot of the rows, the report, the progress line, the
+    refs whose files were seen, and when the reading started (for --max-rate)."""
+
+    rows: dict[str, ObjectRow]
+    report: AuditReport
+    bar: Progress | None
+    started: float
+    seen: set[str] = field(default_factory=set)
+
+
 class Audit:
     def __init__(
         self,
@@ -143,33 +155,23 @@ class Audit:
         bar = None
         if self.progress:
             bar = self.progress(round(len(rows) * self.sample), round(total * self.sample))
-        started = time.monotonic()
-        seen: set[str] = set()
+        run = _Pass(rows, report, bar, time.monotonic())
         if self.store.local is not None:
-            await self._local_pass(self.store.local, rows, per_trip, report, bar, seen, started)
+            await self._local_pass(self.store.local, run, per_trip)
         else:
-            await self._backend_pass(rows, report, bar, seen, started)
-        for ref in sorted(rows.keys() - seen):
+            await self._backend_pass(run)
+        for ref in sorted(rows.keys() - run.seen):
             if self._pick(ref):
                 report.rows += 1
                 await self._check_row_without_file(rows[ref], report)
-        report.rows += len(seen & rows.keys())
+        report.rows += len(run.seen & rows.keys())
         if bar:
             bar.finish()
         figures = {"files": report.files, "bytes": report.bytes, "findings": len(report.findings)}
         await self.store.index.record_run("audit" if self.sample >= 1 else "audit_sample", figures)
         return report
 
-    async def _local_pass(
-        self,
-        local: LocalBlobStore,
-        rows: dict[str, ObjectRow],
-        per_trip: int,
-        report: AuditReport,
-        bar: Progress | None,
-        seen: set[str],
-        started: float,
-    ) -> None:
+    async def _local_pass(self, local: LocalBlobStore, run: _Pass, per_trip: int) -> None:
         """Every file under objects/, read in trips by one thread (on a large store with an SQLite index, by
         one process per core); suspects looked at again on the loop."""
         # The walk is listed as it goes, on the audit's thread, a trip at a time: nothing is listed ahead.
@@ -177,7 +179,7 @@ class Audit:
         index = self.store.index
         database = str(index.path) if isinstance(index, Index) else None
         # --max-rate asks to spare the machine: one thread then, never every core in bursts.
-        processes = filepass.processes(len(rows)) if database and not self.max_rate else 1
+        processes = filepass.processes(len(run.rows)) if database and not self.max_rate else 1
         lister = ThreadPoolExecutor(1, thread_name_prefix="audit")
         spawn = multiprocessing.get_context("spawn")
         pool = (
@@ -189,7 +191,7 @@ class Audit:
 
         def trip() -> filepass.Trip | None:
             parts = next(trips, None)
-            return None if parts is None else filepass.examine(parts, rows)
+            return None if parts is None else filepass.examine(parts, run.rows)
 
         async def elsewhere() -> filepass.Trip | None:
             parts = await loop.run_in_executor(lister, next, trips, None)
@@ -210,17 +212,13 @@ class Audit:
                 found = await pending.popleft()
                 if found is None:
                     continue
-                before = report.bytes
-                seen.update(found.refs)
-                report.files += len(found.refs)
-                report.bytes += found.bytes
+                before = run.report.bytes
+                run.seen.update(found.refs)
+                run.report.files += len(found.refs)
+                run.report.bytes += found.bytes
                 for path, named in found.suspects:
-                    await self._look(
-                        await asyncio.to_thread(filepass.look_again, path, named), rows, report, seen
-                    )
-                if bar:
-                    bar.advance(len(found.refs) + len(found.suspects), report.bytes - before)
-                await self._throttle(report.bytes, started)
+                    await self._look(await asyncio.to_thread(filepass.look_again, path, named), run)
+                await self._advance(run, len(found.refs) + len(found.suspects), before)
                 pending.append(start())
         finally:
             for waiting in pending:  # on an error, no trip after the ones under way
@@ -229,14 +227,7 @@ class Audit:
             if pool:
                 pool.shutdown(cancel_futures=True)
 
-    async def _backend_pass(
-        self,
-        rows: dict[str, ObjectRow],
-        report: AuditReport,
-        bar: Progress | None,
-        seen: set[str],
-        started: float,
-    ) -> None:
+    async def _backend_pass(self, run: _Pass) -> None:
         """Every object a remote backend (S3) lists, fetched _FETCHES at a time as it is, hashed off the
         loop, and checked against its row like a local file's closer look."""
         batch: list[StoredObject] = []
@@ -244,42 +235,36 @@ class Audit:
             if self._pick(str(found.ref) if found.ref else found.key):
                 batch.append(found)
             if len(batch) >= _FETCHES:
-                await self._backend_batch(batch, rows, report, bar, seen, started)
+                await self._backend_batch(batch, run)
                 batch = []
         if batch:
-            await self._backend_batch(batch, rows, report, bar, seen, started)
+            await self._backend_batch(batch, run)
 
-    async def _backend_batch(
-        self,
-        batch: list[StoredObject],
-        rows: dict[str, ObjectRow],
-        report: AuditReport,
-        bar: Progress | None,
-        seen: set[str],
-        started: float,
-    ) -> None:
+    async def _backend_batch(self, batch: list[StoredObject], run: _Pass) -> None:
         looks = await asyncio.gather(*(self._fetch(found) for found in batch))
-        before = report.bytes
+        before = run.report.bytes
         for look in looks:
-            await self._look(look, rows, report, seen)
-        if bar:
-            bar.advance(len(batch), report.bytes - before)
-        await self._throttle(report.bytes, started)
+            await self._look(look, run)
+        await self._advance(run, len(batch), before)
 
-    async def _look(
-        self, look: filepass.Look | None, rows: dict[str, ObjectRow], report: AuditReport, seen: set[str]
-    ) -> None:
+    async def _advance(self, run: _Pass, files: int, before: int) -> None:
+        """`files` more done, with the bytes counted since `before`: the progress line, then the pace."""
+        if run.bar:
+            run.bar.advance(files, run.report.bytes - before)
+        await self._throttle(run.report.bytes, run.started)
+
+    async def _look(self, look: filepass.Look | None, run: _Pass) -> None:
         """Count a file looked at closely and check it against its row; None: gone since the listing (a GC
         sweep), and the row pass decides about its row."""
         if look is None:
             return
         row = None
         if look.file.ref is not None:
-            seen.add(str(look.file.ref))
-            row = rows.get(str(look.file.ref))
-        report.files += 1
-        report.bytes += look.file.size
-        await self._check_file(look, row, report)
+            run.seen.add(str(look.file.ref))
+            row = run.rows.get(str(look.file.ref))
+        run.report.files += 1
+        run.report.bytes += look.file.size
+        await self._check_file(look, row, run.report)
 
     async def _fetch(self, found: StoredObject) -> filepass.Look | None:
         data = await self.store.blobs.fetch(found.key)
