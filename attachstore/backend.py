@@ -133,7 +133,7 @@ class LocalBackend:
         target = self.blobs.quarantine_dir / f"stray-{path.name}.{time.time_ns()}"
 
         def move() -> None:
-            os.rename(path, target)
+            self.blobs.ops.rename(path, target)
             self.blobs.ops.fsync_dir(path.parent)
             self.blobs.ops.fsync_dir(target.parent)
 
@@ -141,6 +141,8 @@ class LocalBackend:
             await asyncio.to_thread(move)
         except FileNotFoundError:
             return "gone meanwhile"
+        except OSError as e:
+            raise storage_error(e, "setting a stray file aside") from e
         return f"moved to {target}"
 
     async def walk(self) -> AsyncIterator[StoredObject]:

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from attachstore.backend import LocalBackend
 from attachstore.blobstore import LocalBlobStore, Put
 from attachstore.errors import Corrupt, Missing, StorageFull, StorageUnavailable
 from attachstore.refs import Ref
@@ -214,3 +215,18 @@ def test_a_writer_survives_a_sweep_between_its_steps(tmp_path: Path, what: str) 
     assert store.put_sync(ref, DATA) is Put.CREATED
     assert store.read_sync(ref, len(DATA)) == DATA
     assert leftovers(store) == []
+
+
+async def test_setting_a_stray_aside_fails_as_storage_unavailable_and_moves_nothing(
+    store: LocalBlobStore, ops: RecordingOps
+) -> None:
+    """The backend contract: an I/O failure is a StorageUnavailable, never a raw OSError."""
+    backend = LocalBackend(store)
+    stray = store.objects / "notes.txt"
+    stray.write_text("not an object")
+    ops.fail_at = "rename"
+    with pytest.raises(StorageUnavailable, match="setting a stray file aside"):
+        await backend.set_aside(str(stray))
+    assert stray.exists()
+    assert (await backend.set_aside(str(stray))).startswith("moved to ")
+    assert not stray.exists()
