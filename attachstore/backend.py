@@ -24,7 +24,7 @@ import itertools
 import os
 import stat
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -62,6 +62,9 @@ class BlobStore(Protocol):
     async def quarantine(self, ref: Ref) -> str: ...
 
     async def stat(self, ref: Ref) -> StoredObject | None: ...
+
+    async def stat_many(self, refs: Sequence[Ref]) -> list[StoredObject | None]:
+        """`stat` of each, in order, in one go (an admission checks its batch under the index lock)."""
 
     async def discard(self, ref: Ref) -> None: ...
 
@@ -110,6 +113,16 @@ class LocalBackend:
         except OSError as e:
             raise storage_error(e, "looking up an object") from e
         return None if found is None else _object(found)
+
+    async def stat_many(self, refs: Sequence[Ref]) -> list[StoredObject | None]:
+        def stat_all() -> list[StoredFile | None]:
+            return [self.blobs.stat(ref) for ref in refs]
+
+        try:
+            found = await asyncio.to_thread(stat_all)  # one thread hop for the batch, not one per object
+        except OSError as e:
+            raise storage_error(e, "looking up an object") from e
+        return [None if f is None else _object(f) for f in found]
 
     async def discard(self, ref: Ref) -> None:
         await asyncio.to_thread(self.blobs.discard_sync, ref)

@@ -30,7 +30,7 @@ import secrets
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from datetime import datetime
@@ -234,6 +234,9 @@ class S3BlobStore:
         if head is None:
             return None
         return StoredObject(key, ref, head["ContentLength"], head["LastModified"].timestamp())
+
+    async def stat_many(self, refs: Sequence[Ref]) -> list[StoredObject | None]:
+        return list(await asyncio.gather(*(self.stat(ref) for ref in refs)))
 
     async def discard(self, ref: Ref) -> None:
         if self.cache is not None:

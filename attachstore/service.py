@@ -437,7 +437,7 @@ class Store:
         """Raise _FileGone unless every object's file is in place with its size (run under the write lock,
         just before the transaction that publishes them)."""
 
-        found = await asyncio.gather(*(self.blobs.stat(ref) for ref, _ in objects))
+        found = await self.blobs.stat_many([ref for ref, _ in objects])
         for (ref, size), f in zip(objects, found, strict=True):
             if f is None or f.size != size:
                 raise _FileGone(str(ref))

@@ -223,6 +223,14 @@ async def test_stat_describes_the_object(backend: Backend) -> None:
     assert before - 5 <= found.mtime <= time.time() + 5  # clocks of a server may drift a little
 
 
+async def test_stat_many_is_stat_of_each_in_order(backend: Backend) -> None:
+    there, gone = ref_of(DATA), ref_of(DATA + b"!")
+    await backend.store.put(there, DATA)
+    found = await backend.store.stat_many([gone, there, gone])
+    assert [f if f is None else (f.ref, f.size) for f in found] == [None, (there, len(DATA)), None]
+    assert await backend.store.stat_many([]) == []
+
+
 async def test_walk_lists_exactly_the_objects(backend: Backend) -> None:
     assert [o async for o in backend.store.walk()] == []
     blobs = {ref_of(d, a): d for a in ("sha256", "blake3") for d in (DATA, b"second", b"third" * 999)}
