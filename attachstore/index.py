@@ -70,9 +70,9 @@ class Hold:
     everything: bool = False  # may hold any stored object (no tokens configured, or the operator)
 
 
-_COLUMNS = "ref, media_type, bytes, width, height, frames, name, created_at, lease_at, state"
+COLUMNS = "ref, media_type, bytes, width, height, frames, name, created_at, lease_at, state"  # ObjectRow
 _IN_CHUNK = 4096  # refs per IN (...) list, well under SQLite's limit on variables
-_OBJECT_COLUMNS = ", ".join(f"objects.{c}" for c in _COLUMNS.split(", "))
+_OBJECT_COLUMNS = ", ".join(f"objects.{c}" for c in COLUMNS.split(", "))
 _TENANT_COLUMNS = (
     "objects.ref, media_type, bytes, width, height, frames, grants.name, created_at, lease_at, state"
 )
@@ -81,7 +81,7 @@ _TENANT_COLUMNS = (
 # Not held by a session and not a variant some source still links to: what GC may consider.
 _UNHELD = """NOT EXISTS (SELECT 1 FROM holds WHERE holds.ref = objects.ref)
     AND NOT EXISTS (SELECT 1 FROM variants WHERE variants.variant = objects.ref)"""
-_UPSERT_OBJECT = f"""INSERT INTO objects ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'ok')
+_UPSERT_OBJECT = f"""INSERT INTO objects ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'ok')
     ON CONFLICT (ref) DO UPDATE SET
         media_type = excluded.media_type, bytes = excluded.bytes, width = excluded.width,
         height = excluded.height, frames = excluded.frames, name = COALESCE(objects.name, excluded.name),
@@ -109,7 +109,7 @@ def rows_in(db: sqlite3.Connection, refs: Sequence[str]) -> dict[str, ObjectRow]
     for start in range(0, len(refs), _IN_CHUNK):
         chunk = refs[start : start + _IN_CHUNK]
         marks = ", ".join("?" * len(chunk))
-        for r in db.execute(f"SELECT {_COLUMNS} FROM objects WHERE ref IN ({marks})", chunk):
+        for r in db.execute(f"SELECT {COLUMNS} FROM objects WHERE ref IN ({marks})", chunk):
             found[r[0]] = _row(r)
     return found
 
@@ -175,7 +175,7 @@ class Index:
     async def get(self, ref: str, tenant: str | None = None) -> ObjectRow | None:
         """The row, if `tenant` may see it (None: the operator, who sees everything)."""
         if tenant is None:
-            found = await self._read(f"SELECT {_COLUMNS} FROM objects WHERE ref = ?", (ref,))
+            found = await self._read(f"SELECT {COLUMNS} FROM objects WHERE ref = ?", (ref,))
         else:
             # The tenant's own display name stands in for the object's.
             found = await self._read(
@@ -192,7 +192,7 @@ class Index:
             chunk = refs[start : start + 500]
             marks = ", ".join("?" * len(chunk))
             if tenant is None:
-                sql, params = f"SELECT {_COLUMNS} FROM objects WHERE ref IN ({marks})", tuple(chunk)
+                sql, params = f"SELECT {COLUMNS} FROM objects WHERE ref IN ({marks})", tuple(chunk)
             else:
                 sql = f"""SELECT {_TENANT_COLUMNS} FROM objects JOIN grants
                 ON grants.ref = objects.ref AND grants.tenant = ? WHERE objects.ref IN ({marks})"""
@@ -211,7 +211,7 @@ class Index:
         async with self.write() as db:
             for ref in refs:
                 async with db.execute(
-                    f"UPDATE objects SET lease_at = ? WHERE ref = ? RETURNING {_COLUMNS}", (now, ref)
+                    f"UPDATE objects SET lease_at = ? WHERE ref = ? RETURNING {COLUMNS}", (now, ref)
                 ) as cur:
                     r = await cur.fetchone()
                 if r is not None:
@@ -284,7 +284,7 @@ class Index:
     async def collectible(self, cutoff: float) -> list[ObjectRow]:
         """Rows with no hold whose lease is older than `cutoff`: the GC's candidates, to be re-checked."""
         found = await self._read(
-            f"""SELECT {_COLUMNS} FROM objects
+            f"""SELECT {COLUMNS} FROM objects
             WHERE lease_at < ? AND {_UNHELD} ORDER BY ref""",
             (cutoff,),
         )
@@ -294,7 +294,7 @@ class Index:
         return {r[0] for r in await self._read("SELECT ref FROM objects")}
 
     async def rows(self) -> list[ObjectRow]:
-        return [_row(r) for r in await self._read(f"SELECT {_COLUMNS} FROM objects ORDER BY ref")]
+        return [_row(r) for r in await self._read(f"SELECT {COLUMNS} FROM objects ORDER BY ref")]
 
     async def collect(
         self, refs: Sequence[str], cutoff: float, remove: Callable[[str], Awaitable[object]]

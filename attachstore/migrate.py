@@ -35,8 +35,8 @@ from pathlib import Path
 from .blobstore import LocalBlobStore
 from .config import SECTION_ENV_KEYS, Config, load
 from .errors import AttachstoreError, ConfigError, Corrupt, Missing, StorageUnavailable
-from .index import BUSY_TIMEOUT_MS, Hold, ObjectRow, SessionRow
-from .migrate_verify import Finding, Verify, read_failure, run_all
+from .index import BUSY_TIMEOUT_MS, COLUMNS, Hold, ObjectRow, SessionRow
+from .migrate_verify import Finding, Stage, Verify, read_failure, run_all
 from .progress import Progress
 from .refs import Ref
 from .schema import SCHEMA_VERSION, IndexUnusable
@@ -117,8 +117,7 @@ def read_source(path: Path) -> Snapshot:
                 f"the source index has schema version {version}, this attachstore copies version "
                 f"{SCHEMA_VERSION}: {upgrade}"
             )
-        columns = "ref, media_type, bytes, width, height, frames, name, created_at, lease_at, state"
-        rows = {r[0]: ObjectRow(*r) for r in db.execute(f"SELECT {columns} FROM objects ORDER BY ref")}
+        rows = {r[0]: ObjectRow(*r) for r in db.execute(f"SELECT {COLUMNS} FROM objects ORDER BY ref")}
         grants: dict[str, list[tuple[str, str | None]]] = {}
         for ref, tenant, name in db.execute("SELECT ref, tenant, name FROM grants ORDER BY ref, tenant"):
             grants.setdefault(ref, []).append((tenant, name))
@@ -266,15 +265,11 @@ class _Ready:
     copied: bool  # its bytes were copied (else only grants are published)
 
 
-class _Copy:
+class _Copy(Stage):
     def __init__(
         self, snapshot: Snapshot, source: LocalBlobStore, store: Store, report: Report, progress: MakeProgress
     ) -> None:
-        self.snapshot = snapshot
-        self.source = source
-        self.store = store
-        self.report = report
-        self.progress = progress
+        super().__init__(snapshot, source, store, report, progress)
         self.copied: set[str] = set()  # refs whose rows and objects the target has now
 
     async def run(self) -> None:

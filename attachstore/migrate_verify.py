@@ -46,7 +46,21 @@ async def source_failure(source: LocalBlobStore, row: ObjectRow) -> Finding | No
     return None
 
 
-class Verify:
+class Stage:
+    """One stage of a migration (the copy, the verification): the source's snapshot and file store, the
+    target store, the report both write to, and how progress is shown."""
+
+    def __init__(
+        self, snapshot: Snapshot, source: LocalBlobStore, store: Store, report: Report, progress: MakeProgress
+    ) -> None:
+        self.snapshot = snapshot
+        self.source = source
+        self.store = store
+        self.report = report
+        self.progress = progress
+
+
+class Verify(Stage):
     """Compare the target with the source: every object read back verified, every row compared. With
     `heal`, an object whose target bytes fail is written again from the source and read again."""
 
@@ -61,11 +75,7 @@ class Verify:
         heal: bool,
         jobs: int,
     ) -> None:
-        self.snapshot = snapshot
-        self.source = source
-        self.store = store
-        self.report = report
-        self.progress = progress
+        super().__init__(snapshot, source, store, report, progress)
         self.heal = heal
         self.jobs = jobs
         self.wanted = snapshot.wanted(f.what for f in report.failed)

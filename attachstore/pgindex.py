@@ -52,7 +52,7 @@ from typing import ParamSpec, TypeVar, cast
 import asyncpg  # type: ignore[import-untyped,unused-ignore]
 
 from .errors import NotFound, SessionConflict, SessionNotFound, StorageUnavailable
-from .index import Hold, ObjectRow, SessionKey, SessionRow
+from .index import COLUMNS, Hold, ObjectRow, SessionKey, SessionRow
 from .pgdriver import (
     CONNECTION_ERRORS,
     DRIVER_ERRORS,
@@ -69,12 +69,11 @@ from .pgschema import MIGRATIONS as MIGRATIONS  # re-exported: pgindex.MIGRATION
 CONNECT_TIMEOUT = 10.0
 _ATTEMPTS = 5  # of a transaction that failed on a deadlock or a serialization failure
 
-_COLUMNS = "ref, media_type, bytes, width, height, frames, name, created_at, lease_at, state"
-_OBJECT_COLUMNS = ", ".join(f"objects.{c.strip()}" for c in _COLUMNS.split(","))
+_OBJECT_COLUMNS = ", ".join(f"objects.{c.strip()}" for c in COLUMNS.split(","))
 _TENANT_COLUMNS = _OBJECT_COLUMNS.replace("objects.name", "grants.name")
 _UNHELD = """NOT EXISTS (SELECT 1 FROM holds WHERE holds.ref = objects.ref)
     AND NOT EXISTS (SELECT 1 FROM variants WHERE variants.variant = objects.ref)"""
-_UPSERT_OBJECT = f"""INSERT INTO objects ({_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'ok')
+_UPSERT_OBJECT = f"""INSERT INTO objects ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'ok')
     ON CONFLICT (ref) DO UPDATE SET
         media_type = excluded.media_type, bytes = excluded.bytes, width = excluded.width,
         height = excluded.height, frames = excluded.frames, name = COALESCE(objects.name, excluded.name),
@@ -82,7 +81,7 @@ _UPSERT_OBJECT = f"""INSERT INTO objects ({_COLUMNS}) VALUES ($1, $2, $3, $4, $5
 # Object rows are locked in ref order by every statement that updates several, so those never deadlock.
 _RENEW = f"""UPDATE objects SET lease_at = $1 WHERE ref IN
     (SELECT ref FROM objects WHERE ref = ANY($2::text[]) ORDER BY ref FOR NO KEY UPDATE)
-    RETURNING {_COLUMNS}"""
+    RETURNING {COLUMNS}"""
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -256,7 +255,7 @@ class PgIndex:
     async def get(self, ref: str, tenant: str | None = None) -> ObjectRow | None:
         """The row, if `tenant` may see it (None: the operator, who sees everything)."""
         if tenant is None:
-            found = await self._fetch(f"SELECT {_COLUMNS} FROM objects WHERE ref = $1", ref)
+            found = await self._fetch(f"SELECT {COLUMNS} FROM objects WHERE ref = $1", ref)
         else:
             found = await self._fetch(
                 f"""SELECT {_TENANT_COLUMNS} FROM objects
@@ -272,7 +271,7 @@ class PgIndex:
             return {}
         if tenant is None:
             found = await self._fetch(
-                f"SELECT {_COLUMNS} FROM objects WHERE ref = ANY($1::text[])", list(refs)
+                f"SELECT {COLUMNS} FROM objects WHERE ref = ANY($1::text[])", list(refs)
             )
         else:
             found = await self._fetch(
@@ -391,7 +390,7 @@ class PgIndex:
     async def collectible(self, cutoff: float) -> list[ObjectRow]:
         """Rows with no hold whose lease is older than `cutoff`: the GC's candidates, to be re-checked."""
         found = await self._fetch(
-            f"SELECT {_COLUMNS} FROM objects WHERE lease_at < $1 AND {_UNHELD} ORDER BY ref", cutoff
+            f"SELECT {COLUMNS} FROM objects WHERE lease_at < $1 AND {_UNHELD} ORDER BY ref", cutoff
         )
         return [_row(r) for r in found]
 
@@ -399,7 +398,7 @@ class PgIndex:
         return {r[0] for r in await self._fetch("SELECT ref FROM objects")}
 
     async def rows(self) -> list[ObjectRow]:
-        return [_row(r) for r in await self._fetch(f"SELECT {_COLUMNS} FROM objects ORDER BY ref")]
+        return [_row(r) for r in await self._fetch(f"SELECT {COLUMNS} FROM objects ORDER BY ref")]
 
     async def collect(
         self, refs: Sequence[str], cutoff: float, remove: Callable[[str], Awaitable[object]]
