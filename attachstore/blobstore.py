@@ -117,15 +117,18 @@ class Listing:
             return None
 
 
+# How an object file is opened to be read: non-blocking, so that a FIFO planted at its path cannot hold the
+# caller until a writer comes (O_NONBLOCK means nothing to a regular file's reads).
+OPEN_READ = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK
+
+
 class NotRegular(OSError):
     """What is at an object's path is not a regular file (a directory, a FIFO, a device)."""
 
 
 def open_regular(path: str | Path) -> BinaryIO:
-    """Open an object's file for reading. Non-blocking, so that a FIFO planted at the path cannot hold the
-    caller until a writer comes (a plain open waits for one); anything but a regular file raises
-    NotRegular. (O_NONBLOCK means nothing to a regular file's reads.)"""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    """Open an object's file for reading (OPEN_READ); anything but a regular file raises NotRegular."""
+    fd = os.open(path, OPEN_READ)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise NotRegular(errno.EINVAL, "not a regular file", str(path))

@@ -29,13 +29,12 @@ import time
 from collections import OrderedDict
 from typing import NamedTuple
 
-from .blobstore import LocalBlobStore
+from .blobstore import OPEN_READ, LocalBlobStore
 from .index import ObjectRow
 from .refs import Ref
 
 RESIDENT_MAX = 1 << 20  # hashing 1 MiB takes under a millisecond here: about what a thread hop costs
 _NOWAIT = getattr(os, "RWF_NOWAIT", 0)
-_OPEN = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK
 
 FileId = tuple[int, int, int]  # st_dev, st_ino, st_ctime_ns: which file, not just which name
 
@@ -61,7 +60,7 @@ class Resident:
         if not self.enabled or size > RESIDENT_MAX:
             return None
         try:
-            fd = os.open(self.blobs.filename(ref), _OPEN)
+            fd = os.open(self.blobs.filename(ref), OPEN_READ)
         except OSError:
             return None
         try:
