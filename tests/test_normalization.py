@@ -15,6 +15,7 @@ from PIL import Image, ImageDraw
 from attachstore import gc
 from attachstore.api.common import STORE
 from attachstore.config import Route
+from attachstore.index import ObjectRow
 from attachstore.refs import Ref
 from attachstore.render.assemble import variant_spec
 from attachstore.service import Store
@@ -302,13 +303,19 @@ async def test_a_damaged_variant_is_never_sent_and_is_derived_again(make_client:
     assert await read(client, ref)  # the source is untouched
 
 
-async def test_gc_removes_a_variant_with_its_source(make_client: MakeClient) -> None:
+async def _with_a_variant(make_client: MakeClient) -> tuple[Store, str, ObjectRow]:
+    """A daemon's store, a 1024x768 photo admitted there, and the 512 px variant its first render made."""
     client = await make_client(routes=ROUTES)
     store = client.app[STORE]
     ref = (await admit(client, images.jpeg(1024, 768)))[1]["attachments"][0]["ref"]
     await client.post("/v1/render", json=render_body(ref))
     variant = await store.index.variant(ref, _spec_key(512))
     assert variant is not None
+    return store, ref, variant
+
+
+async def test_gc_removes_a_variant_with_its_source(make_client: MakeClient) -> None:
+    store, ref, variant = await _with_a_variant(make_client)
 
     # The variant is not garbage while its source lives, whatever its age.
     plan = await gc.plan(store, grace=0, now=variant.lease_at + 3600)
@@ -392,12 +399,7 @@ async def test_a_variant_that_cannot_be_made_leaves_the_image_out_as_too_large(
 
 
 async def test_a_variant_renewed_after_the_cutoff_outlives_its_source(make_client: MakeClient) -> None:
-    client = await make_client(routes=ROUTES)
-    store = client.app[STORE]
-    ref = (await admit(client, images.jpeg(1024, 768)))[1]["attachments"][0]["ref"]
-    await client.post("/v1/render", json=render_body(ref))
-    variant = await store.index.variant(ref, _spec_key(512))
-    assert variant is not None
+    store, ref, variant = await _with_a_variant(make_client)
     cutoff = variant.lease_at + 10
     await store.index.renew([variant.ref], cutoff + 5)  # derived again for another source meanwhile
     result = await gc.execute(store, await gc.plan(store, grace=0, now=cutoff))
