@@ -9,9 +9,9 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from attachstore.api import make_app
-from attachstore.blobstore import FileOps
 from attachstore.config import Config
 from attachstore.service import Store
+from attachstore.storage.local import FileOps
 from tests.support import fixtures, services
 
 MakeConfig = Callable[..., Config]

@@ -19,10 +19,10 @@ from typing import Any
 
 import msgspec
 
-from attachstore.blobstore import FileOps
 from attachstore.config import Config
 from attachstore.index import Index
 from attachstore.service import Store, Upload
+from attachstore.storage.local import FileOps
 from tests.images import png
 
 AFTER = {"staged": "write", "synced": "fsync", "linked": "link", "dir_synced": "fsync_dir"}

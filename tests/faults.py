@@ -6,7 +6,7 @@ import errno
 import os
 from pathlib import Path
 
-from attachstore.blobstore import FileOps
+from attachstore.storage.local import FileOps
 
 
 class RecordingOps(FileOps):

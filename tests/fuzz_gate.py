@@ -20,11 +20,10 @@ with atheris.instrument_imports(include=["attachstore", "PIL"]):
     # Pillow loads its plugins when it first opens a file: loaded here, they are instrumented too.
     from PIL import GifImagePlugin, JpegImagePlugin, MpoImagePlugin, PngImagePlugin, WebPImagePlugin  # noqa: F401
 
-    from attachstore import containers
     from attachstore.config import Limits
     from attachstore.errors import Rejected
-    from attachstore.gate import Inspection, inspect
-    from attachstore.probe import probe_header
+    from attachstore.gate import Inspection, containers, inspect
+    from attachstore.gate.probe import probe_header
 
 from tests import images
 

@@ -15,8 +15,8 @@ from aiohttp.test_utils import TestClient
 from yarl import URL
 
 from attachstore.api.common import STORE
-from attachstore.blobstore import LocalBlobStore
 from attachstore.refs import Ref
+from attachstore.storage.local import LocalBlobStore
 from tests.conftest import MakeClient
 from tests.faults import flip_byte
 from tests.images import apng, gif, gif_animated, jpeg, png, webp, webp_animated

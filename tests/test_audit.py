@@ -15,16 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from attachstore import audit as audit_module
-from attachstore import filepass
-from attachstore.audit import Audit, Kind
-from attachstore.blobstore import Listing
 from attachstore.cli import main
 from attachstore.errors import StorageUnavailable
 from attachstore.index import ObjectRow
+from attachstore.maintenance import audit as audit_module
+from attachstore.maintenance import filepass
+from attachstore.maintenance.audit import Audit, Kind
 from attachstore.progress import Progress
 from attachstore.refs import Ref
 from attachstore.service import Store, Upload
+from attachstore.storage.local import Listing
 from tests.faults import flip_byte
 from tests.images import jpeg, png
 
@@ -187,7 +187,7 @@ async def test_max_rate_paces_the_reads(store: Store, monkeypatch: pytest.Monkey
     async def sleep(seconds: float) -> None:
         pauses.append(seconds)
 
-    monkeypatch.setattr("attachstore.audit.asyncio.sleep", sleep)
+    monkeypatch.setattr("attachstore.maintenance.audit.asyncio.sleep", sleep)
     await Audit(store, max_rate=100.0, settle=0).run()  # 100 bytes/s: the reads are far ahead of the pace
     assert pauses
     assert sum(pauses) > 1
@@ -225,7 +225,7 @@ def test_an_audit_process_ends_when_the_audit_is_killed() -> None:
     program = (
         "import multiprocessing, os, sys, time\n"
         "from concurrent.futures import ProcessPoolExecutor\n"
-        "from attachstore import filepass\n"
+        "from attachstore.maintenance import filepass\n"
         "pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context('spawn'),"
         " initializer=filepass.worker_start)\n"
         "print(pool.submit(os.getpid).result(), flush=True)\n"
@@ -279,7 +279,7 @@ async def test_objects_too_large_for_one_read_are_read_whole(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     refs = await put(store, png(30, 30, seed=1), png(31, 31, seed=2))
-    monkeypatch.setattr("attachstore.filepass.READ_AT_ONCE", 64)
+    monkeypatch.setattr("attachstore.maintenance.filepass.READ_AT_ONCE", 64)
     report = await Audit(store, settle=0).run()
     assert (report.files, report.findings) == (2, [])
     assert report.bytes == sum(store.local.path(Ref.parse(r)).stat().st_size for r in refs)
@@ -297,7 +297,7 @@ async def test_findings_are_the_same_whatever_the_size_of_a_trip(
     (store.local.objects / "sha256" / "notes.txt").write_text("hello")
     expected = sorted([(Kind.CORRUPT, refs[2]), (Kind.MISSING, refs[5]), (Kind.STRAY_FILE, None)], key=str)
     for per_trip in (1, 2, 3, 1024):
-        monkeypatch.setattr("attachstore.filepass.TRIP_FILES", per_trip)
+        monkeypatch.setattr("attachstore.maintenance.filepass.TRIP_FILES", per_trip)
         report = await Audit(store, settle=0).run()
         assert sorted(((f.kind, f.ref) for f in report.findings), key=str) == expected
         assert (report.files, report.rows) == (7, 7)
@@ -329,7 +329,7 @@ async def test_a_file_swept_between_the_listing_and_its_read_is_no_finding_of_it
         store.local.path(Ref.parse(ref)).unlink()  # what a GC sweep does first
         return examine(parts, rows)
 
-    monkeypatch.setattr("attachstore.filepass.examine", sweep_first)
+    monkeypatch.setattr("attachstore.maintenance.filepass.examine", sweep_first)
     report = await Audit(store, settle=0).run()
     # Not "cannot be read": the row pass confirms it under the lock (a sweep would have taken the row too).
     assert [(f.kind, f.ref) for f in report.findings] == [(Kind.MISSING, ref)]
@@ -351,7 +351,7 @@ async def test_a_suspect_healed_before_its_closer_look_is_not_reported(
         os.chmod(path, 0o444)
         return look_again(where, named)
 
-    monkeypatch.setattr("attachstore.filepass.look_again", heal_first)
+    monkeypatch.setattr("attachstore.maintenance.filepass.look_again", heal_first)
     assert await audit(store) == []
 
 

@@ -1,4 +1,5 @@
-"""One contract (attachstore/backend.py), every backend: the same tests against the local store and S3.
+"""One contract (attachstore/storage/backend.py), every backend: the same tests against the local store and
+S3.
 
 S3 needs a real server, found by tests/support/fixtures.py: the one the ATTACHSTORE_TEST_S3_* variables name,
 else one `tests.support.services` starts. Without either the S3 tests fail, unless
@@ -17,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from attachstore.backend import BlobStore, LocalBackend
-from attachstore.blobstore import LocalBlobStore, Put
 from attachstore.errors import Corrupt, Missing
 from attachstore.refs import Ref
+from attachstore.storage.backend import BlobStore, LocalBackend
+from attachstore.storage.local import LocalBlobStore, Put
 from tests.faults import flip_byte
 from tests.support.fixtures import S3Server, bucket_on, require_s3
 

@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from attachstore.backend import LocalBackend
-from attachstore.blobstore import LocalBlobStore, Put
 from attachstore.errors import Corrupt, Missing, StorageFull, StorageUnavailable
 from attachstore.refs import Ref
+from attachstore.storage.backend import LocalBackend
+from attachstore.storage.local import LocalBlobStore, Put
 from tests.faults import RecordingOps, flip_byte
 
 DATA = b"some object bytes " * 100

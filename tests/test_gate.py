@@ -10,18 +10,18 @@ from typing import Any
 import pytest
 from PIL import Image, ImageFile
 
-from attachstore import gate
 from attachstore.config import Limits
 from attachstore.errors import InvalidRequest, Rejected
 from attachstore.gate import (
     Inspection,
     base64_decoded_size,
     check_batch,
+    checks,
     decode_base64,
     inspect,
     precheck,
 )
-from attachstore.probe import probe_header, sniff
+from attachstore.gate.probe import probe_header, sniff
 from tests import images
 
 DEFAULTS = Limits()
@@ -661,7 +661,7 @@ def test_first_failing_check_decides(
 
 def test_decoded_format_must_match_the_sniffed_one(monkeypatch: pytest.MonkeyPatch) -> None:
     # Unreachable while one Pillow plugin is tried per sniffed type; the backstop still has to work.
-    monkeypatch.setitem(gate._DECODED_TYPE, "GIF", "image/png")
+    monkeypatch.setitem(checks._DECODED_TYPE, "GIF", "image/png")
     error = rejected(inspect, images.gif(4, 4), None, DEFAULTS)
     assert error.code == "IMAGE_TYPE_MISMATCH"
 

@@ -17,11 +17,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from attachstore import containers
 from attachstore.config import Limits
 from attachstore.errors import Rejected
-from attachstore.gate import Inspection, inspect
-from attachstore.probe import probe_header
+from attachstore.gate import Inspection, containers, inspect
+from attachstore.gate.probe import probe_header
 from tests import images
 
 DEFAULTS = Limits()

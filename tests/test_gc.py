@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from attachstore import gc
 from attachstore.cli import main
 from attachstore.errors import NotFound
+from attachstore.maintenance import gc
 from attachstore.refs import Ref
 from attachstore.service import Store, Upload
 from tests.images import gif, png

@@ -11,7 +11,7 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
-from attachstore import gc
+from attachstore.maintenance import gc
 from attachstore.refs import Ref
 from attachstore.service import Store
 from tests.conftest import MakeClient, MakeConfig

@@ -44,8 +44,8 @@ import pytest
 from attachstore.config import Limits
 from attachstore.errors import Rejected
 from attachstore.gate import inspect
-from attachstore.pool import DecodePool
-from attachstore.probe import probe_header, sniff
+from attachstore.gate.pool import DecodePool
+from attachstore.gate.probe import probe_header, sniff
 from attachstore.refs import Ref
 from tests import images
 from tests.conftest import MakeClient

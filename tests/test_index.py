@@ -5,7 +5,7 @@ import pytest
 
 from attachstore.errors import StorageFull, StorageUnavailable
 from attachstore.index import Index, ObjectRow, rows_in
-from attachstore.schema import SCHEMA_VERSION, IndexUnusable
+from attachstore.index.schema import SCHEMA_VERSION, IndexUnusable
 
 
 async def _nothing() -> None:

@@ -1,4 +1,4 @@
-"""One contract (attachstore/index.py), two index backends: the same tests against SQLite and PostgreSQL.
+"""One contract (attachstore/index/), two index backends: the same tests against SQLite and PostgreSQL.
 
 PostgreSQL needs a server, found by tests/support/fixtures.py: the one ATTACHSTORE_TEST_POSTGRES_DSN names,
 else one `tests.support.services` starts. Without either the PostgreSQL tests fail, unless
@@ -25,11 +25,11 @@ from typing import Any
 import asyncpg
 import pytest
 
-from attachstore import pgindex, schema
 from attachstore.errors import NotFound, SessionConflict, SessionNotFound, StorageFull, StorageUnavailable
-from attachstore.index import Hold, Index, ObjectRow, SessionRow
-from attachstore.pgindex import PgIndex
-from attachstore.schema import SCHEMA_VERSION, IndexUnusable
+from attachstore.index import Hold, Index, ObjectRow, SessionRow, schema
+from attachstore.index import postgres as pgindex
+from attachstore.index.postgres import PgIndex
+from attachstore.index.schema import SCHEMA_VERSION, IndexUnusable
 from tests.support.fixtures import database, drop_database, fresh_database
 
 AnyIndex = Index | PgIndex

@@ -12,12 +12,12 @@ from typing import Any
 import msgspec
 import pytest
 
-from attachstore import gc
-from attachstore.audit import Audit, Kind
 from attachstore.config import Config
+from attachstore.maintenance import gc
+from attachstore.maintenance.audit import Audit, Kind
 from attachstore.refs import Ref
-from attachstore.s3store import S3BlobStore
 from attachstore.service import Store, Upload
+from attachstore.storage.s3 import S3BlobStore
 
 from . import images
 from .support import fixtures

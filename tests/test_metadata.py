@@ -1,5 +1,5 @@
-"""Lossless removal of metadata (attachstore/metadata.py): the same pixels, frame by frame, and the gate takes
-the result."""
+"""Lossless removal of metadata (attachstore/gate/metadata.py): the same pixels, frame by frame, and the gate
+takes the result."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from PIL import Image, PngImagePlugin
 
 from attachstore.config import Limits
 from attachstore.gate import inspect
-from attachstore.metadata import has_metadata, strip_metadata
-from attachstore.normalize import fit
+from attachstore.gate.metadata import has_metadata, strip_metadata
+from attachstore.gate.normalize import fit
 from tests import images
 from tests.test_normalize import DEFAULT, has_no_metadata, opened
 

@@ -25,18 +25,19 @@ import asyncpg
 import msgspec
 import pytest
 
-from attachstore import cli, gc
+from attachstore import cli
 from attachstore.config import Config, Route, load
 from attachstore.errors import Missing, StorageUnavailable
 from attachstore.index import SessionRow
-from attachstore.migrate import JOBS
-from attachstore.pgindex import PgIndex
+from attachstore.index.postgres import PgIndex
+from attachstore.maintenance import gc
+from attachstore.maintenance.migrate import JOBS
 from attachstore.progress import human_bytes
 from attachstore.refs import Ref
 from attachstore.render import RenderRequest, render
 from attachstore.render.assemble import variant_spec
-from attachstore.s3store import S3BlobStore
 from attachstore.service import Store, Upload
+from attachstore.storage.s3 import S3BlobStore
 from tests import images
 from tests.faults import flip_byte
 from tests.support import fixtures, services

@@ -12,10 +12,10 @@ from typing import Any
 from aiohttp.test_utils import TestClient
 from PIL import Image, ImageDraw
 
-from attachstore import gc
 from attachstore.api.common import STORE
 from attachstore.config import Route
 from attachstore.index import ObjectRow
+from attachstore.maintenance import gc
 from attachstore.refs import Ref
 from attachstore.render.assemble import variant_spec
 from attachstore.service import Store

@@ -11,7 +11,7 @@ from PIL import Image, ImageCms
 
 from attachstore.config import Limits
 from attachstore.gate import Inspection, inspect
-from attachstore.normalize import Normalized, Target, Unfittable, fit
+from attachstore.gate.normalize import Normalized, Target, Unfittable, fit
 from tests import images
 
 DEFAULT = Target(2000, 4_000_000, 3_670_016)  # the admission defaults (config.Limits)

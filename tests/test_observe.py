@@ -68,8 +68,8 @@ async def test_counters_move_as_requests_are_made(client: Client, data_dir: Any)
 
 
 async def test_heals_and_maintenance_runs_are_counted(client: Client, data_dir: Any) -> None:
-    from attachstore import gc
     from attachstore.api.common import STORE
+    from attachstore.maintenance import gc
 
     image = png(11, 11)
     ref = (await (await admit(client, image)).json())["attachments"][0]["ref"]

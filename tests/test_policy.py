@@ -2,7 +2,7 @@ import pytest
 
 from attachstore.config import Route
 from attachstore.errors import Rejected, RouteSwitchRejected
-from attachstore.policy import Diagnostic, accepts_images, check_modality, check_switch, model_text
+from attachstore.service.policy import Diagnostic, accepts_images, check_modality, check_switch, model_text
 
 ROUTES = {"v": Route(input_modalities=["text", "image"]), "t": Route(input_modalities=["text"]), "d": Route()}
 

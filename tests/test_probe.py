@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 from PIL import Image
 
-from attachstore.probe import MEDIA_TYPES, Header, probe_header, sniff
+from attachstore.gate.probe import MEDIA_TYPES, Header, probe_header, sniff
 from tests import images
 
 # (name, factory) pairs: every format and variant the gate admits, small and large.

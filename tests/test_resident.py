@@ -1,6 +1,6 @@
-"""Reads on the event loop from the page cache, and the index rows they remember (attachstore/resident.py):
-every read still hashes the whole object; only the row's look-up is saved, and never across scopes, files
-or failures."""
+"""Reads on the event loop from the page cache, and the index rows they remember
+(attachstore/storage/resident.py): every read still hashes the whole object; only the row's look-up is
+saved, and never across scopes, files or failures."""
 
 from __future__ import annotations
 
@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
-from attachstore import gc, resident
 from attachstore.errors import Corrupt, NotFound
+from attachstore.maintenance import gc
 from attachstore.refs import Ref
 from attachstore.service import Store, Upload
+from attachstore.storage import resident
 from tests.conftest import MakeConfig
 from tests.images import jpeg, png
 from tests.test_gc import age

@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from attachstore.blobstore import LocalBlobStore, Put
 from attachstore.errors import Corrupt, Missing, StorageFull, StorageUnavailable
 from attachstore.refs import Ref
-from attachstore.s3store import ReadCache, S3BlobStore
+from attachstore.storage.local import LocalBlobStore, Put
+from attachstore.storage.s3 import ReadCache, S3BlobStore
 from tests.faults import flip_byte
 from tests.support.fixtures import S3Server, bucket_on, require_s3
 

@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
 
-from ..blobstore import FileOps
 from ..config import Config
 from ..errors import AttachstoreError, StorageUnavailable, Unauthorized
-from ..service import Store
+from ..service.store import Store
+from ..storage.local import FileOps
 from . import attachments, observe, openapi, render, sessions, wire
 from .common import CONFIG, STORE, TENANT, error_response, json_response
 from .observe import ERROR_CODE

@@ -9,7 +9,7 @@ import msgspec
 
 from .. import __version__
 from ..render import Rendered, RenderRequest
-from ..sessions import SESSION_ID_PATTERN
+from ..service.sessions import SESSION_ID_PATTERN
 from . import wire
 
 _SHAPES: list[Any] = [

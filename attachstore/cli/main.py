@@ -15,13 +15,14 @@ from typing import TypeVar
 
 import msgspec
 
-from . import __version__, logs, maintenance
-from .config import Config, load
-from .errors import AttachstoreError, ConfigError, InvalidRequest
-from .index import SessionRow
-from .progress import rfc3339
-from .schema import IndexUnusable
-from .service import SOURCES, Admission, ImageRef, Store, Upload
+from .. import __version__, logs
+from ..config import Config, load
+from ..errors import AttachstoreError, ConfigError, InvalidRequest
+from ..index.schema import IndexUnusable
+from ..index.sqlite import SessionRow
+from ..progress import rfc3339
+from ..service.store import SOURCES, Admission, ImageRef, Store, Upload
+from . import maintenance
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 TENANT_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
@@ -142,7 +143,7 @@ def _cmd_put(args: argparse.Namespace, config: Config) -> int:
 
     result = asyncio.run(_with_store(config, action))
     if args.json:
-        from .api.attachments import attachment  # the HTTP stack, only where its wire shape is printed
+        from ..api.attachments import attachment  # the HTTP stack, only where its wire shape is printed
 
         answer: dict[str, object] = {"attachments": [attachment(r) for r in result.attachments]}
         if result.degraded:
@@ -174,7 +175,7 @@ def _cmd_get(args: argparse.Namespace, config: Config) -> int:
 
 def _cmd_stat(args: argparse.Namespace, config: Config) -> int:
     async def action(store: Store) -> int:
-        from .api.attachments import attachment
+        from ..api.attachments import attachment
 
         print(msgspec.json.encode(attachment(await store.meta(args.ref))).decode())
         return EXIT_OK
@@ -227,7 +228,7 @@ def _cmd_serve(args: argparse.Namespace, config: Config) -> int:
     logs.setup()
     if args.workers < 1:
         raise InvalidRequest("--workers: at least 1")
-    from . import server  # aiohttp and the app: only `serve` pays for importing them
+    from .. import server  # aiohttp and the app: only `serve` pays for importing them
 
     return server.run(config, args.workers)
 

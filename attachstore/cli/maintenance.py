@@ -11,12 +11,12 @@ from typing import Any
 
 import msgspec
 
-from . import gc, migrate
-from .audit import Audit, AuditReport
-from .config import Config, Gc
-from .errors import AttachstoreError, ConfigError
-from .progress import Progress, human_bytes, rfc3339
-from .service import Store
+from ..config import Config, Gc
+from ..errors import AttachstoreError, ConfigError
+from ..maintenance import gc, migrate
+from ..maintenance.audit import Audit, AuditReport
+from ..progress import Progress, human_bytes, rfc3339
+from ..service.store import Store
 
 EXIT_OK, EXIT_FINDINGS, EXIT_COULD_NOT_RUN = 0, 1, 2
 

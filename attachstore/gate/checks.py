@@ -18,10 +18,10 @@ from math import sqrt
 
 from PIL import Image, ImageFile, PngImagePlugin, UnidentifiedImageError
 
+from ..config import Limits
+from ..errors import InvalidRequest, Rejected
 from . import containers
-from .config import Limits
 from .containers import Malformed
-from .errors import InvalidRequest, Rejected
 from .probe import MEDIA_TYPES, probe_header, sniff
 
 _NAMES = {"image/png": "PNG", "image/jpeg": "JPEG", "image/gif": "GIF", "image/webp": "WebP"}

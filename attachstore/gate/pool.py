@@ -8,9 +8,9 @@ import contextlib
 import os
 import sys
 
-from .config import Limits
-from .errors import AttachstoreError, Rejected
-from .gate import TRAILING_DATA
+from ..config import Limits
+from ..errors import AttachstoreError, Rejected
+from .checks import TRAILING_DATA
 from .worker import LENGTH, READY, Derive, Failed, Job, Outcome, Passed, job_encoder, outcome_decoder
 
 _STREAM_LIMIT = 1 << 16
@@ -123,7 +123,7 @@ class DecodePool:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
-                "attachstore.worker",
+                "attachstore.gate",
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 limit=_STREAM_LIMIT,

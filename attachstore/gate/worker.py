@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, BinaryIO
 
 import msgspec
 
-from .config import Limits
-from .errors import Rejected
-from .refs import Ref
+from ..config import Limits
+from ..errors import Rejected
+from ..refs import Ref
 
 if TYPE_CHECKING:
-    from .gate import Inspection
+    from .checks import Inspection
 
 LENGTH = struct.Struct(">I")
 
@@ -95,7 +95,7 @@ def run(job: Job | Derive) -> Outcome:
 
 
 def _admit(job: Job) -> Passed:
-    from .gate import inspect
+    from .checks import inspect
     from .metadata import strip_metadata
 
     try:
@@ -116,7 +116,7 @@ def _admit(job: Job) -> Passed:
 
 def _fit(job: Job, fit_limits: Limits, oversize: Rejected) -> Passed:
     """An upload over a size limit: checked in full under the fit bounds, then brought within the limits."""
-    from .gate import inspect, strict_pillow
+    from .checks import inspect, strict_pillow
     from .normalize import Target, Unfittable, fit
 
     found = inspect(job.data, job.declared, fit_limits, trailing_data=job.trailing_data)
@@ -135,7 +135,7 @@ def _fit(job: Job, fit_limits: Limits, oversize: Rejected) -> Passed:
 
 
 def _derive(job: Derive) -> Passed:
-    from .gate import inspect, strict_pillow
+    from .checks import inspect, strict_pillow
     from .normalize import Target, Unfittable, fit
 
     try:
@@ -175,7 +175,7 @@ def _read_exact(stream: BinaryIO, n: int) -> bytes | None:
 
 
 def main() -> None:
-    from . import gate, normalize  # noqa: F401  # load Pillow first, so no job's time bound pays for it
+    from . import checks, normalize  # noqa: F401  # load Pillow first, so no job's time bound pays for it
 
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     encoder = msgspec.msgpack.Encoder()
@@ -191,7 +191,3 @@ def main() -> None:
         reply = encoder.encode(run(job_decoder.decode(body)))
         stdout.write(LENGTH.pack(len(reply)) + reply)
         stdout.flush()
-
-
-if __name__ == "__main__":
-    main()

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 import asyncpg  # type: ignore[import-untyped,unused-ignore]
 
-from .errors import AttachstoreError, StorageFull, StorageUnavailable
+from ..errors import AttachstoreError, StorageFull, StorageUnavailable
 
 LOCK_TIMEOUT = "30s"  # index.BUSY_TIMEOUT_MS
 RETRY_SQLSTATES = frozenset({"40001", "40P01"})  # deadlock, serialization failure: run the transaction again

@@ -51,8 +51,7 @@ from typing import ParamSpec, TypeVar, cast
 
 import asyncpg  # type: ignore[import-untyped,unused-ignore]
 
-from .errors import NotFound, SessionConflict, SessionNotFound, StorageUnavailable
-from .index import COLUMNS, Hold, ObjectRow, SessionKey, SessionRow
+from ..errors import NotFound, SessionConflict, SessionNotFound, StorageUnavailable
 from .pgdriver import (
     CONNECTION_ERRORS,
     DRIVER_ERRORS,
@@ -65,6 +64,7 @@ from .pgdriver import (
 )
 from .pgschema import LOCK_SPACE, SWEEP_LOCK, migrate
 from .pgschema import MIGRATIONS as MIGRATIONS  # re-exported: pgindex.MIGRATIONS is read by the tests
+from .sqlite import COLUMNS, Hold, ObjectRow, SessionKey, SessionRow
 
 CONNECT_TIMEOUT = 10.0
 _ATTEMPTS = 5  # of a transaction that failed on a deadlock or a serialization failure

@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import aiosqlite
 
-from .errors import (
+from ..errors import (
     AttachstoreError,
     NotFound,
     SessionConflict,

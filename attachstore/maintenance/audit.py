@@ -25,16 +25,16 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from ..config import Limits
+from ..errors import Rejected, StorageUnavailable
+from ..gate.probe import probe_header
+from ..index.sqlite import Index, ObjectRow
+from ..progress import Progress
+from ..refs import Ref
+from ..service.store import Store
+from ..storage.backend import StoredObject
+from ..storage.local import IN_FLIGHT, LocalBlobStore, StoredFile
 from . import filepass
-from .backend import StoredObject
-from .blobstore import IN_FLIGHT, LocalBlobStore, StoredFile
-from .config import Limits
-from .errors import Rejected, StorageUnavailable
-from .index import Index, ObjectRow
-from .probe import probe_header
-from .progress import Progress
-from .refs import Ref
-from .service import Store
 
 # Re-indexing a stray file must not re-apply admission limits: reads never do.
 _NO_LIMITS = Limits(

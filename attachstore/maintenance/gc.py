@@ -16,12 +16,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .backend import StoredObject
-from .blobstore import IN_FLIGHT, StoredFile
-from .index import ObjectRow
-from .progress import Progress
-from .refs import MAX_REF_LENGTH
-from .service import Store
+from ..index.sqlite import ObjectRow
+from ..progress import Progress
+from ..refs import MAX_REF_LENGTH
+from ..service.store import Store
+from ..storage.backend import StoredObject
+from ..storage.local import IN_FLIGHT, StoredFile
 
 REF_BYTES = re.compile(rb"(?:sha256|blake3):[0-9a-f]{64}")
 _CHUNK = 1 << 20

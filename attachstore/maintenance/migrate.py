@@ -32,15 +32,15 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .blobstore import LocalBlobStore
-from .config import SECTION_ENV_KEYS, Config, load
-from .errors import AttachstoreError, ConfigError, Corrupt, Missing, StorageUnavailable
-from .index import BUSY_TIMEOUT_MS, COLUMNS, Hold, ObjectRow, SessionRow
-from .migrate_verify import Finding, Stage, Verify, read_failure, run_all
-from .progress import Progress
-from .refs import Ref
-from .schema import SCHEMA_VERSION, IndexUnusable
-from .service import Store
+from ..config import SECTION_ENV_KEYS, Config, load
+from ..errors import AttachstoreError, ConfigError, Corrupt, Missing, StorageUnavailable
+from ..index.schema import SCHEMA_VERSION, IndexUnusable
+from ..index.sqlite import BUSY_TIMEOUT_MS, COLUMNS, Hold, ObjectRow, SessionRow
+from ..progress import Progress
+from ..refs import Ref
+from ..service.store import Store
+from ..storage.local import LocalBlobStore
+from .verify import Finding, Stage, Verify, read_failure, run_all
 
 INDEX_FILE = "index.sqlite3"
 JOBS = 8  # objects read, written or verified at once: bounds memory to JOBS objects' bytes

@@ -13,11 +13,11 @@ from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .blobstore import LocalBlobStore
-from .errors import Corrupt, Missing
-from .index import ObjectRow
-from .refs import Ref
-from .service import Store
+from ..errors import Corrupt, Missing
+from ..index.sqlite import ObjectRow
+from ..refs import Ref
+from ..service.store import Store
+from ..storage.local import LocalBlobStore
 
 if TYPE_CHECKING:
     from .migrate import MakeProgress, Report, Snapshot

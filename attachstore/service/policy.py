@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .config import Route
-from .errors import Rejected, RouteSwitchRejected
+from ..config import Route
+from ..errors import Rejected, RouteSwitchRejected
 
 HARD_SOURCES = ("user", "command")  # a person is there to read the error
 SOFT_SOURCES = ("tool", "mcp")  # a model is there: the tool call succeeds, the images degrade to text

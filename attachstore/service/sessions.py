@@ -7,14 +7,14 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from ..config import Config
+from ..errors import InvalidRequest, SessionNotFound
+from ..index.sqlite import Hold, Index, SessionKey, SessionRow
+from ..refs import Ref
 from . import policy
-from .config import Config
-from .errors import InvalidRequest, SessionNotFound
-from .index import Hold, Index, SessionKey, SessionRow
-from .refs import Ref
 
 if TYPE_CHECKING:
-    from .pgindex import PgIndex
+    from ..index.postgres import PgIndex
 
 # "." and ".." are excluded: URL handling everywhere drops them as dot segments, so no client could name them.
 SESSION_ID_PATTERN = r"^(?!\.\.?$)[A-Za-z0-9._:-]{1,128}$"

@@ -13,11 +13,9 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from . import gate, policy
-from .backend import BlobStore, LocalBackend
-from .blobstore import FileOps, LocalBlobStore, Put
-from .config import Config
-from .errors import (
+from .. import gate
+from ..config import Config
+from ..errors import (
     AttachstoreError,
     ConfigError,
     Corrupt,
@@ -28,18 +26,21 @@ from .errors import (
     ServerBusy,
     StorageUnavailable,
 )
-from .index import Hold, Index, ObjectRow
-from .metrics import Metrics
+from ..gate.pool import DecodePool
+from ..gate.probe import probe_header
+from ..gate.worker import Original, Passed
+from ..index.sqlite import Hold, Index, ObjectRow
+from ..metrics import Metrics
+from ..refs import Ref
+from ..storage.backend import BlobStore, LocalBackend
+from ..storage.local import FileOps, LocalBlobStore, Put
+from ..storage.resident import Resident
+from . import policy
 from .policy import Diagnostic
-from .pool import DecodePool
-from .probe import probe_header
-from .refs import Ref
-from .resident import Resident
 from .sessions import Sessions
-from .worker import Original, Passed
 
 if TYPE_CHECKING:
-    from .pgindex import PgIndex
+    from ..index.postgres import PgIndex
 
 SOURCES = ("user", "tool", "mcp", "command")
 MAX_NAME_LENGTH = 255
@@ -648,7 +649,7 @@ def _blob_store(config: Config, ops: FileOps | None) -> BlobStore:
     if storage.backend == "local":
         return LocalBackend(LocalBlobStore(config.data_path, ops))
     try:
-        from .s3store import ReadCache, S3BlobStore
+        from ..storage.s3 import ReadCache, S3BlobStore
     except ImportError as e:  # the s3 extra is not installed
         raise ConfigError(
             f"storage.backend = \"s3\" needs aiobotocore: pip install 'attachstore[s3]' ({e})"
@@ -674,7 +675,7 @@ async def _open_index(config: Config) -> Index | PgIndex:
         await asyncio.to_thread(config.data_path.mkdir, 0o700, True, True)
         return await Index.open(config.data_path / "index.sqlite3")
     try:
-        from .pgindex import PgIndex
+        from ..index.postgres import PgIndex
     except ImportError as e:  # the postgresql extra is not installed
         raise ConfigError(
             f"index.backend = \"postgresql\" needs asyncpg: pip install 'attachstore[postgresql]' ({e})"

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from .blobstore import LocalBlobStore, Put, StoredFile, storage_error
-from .errors import StorageUnavailable
-from .refs import Ref
+from ..errors import StorageUnavailable
+from ..refs import Ref
+from .local import LocalBlobStore, Put, StoredFile, storage_error
 
 _WALK_BATCH = 1000
 

@@ -23,8 +23,8 @@ from enum import Enum
 from pathlib import Path
 from typing import BinaryIO
 
-from .errors import AttachstoreError, Corrupt, Missing, StorageFull, StorageUnavailable
-from .refs import ALGORITHMS, Ref, hasher
+from ..errors import AttachstoreError, Corrupt, Missing, StorageFull, StorageUnavailable
+from ..refs import ALGORITHMS, Ref, hasher
 
 OBJECT_MODE = 0o444
 STAGING_MODE = 0o600

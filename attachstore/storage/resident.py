@@ -29,9 +29,9 @@ import time
 from collections import OrderedDict
 from typing import NamedTuple
 
-from .blobstore import OPEN_READ, LocalBlobStore
-from .index import ObjectRow
-from .refs import Ref
+from ..index.sqlite import ObjectRow
+from ..refs import Ref
+from .local import OPEN_READ, LocalBlobStore
 
 RESIDENT_MAX = 1 << 20  # hashing 1 MiB takes under a millisecond here: about what a thread hop costs
 _NOWAIT = getattr(os, "RWF_NOWAIT", 0)

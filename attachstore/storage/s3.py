@@ -44,10 +44,10 @@ from aiobotocore.config import AioConfig  # type: ignore[import-untyped]
 from aiobotocore.session import get_session  # type: ignore[import-untyped]
 from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
 
+from ..errors import AttachstoreError, Corrupt, Missing, StorageFull, StorageUnavailable
+from ..refs import ALGORITHMS, Ref
 from .backend import StoredObject
-from .blobstore import Put
-from .errors import AttachstoreError, Corrupt, Missing, StorageFull, StorageUnavailable
-from .refs import ALGORITHMS, Ref
+from .local import Put
 
 # Hashing less than this inline costs less than the hop to a thread.
 _INLINE_HASH = 1 << 16

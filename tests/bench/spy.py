@@ -22,7 +22,7 @@ _WHERE = re.compile(r"^(?P<name>.*?) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
 _IDLE_FUNCTIONS = {
     "_worker (concurrent/futures/thread.py)",  # a to_thread pool thread between work items
     "EpollSelector.select (selectors.py)",  # the event loop with nothing to do
-    "_read_exact (attachstore/worker.py)",  # a decode worker waiting for a job
+    "_read_exact (attachstore/gate/worker.py)",  # a decode worker waiting for a job
     "ThreadedChildWatcher._do_waitpid (asyncio/unix_events.py)",  # waitpid() on a live worker
 }
 # Source lines that are a wait (for frames that also do work on other lines).
@@ -30,7 +30,7 @@ _IDLE_LINES = re.compile(r"\btx\.get\(|\.get\(block=True\)|\bwaiter\.acquire\(|\
 # Frames every busy sample of a thread carries: they say nothing about where time goes.
 _PLUMBING = re.compile(
     r"\((threading\.py|<frozen runpy>|asyncio/runners\.py|asyncio/base_events\.py|asyncio/events\.py"
-    r"|concurrent/futures/thread\.py|attachstore/cli\.py|attachstore/server\.py|attachstore/__main__\.py"
+    r"|concurrent/futures/thread\.py|attachstore/cli/main\.py|attachstore/server\.py|attachstore/__main__\.py"
     r"|attachstore|aiosqlite/core\.py)\)$|^<module> "
 )
 
@@ -64,7 +64,7 @@ def _source_line(where: str | None) -> str:
 
 
 def _role(process: str) -> str:
-    if "attachstore.worker" in process:
+    if "attachstore.gate" in process:
         return "decode workers"
     if " serve " in process:
         return "daemon"

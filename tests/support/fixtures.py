@@ -25,7 +25,7 @@ import pytest
 from tests.support import services
 
 if TYPE_CHECKING:
-    from attachstore.s3store import S3BlobStore
+    from attachstore.storage.s3 import S3BlobStore
 
 SKIP_VARIABLE = "ATTACHSTORE_TEST_SKIP_SERVICES"
 
@@ -65,7 +65,7 @@ class S3Server:
     fresh_bucket: Callable[[], str] | None  # the test support's own, when it provides the server
 
     def store(self, bucket: str, prefix: str = "", **options: Any) -> S3BlobStore:
-        from attachstore.s3store import S3BlobStore
+        from attachstore.storage.s3 import S3BlobStore
 
         return S3BlobStore(
             self.endpoint, bucket, prefix, self.region, self.access_key, self.secret_key, **options

@@ -1,0 +1,35 @@
+"""The admission gate: the checks of SPEC section 4, the container walks and header probe they use, the
+lossless metadata surgery and the normalization of oversized images, and the pool of decode worker processes
+that runs the expensive part. Pure functions of the bytes, except the pool."""
+
+from .checks import (
+    TRAILING_DATA,
+    Inspection,
+    base64_decoded_size,
+    check_batch,
+    decode_base64,
+    inspect,
+    precheck,
+    strict_pillow,
+)
+from .pool import DecodePool
+from .probe import MEDIA_TYPES, Header, probe_header, sniff
+from .worker import Original, Passed
+
+__all__ = [
+    "MEDIA_TYPES",
+    "TRAILING_DATA",
+    "DecodePool",
+    "Header",
+    "Inspection",
+    "Original",
+    "Passed",
+    "base64_decoded_size",
+    "check_batch",
+    "decode_base64",
+    "inspect",
+    "precheck",
+    "probe_header",
+    "sniff",
+    "strict_pillow",
+]

@@ -1,0 +1,18 @@
+"""The index: a row per published object, sessions and their holds, grants, variants and maintenance runs;
+in SQLite (the embedded default) or PostgreSQL (many nodes). Knows nothing of bytes, images or HTTP."""
+
+from .schema import SCHEMA_VERSION, IndexUnusable
+from .sqlite import BUSY_TIMEOUT_MS, COLUMNS, Hold, Index, ObjectRow, SessionKey, SessionRow, rows_in
+
+__all__ = [
+    "BUSY_TIMEOUT_MS",
+    "COLUMNS",
+    "SCHEMA_VERSION",
+    "Hold",
+    "Index",
+    "IndexUnusable",
+    "ObjectRow",
+    "SessionKey",
+    "SessionRow",
+    "rows_in",
+]

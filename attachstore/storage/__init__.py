@@ -1,0 +1,20 @@
+"""Bytes under names derived from their reference, and nothing else: the blob store interface and its
+local and S3 backends, the staging and fsync discipline, quarantine, and the verified reads. Knows nothing
+of images, the index or HTTP."""
+
+from .backend import BlobStore, LocalBackend, StoredObject
+from .local import IN_FLIGHT, FileOps, Listing, LocalBlobStore, Put, StoredFile
+from .resident import Resident
+
+__all__ = [
+    "IN_FLIGHT",
+    "BlobStore",
+    "FileOps",
+    "Listing",
+    "LocalBackend",
+    "LocalBlobStore",
+    "Put",
+    "Resident",
+    "StoredFile",
+    "StoredObject",
+]
