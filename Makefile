@@ -31,7 +31,7 @@ bench: $(STAMP)  ## throughput and latency against baselines measured in the sam
 FUZZ_SECONDS ?= 60
 fuzz: $(STAMP)  ## fuzz the admission gate for FUZZ_SECONDS (default 60); inputs that crash it go to build/fuzz
 	$(BIN)/python -m pip install --quiet -e '.[fuzz]'
-	$(BIN)/python -m tests.fuzz_gate -max_total_time=$(FUZZ_SECONDS) -timeout=30 \
+	$(BIN)/python -m tests.gate.fuzz -max_total_time=$(FUZZ_SECONDS) -timeout=30 \
 		-artifact_prefix=build/fuzz/ build/fuzz/corpus
 
 clean:

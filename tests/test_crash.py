@@ -15,7 +15,7 @@ from attachstore.maintenance.audit import Audit, Kind
 from attachstore.refs import Ref
 from attachstore.service import Store, Upload
 from tests.conftest import MakeConfig
-from tests.images import png
+from tests.support.images import png
 
 # What each kill leaves of the interrupted admission: (staging files, unindexed object files, published).
 LEFT = {
@@ -37,7 +37,7 @@ async def test_sigkill_at_each_step_keeps_every_promise(
     data_dir = tmp_path / "data"
     child = await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, "-m", "tests.crash_child", str(data_dir), step, str(COUNT)],
+        [sys.executable, "-m", "tests.support.crash_child", str(data_dir), step, str(COUNT)],
         capture_output=True,
         text=True,
         timeout=120,

@@ -30,10 +30,10 @@ import pytest
 
 from attachstore.client import AsyncClient, Image
 from attachstore.refs import Ref
-from tests.faults import flip_byte
-from tests.images import png
+from tests.support.daemon import free_port
+from tests.support.faults import flip_byte
 from tests.support.fixtures import S3Server, bucket, database, require_postgres, require_s3
-from tests.test_cli import _free_port
+from tests.support.images import png
 
 ROUTE = "vision"
 READY_SECONDS = 60.0  # a daemon's start on a loaded machine: imports, the S3 client, the index's migration
@@ -217,7 +217,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     root = tmp_path_factory.mktemp("multinode")
     with bucket(s3) as name, database() as dsn:
         cache_dir = root / "a" / "cache"
-        a, b = Node("A", root / "a", _free_port()), Node("B", root / "b", _free_port())
+        a, b = Node("A", root / "a", free_port()), Node("B", root / "b", free_port())
         for node, cache in ((a, cache_dir), (b, None)):
             node.root.mkdir(parents=True, exist_ok=True)
             node.config.write_text(toml_config(node.root / "data", s3, name, dsn, cache))

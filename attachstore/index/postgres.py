@@ -1,7 +1,7 @@
 """The index in PostgreSQL, for many stateless daemons sharing one database.
 
 `PgIndex` has the interface and the semantics of `index.Index` (SQLite); one suite checks both
-(tests/test_index_conformance.py). The schema is the same, version for version (`pgschema.MIGRATIONS`, twin of
+(tests/index/test_conformance.py). The schema is the same, version for version (`pgschema.MIGRATIONS`, twin of
 `schema.MIGRATIONS`), tracked in the one-row table `attachstore_schema` instead of PRAGMA user_version.
 
 The protocol. SQLite runs every write transaction behind one lock, and the admission/GC protocol

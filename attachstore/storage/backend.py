@@ -1,7 +1,7 @@
 """The blob store interface the service uses, and the local backend behind it.
 
 A backend stores bytes under names derived from their reference and knows nothing of images or of the index.
-Every implementation keeps the same contract, checked by one suite (tests/test_blob_conformance.py):
+Every implementation keeps the same contract, checked by one suite (tests/storage/test_conformance.py):
 
 - `put(ref, data)` returns only once `data` is durable under the name of `ref`. An intact existing object is
   kept (EXISTED); a damaged one is replaced from `data` (HEALED), its damaged bytes kept in quarantine; a

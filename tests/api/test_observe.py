@@ -19,9 +19,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from attachstore import logs
 from attachstore.logs import JsonFormatter
 from tests.conftest import MakeClient
-from tests.faults import flip_byte
-from tests.images import png
-from tests.test_api import admit, object_path
+from tests.support.faults import flip_byte
+from tests.support.http import admit, object_path
+from tests.support.images import png
 
 Client = TestClient[Any, Any]
 

@@ -20,7 +20,7 @@ from schemathesis.specs.openapi.checks import (
 
 from attachstore.api import make_app
 from attachstore.api.openapi import document
-from tests.test_cli import _free_port, _wait_ready
+from tests.support.daemon import free_port, wait_ready
 
 ROUTES = '[routes."vision"]\ninput_modalities = ["text", "image"]\nprovider = "openai-chat"\n'
 
@@ -51,7 +51,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     root = tmp_path_factory.mktemp("openapi")
     config = root / "attachstore.toml"
     config.write_text(ROUTES)
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "ATTACHSTORE_DATA_DIR": str(root / "data"), "ATTACHSTORE_CONFIG": str(config)}
     with open(root / "daemon.log", "wb") as log:  # the daemon's JSON lines, for a failure's story
         proc = subprocess.Popen(
@@ -60,7 +60,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             stderr=log,
         )
         try:
-            _wait_ready(f"http://127.0.0.1:{port}/readyz", proc)
+            wait_ready(f"http://127.0.0.1:{port}/readyz", proc)
             yield f"http://127.0.0.1:{port}"
         finally:
             proc.terminate()

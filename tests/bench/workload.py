@@ -9,7 +9,7 @@ from functools import cache
 
 from PIL import Image, ImageDraw, ImageFont
 
-from tests.images import encode, jpeg, noise, png
+from tests.support.images import encode, jpeg, noise, png
 
 BOUNDARY = "attachstore-bench-7f3a9c01e5d24b68"
 MULTIPART = f"multipart/form-data; boundary={BOUNDARY}"

@@ -17,7 +17,8 @@ import pytest
 
 from attachstore.cli import main
 from attachstore.refs import Ref
-from tests.images import jpeg, png
+from tests.support.daemon import free_port, wait_ready
+from tests.support.images import jpeg, png
 
 
 @pytest.fixture
@@ -98,29 +99,8 @@ def test_python_dash_m() -> None:
     assert done.stdout.startswith("attachstore ")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _wait_ready(url: str, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"serve exited early: {proc.stderr.read() if proc.stderr else ''!r}")
-        try:
-            with urllib.request.urlopen(url, timeout=1) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.05)
-    raise AssertionError("serve did not become ready")
-
-
 def test_serve_admits_reads_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "ATTACHSTORE_DATA_DIR": str(tmp_path / "data")}
     proc = subprocess.Popen(
         [sys.executable, "-m", "attachstore", "serve", "--listen", f"127.0.0.1:{port}"],
@@ -129,7 +109,7 @@ def test_serve_admits_reads_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None
     )
     try:
         base = f"http://127.0.0.1:{port}"
-        _wait_ready(f"{base}/readyz", proc)
+        wait_ready(f"{base}/readyz", proc)
         image = jpeg(20, 10)
         body = json.dumps({"source": "user", "images": [{"data": base64.b64encode(image).decode()}]}).encode()
         request = urllib.request.Request(
@@ -236,7 +216,7 @@ def test_serve_leaves_another_daemons_socket_alone(tmp_path: Path) -> None:
 
 
 def test_serve_with_two_worker_processes(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "ATTACHSTORE_DATA_DIR": str(tmp_path / "data")}
     proc = subprocess.Popen(
         [sys.executable, "-m", "attachstore", "serve", "--listen", f"127.0.0.1:{port}", "--workers", "2"],
@@ -245,7 +225,7 @@ def test_serve_with_two_worker_processes(tmp_path: Path) -> None:
     )
     try:
         base = f"http://127.0.0.1:{port}"
-        _wait_ready(f"{base}/readyz", proc)
+        wait_ready(f"{base}/readyz", proc)
         refs = []
         for seed in range(6):  # several connections: both workers answer, from one store
             image = png(7, 7, seed=seed)

@@ -37,10 +37,10 @@ from attachstore.refs import Ref
 from attachstore.render import MessageIn
 from attachstore.service import display_name
 from tests.conftest import MakeClient
-from tests.faults import flip_byte
-from tests.images import PDF, jpeg, png
-from tests.test_api import object_path
-from tests.test_cli import _free_port, _wait_ready
+from tests.support.daemon import free_port, wait_ready
+from tests.support.faults import flip_byte
+from tests.support.http import object_path
+from tests.support.images import PDF, jpeg, png
 
 ROUTES: dict[str, dict[str, Any]] = {
     "vision": {"input_modalities": ["text", "image"], "provider": "openai-chat"},
@@ -363,7 +363,7 @@ async def test_a_wrong_base_path_is_404_not_found(ac: AsyncClient) -> None:
 
 
 async def test_no_daemon_is_connection_failed() -> None:
-    async with AsyncClient(f"http://127.0.0.1:{_free_port()}") as nobody:
+    async with AsyncClient(f"http://127.0.0.1:{free_port()}") as nobody:
         e = await fails(nobody.healthz())
     assert isinstance(e, ConnectionFailed)
     assert (e.code, e.status) == ("CONNECTION_FAILED", 0)
@@ -460,7 +460,7 @@ async def test_connections_are_reused(fake: tuple[AsyncClient, asyncio.Event]) -
 
 
 def _doc_example() -> dict[str, Any]:
-    text = (Path(__file__).parents[1] / "docs" / "client.md").read_text()
+    text = (Path(__file__).parents[2] / "docs" / "client.md").read_text()
     [block] = [b for b in re.finditer(r"```python\n(.*?)```", text, re.S) if "def read_image" in b[1]]
     lines_before = text.count("\n", 0, block.start(1))  # so that a traceback names the line in the page
     namespace: dict[str, Any] = {}
@@ -539,11 +539,11 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     proc = _serve(tmp_path_factory.mktemp("daemon"), "--listen", f"127.0.0.1:{port}")
     base = f"http://127.0.0.1:{port}"
     try:
-        _wait_ready(f"{base}/readyz", proc)
+        wait_ready(f"{base}/readyz", proc)
         yield base
     finally:
         _stop(proc)
@@ -606,7 +606,7 @@ def test_the_blocking_client_from_several_threads(daemon: str) -> None:
 
 
 def test_the_blocking_client_without_a_daemon() -> None:
-    with Client(f"http://127.0.0.1:{_free_port()}", timeout=5) as c, pytest.raises(ConnectionFailed):
+    with Client(f"http://127.0.0.1:{free_port()}", timeout=5) as c, pytest.raises(ConnectionFailed):
         c.healthz()
     Client().close()  # never used: no thread was started
 

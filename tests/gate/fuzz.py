@@ -1,12 +1,12 @@
 """An atheris (libFuzzer) target for gate.inspect: `make fuzz`, or by hand
 
-    python -m tests.fuzz_gate -max_total_time=60 -artifact_prefix=build/fuzz/ build/fuzz/corpus
+    python -m tests.gate.fuzz -max_total_time=60 -artifact_prefix=build/fuzz/ build/fuzz/corpus
 
 A Rejected is an answer; any other exception, a container walk raising anything but Malformed, or the two
-trailing_data modes disagreeing (the properties of tests/test_gate_properties.py) crashes the fuzzer, which
-keeps the input under -artifact_prefix. The
-seed corpus, small valid images of every format from tests/images.py, is written into the corpus directory
-(the first argument that is not a flag) before fuzzing starts.
+trailing_data modes disagreeing (the properties of tests/gate/test_properties.py) crashes the fuzzer, which
+keeps the input under -artifact_prefix. The seed corpus, small valid images of every format from
+tests/support/images.py, is written into the corpus directory (the first argument that is not a flag) before
+fuzzing starts.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ with atheris.instrument_imports(include=["attachstore", "PIL"]):
     from attachstore.gate import Inspection, containers, inspect
     from attachstore.gate.probe import probe_header
 
-from tests import images
+from tests.support import images
 
 # Smaller than the defaults, so that a header mutated to claim a large image costs little to decode.
 LIMITS = Limits(max_side=1024, max_pixels=262_144, max_frames=16, max_animation_pixels=1_048_576)

@@ -22,7 +22,7 @@ from attachstore.gate import (
     precheck,
 )
 from attachstore.gate.probe import probe_header, sniff
-from tests import images
+from tests.support import images
 
 DEFAULTS = Limits()
 ROOMY = Limits(max_image_bytes=16 * 2**20)  # for noisy 1600x1200 PNGs, larger than the default allows

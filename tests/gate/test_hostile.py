@@ -1,5 +1,5 @@
-"""A hostile corpus, built here from tests/images.py: every case ends in its documented code (SPEC section 4),
-within its memory and time bounds, and the daemon keeps serving afterwards.
+"""A hostile corpus, built here from tests/support/images.py: every case ends in its documented code (SPEC
+section 4), within its memory and time bounds, and the daemon keeps serving afterwards.
 
 The decisions, case by case:
 - Huge dimensions in a tiny file (PNG IHDR, GIF logical screen, JPEG SOF, WebP VP8X canvas, VP8L, VP8):
@@ -47,9 +47,9 @@ from attachstore.gate import inspect
 from attachstore.gate.pool import DecodePool
 from attachstore.gate.probe import probe_header, sniff
 from attachstore.refs import Ref
-from tests import images
 from tests.conftest import MakeClient
-from tests.test_api import admit, admit_ok, error_of
+from tests.support import images
+from tests.support.http import admit, admit_ok, error_of
 
 DEFAULTS = Limits()
 SMALL_PIXELS = Limits(max_pixels=1_000_000)

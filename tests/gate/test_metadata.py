@@ -9,11 +9,13 @@ from PIL import Image, PngImagePlugin
 from attachstore.config import Limits
 from attachstore.gate import inspect
 from attachstore.gate.metadata import has_metadata, strip_metadata
-from attachstore.gate.normalize import fit
-from tests import images
-from tests.test_normalize import DEFAULT, has_no_metadata, opened
+from attachstore.gate.normalize import Target, fit
+from tests.support import images
+from tests.support.images import has_no_metadata, opened
 
 ROOMY = Limits(max_image_bytes=16 * 2**20)
+
+DEFAULT = Target(2000, 4_000_000, 3_670_016)  # the admission defaults (config.Limits)
 
 
 def frames(data: bytes) -> list[bytes]:

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import hashlib
-import io
 import subprocess
 import sys
 from pathlib import Path
@@ -12,13 +11,10 @@ from PIL import Image, ImageCms
 from attachstore.config import Limits
 from attachstore.gate import Inspection, inspect
 from attachstore.gate.normalize import Normalized, Target, Unfittable, fit
-from tests import images
+from tests.support import images
+from tests.support.images import has_no_metadata, opened
 
 DEFAULT = Target(2000, 4_000_000, 3_670_016)  # the admission defaults (config.Limits)
-
-
-def opened(data: bytes) -> Image.Image:
-    return Image.open(io.BytesIO(data))
 
 
 def durations(data: bytes) -> list[int]:
@@ -50,15 +46,6 @@ def within(target: Target, result: Normalized) -> bool:
 def close(pixel: object, expected: tuple[int, ...], tolerance: int) -> bool:
     assert isinstance(pixel, tuple)
     return all(abs(a - b) <= tolerance for a, b in zip(pixel, expected, strict=True))
-
-
-def has_no_metadata(data: bytes) -> None:
-    with opened(data) as im:
-        assert not im.getexif()
-        assert not {"exif", "xmp", "icc_profile", "comment", "photoshop"} & set(im.info)
-        assert not getattr(im, "text", None)
-    for needle in (b"Exif", b"ICC_PROFILE", b"http://ns.adobe.com", b"iCCP", b"tEXt", b"iTXt", b"zTXt"):
-        assert needle not in data
 
 
 # fit: still images
@@ -285,7 +272,7 @@ def test_fit_is_deterministic_even_in_another_process() -> None:
     first = fingerprints()
     assert [line.split()[0] for line in first] == ["image/jpeg", "image/webp", "image/gif"]
     assert fingerprints() == first
-    code = "from tests.test_normalize import fingerprints; print('\\n'.join(fingerprints()))"
-    root = Path(__file__).resolve().parents[1]
+    code = "from tests.gate.test_normalize import fingerprints; print('\\n'.join(fingerprints()))"
+    root = Path(__file__).resolve().parents[2]
     child = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
     assert child.stdout.splitlines() == first

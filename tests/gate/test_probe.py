@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from attachstore.gate.probe import MEDIA_TYPES, Header, probe_header, sniff
-from tests import images
+from tests.support import images
 
 # (name, factory) pairs: every format and variant the gate admits, small and large.
 SAMPLES: dict[str, Callable[[], bytes]] = {

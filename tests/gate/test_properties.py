@@ -21,7 +21,7 @@ from attachstore.config import Limits
 from attachstore.errors import Rejected
 from attachstore.gate import Inspection, containers, inspect
 from attachstore.gate.probe import probe_header
-from tests import images
+from tests.support import images
 
 DEFAULTS = Limits()
 EXAMPLES_PER_FORMAT = 25  # 8 formats: 200 examples in all, some 10 s

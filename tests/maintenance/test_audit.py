@@ -25,8 +25,8 @@ from attachstore.progress import Progress
 from attachstore.refs import Ref
 from attachstore.service import Store, Upload
 from attachstore.storage.local import Listing
-from tests.faults import flip_byte
-from tests.images import jpeg, png
+from tests.support.faults import flip_byte
+from tests.support.images import jpeg, png
 
 
 async def put(store: Store, *images: bytes) -> list[str]:

@@ -1,5 +1,5 @@
 """gc and the audit on S3 + PostgreSQL: the same findings, repairs and collections as on the local backends
-(tests/test_audit.py and tests/test_gc.py hold the local ones)."""
+(tests/maintenance/test_audit.py and tests/maintenance/test_gc.py hold the local ones)."""
 
 from __future__ import annotations
 
@@ -18,9 +18,7 @@ from attachstore.maintenance.audit import Audit, Kind
 from attachstore.refs import Ref
 from attachstore.service import Store, Upload
 from attachstore.storage.s3 import S3BlobStore
-
-from . import images
-from .support import fixtures
+from tests.support import fixtures, images
 
 
 def s3_storage(server: fixtures.S3Server, bucket: str) -> dict[str, Any]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
@@ -14,20 +13,13 @@ from attachstore.errors import NotFound
 from attachstore.maintenance import gc
 from attachstore.refs import Ref
 from attachstore.service import Store, Upload
-from tests.images import gif, png
+from tests.support.images import gif, png
+from tests.support.store import age
 
 
 async def put(store: Store, *images: bytes, session: str | None = None) -> list[str]:
     result = await store.admit([Upload.of_bytes(i) for i in images], "user", session=session)
     return [a.ref for a in result.attachments]
-
-
-async def age(store: Store, seconds: float) -> None:
-    """Make every lease (and every file) `seconds` older."""
-    async with store.index.write() as db:
-        await db.execute("UPDATE objects SET lease_at = lease_at - ?", (seconds,))
-    for f in [*store.local.walk_objects(), *store.local.walk_staging()]:
-        os.utime(f.path, (f.mtime - seconds, f.mtime - seconds))
 
 
 async def test_garbage_is_unheld_unrooted_and_past_its_grace(store: Store, tmp_path: Path) -> None:

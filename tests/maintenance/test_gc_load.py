@@ -15,8 +15,8 @@ from attachstore.maintenance import gc
 from attachstore.refs import Ref
 from attachstore.service import Store
 from tests.conftest import MakeClient, MakeConfig
-from tests.images import gif, png
-from tests.test_api import admit
+from tests.support.http import admit
+from tests.support.images import gif, png
 
 SECONDS = 4.0
 WORKERS = 6

@@ -38,9 +38,8 @@ from attachstore.render import RenderRequest, render
 from attachstore.render.assemble import variant_spec
 from attachstore.service import Store, Upload
 from attachstore.storage.s3 import S3BlobStore
-from tests import images
-from tests.faults import flip_byte
-from tests.support import fixtures, services
+from tests.support import fixtures, images, services
+from tests.support.faults import flip_byte
 from tests.support.fixtures import S3Server
 
 TENANTS = [

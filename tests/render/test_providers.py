@@ -37,7 +37,7 @@ from typing_extensions import is_typeddict
 
 from attachstore.render.model import IMAGE_ONLY_TOOL_RESULT, TOOL_IMAGES_INTRO, Image, Text, ToolCall, Turn
 from attachstore.render.providers import EMPTY, render_body
-from tests import images
+from tests.support import images
 
 PROVIDERS = ["openai-chat", "openai-responses", "anthropic", "gemini"]
 PNG = [images.png(2, 2, seed=seed) for seed in range(3)]

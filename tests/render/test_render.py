@@ -19,9 +19,9 @@ from attachstore.render.model import Image, Text, Turn
 from attachstore.render.providers import render_body
 from attachstore.service import Store
 from tests.conftest import MakeClient
-from tests.faults import flip_byte
-from tests.images import jpeg, png
-from tests.test_api import admit, error_of, post_json
+from tests.support.faults import flip_byte
+from tests.support.http import admit, error_of, post_json
+from tests.support.images import jpeg, png
 
 Client = TestClient[Any, Any]
 ROUTES = {

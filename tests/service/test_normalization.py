@@ -19,10 +19,9 @@ from attachstore.maintenance import gc
 from attachstore.refs import Ref
 from attachstore.render.assemble import variant_spec
 from attachstore.service import Store
-
-from . import images
-from .conftest import MakeClient
-from .test_api import post_json
+from tests.conftest import MakeClient
+from tests.support import images
+from tests.support.http import post_json
 
 GPS_IFD = 0x8825
 ORIENTATION = 0x0112

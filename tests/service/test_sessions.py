@@ -13,8 +13,8 @@ from aiohttp.test_utils import TestClient
 from attachstore.api.common import STORE
 from attachstore.refs import Ref
 from tests.conftest import MakeClient
-from tests.images import gif, jpeg, png
-from tests.test_api import admit, error_of, object_path, post_json
+from tests.support.http import admit, error_of, object_path, post_json
+from tests.support.images import gif, jpeg, png
 
 Client = TestClient[Any, Any]
 ROUTES = {

@@ -17,8 +17,8 @@ from attachstore.errors import ConfigError
 from attachstore.refs import Ref
 from attachstore.server import check_open_mode
 from tests.conftest import MakeClient
-from tests.images import png
-from tests.test_api import b64, error_of
+from tests.support.http import b64, error_of
+from tests.support.images import png
 
 Client = TestClient[Any, Any]
 TOKENS = {"alpha": "token-of-alpha", "beta": "token-of-beta"}

@@ -22,7 +22,7 @@ from attachstore.errors import Corrupt, Missing
 from attachstore.refs import Ref
 from attachstore.storage.backend import BlobStore, LocalBackend
 from attachstore.storage.local import LocalBlobStore, Put
-from tests.faults import flip_byte
+from tests.support.faults import flip_byte
 from tests.support.fixtures import S3Server, bucket_on, require_s3
 
 DATA = b"conformance object bytes " * 400

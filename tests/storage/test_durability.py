@@ -14,9 +14,9 @@ import pytest
 from attachstore.index import Index, ObjectRow
 from attachstore.refs import Ref
 from tests.conftest import MakeClient
-from tests.faults import RecordingOps
-from tests.images import png
-from tests.test_api import admit, error_of, object_path
+from tests.support.faults import RecordingOps
+from tests.support.http import admit, error_of, object_path
+from tests.support.images import png
 
 IMAGE = png(32, 24)
 REF = str(Ref.of("sha256", IMAGE))

@@ -9,7 +9,7 @@ from attachstore.errors import Corrupt, Missing, StorageFull, StorageUnavailable
 from attachstore.refs import Ref
 from attachstore.storage.backend import LocalBackend
 from attachstore.storage.local import LocalBlobStore, Put
-from tests.faults import RecordingOps, flip_byte
+from tests.support.faults import RecordingOps, flip_byte
 
 DATA = b"some object bytes " * 100
 

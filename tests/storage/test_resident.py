@@ -20,8 +20,8 @@ from attachstore.refs import Ref
 from attachstore.service import Store, Upload
 from attachstore.storage import resident
 from tests.conftest import MakeConfig
-from tests.images import jpeg, png
-from tests.test_gc import age
+from tests.support.images import jpeg, png
+from tests.support.store import age
 
 TENANTS = [{"name": n, "token_sha256": hashlib.sha256(n.encode()).hexdigest()} for n in ("alpha", "beta")]
 

@@ -1,6 +1,6 @@
 """What only the S3 backend has: its keys, conditional writes between stores, its errors, its read cache.
 
-The contract it shares with the local store is in test_blob_conformance.py; the way to a server is in
+The contract it shares with the local store is in test_conformance.py; the way to a server is in
 tests/support/fixtures.py.
 """
 
@@ -25,7 +25,7 @@ from attachstore.errors import Corrupt, Missing, StorageFull, StorageUnavailable
 from attachstore.refs import Ref
 from attachstore.storage.local import LocalBlobStore, Put
 from attachstore.storage.s3 import ReadCache, S3BlobStore
-from tests.faults import flip_byte
+from tests.support.faults import flip_byte
 from tests.support.fixtures import S3Server, bucket_on, require_s3
 
 DATA = b"s3 object bytes " * 500

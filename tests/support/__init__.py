@@ -1,1 +1,3 @@
-"""What the tests need around them: throw-away S3 and PostgreSQL servers (`services`)."""
+"""What the tests share: images made with Pillow (`images`), damage and faults (`faults`), the real app over
+HTTP (`http`), real daemon processes (`daemon`), a Store worked on directly (`store`), and throw-away S3 and
+PostgreSQL servers (`services`, `fixtures`)."""

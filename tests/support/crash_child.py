@@ -1,7 +1,7 @@
 """A child process for the crash tests: admits images one by one, printing each answered ref, and SIGKILLs
 itself at a named step of the write path of its last admission.
 
-    python -m tests.crash_child DATA_DIR STEP COUNT
+    python -m tests.support.crash_child DATA_DIR STEP COUNT
 
 Steps: staged (after the staging write), synced (after the staging fsync), linked (after the link),
 dir_synced (after the last directory fsync), committed (after the index commit), answered (after the
@@ -23,7 +23,7 @@ from attachstore.config import Config
 from attachstore.index import Index
 from attachstore.service import Store, Upload
 from attachstore.storage.local import FileOps
-from tests.images import png
+from tests.support.images import png
 
 AFTER = {"staged": "write", "synced": "fsync", "linked": "link", "dir_synced": "fsync_dir"}
 

@@ -373,7 +373,7 @@ def jpeg_scan_bomb(scans: int, side: int = 2000) -> bytes:
     return data[:start] + data[start:end] * (scans - len(jpeg_scans(data)) + 1) + data[end:]
 
 
-# Photos, screenshots and animations for normalization (tests/test_normalize.py)
+# Photos, screenshots and animations for normalization (tests/gate/test_normalize.py)
 
 D50 = (0.9642, 1.0, 0.8249)  # the ICC profile connection space's white
 SRGB_CURVE = (2.4, 1 / 1.055, 0.055 / 1.055, 1 / 12.92, 0.04045)  # the sRGB tone curve as an ICC 'para'
@@ -519,3 +519,16 @@ def gif_xmp(data: bytes, packet: bytes) -> bytes:
     trailer = bytes([1, *range(255, -1, -1), 0])
     at = gif_descriptors(data)[0]
     return data[:at] + b"\x21\xff\x0bXMP DataXMP" + packet + trailer + data[at:]
+
+
+def opened(data: bytes) -> Image.Image:
+    return Image.open(io.BytesIO(data))
+
+
+def has_no_metadata(data: bytes) -> None:
+    with opened(data) as im:
+        assert not im.getexif()
+        assert not {"exif", "xmp", "icc_profile", "comment", "photoshop"} & set(im.info)
+        assert not getattr(im, "text", None)
+    for needle in (b"Exif", b"ICC_PROFILE", b"http://ns.adobe.com", b"iCCP", b"tEXt", b"iTXt", b"zTXt"):
+        assert needle not in data

@@ -373,7 +373,7 @@ def _error(message: str, *logs: Path, lines: int = 30) -> ServiceError:
     return ServiceError(message)
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
@@ -437,7 +437,7 @@ def _start_ceph(home: Path) -> dict[str, str]:
     for sub in ("run", "log", "crash", "rgw", "mon/ceph-a", "osd/ceph-0"):
         (home / sub).mkdir(parents=True)
     conf, out, logs = home / "ceph.conf", home / "log" / "commands.log", home / "log"
-    fsid, osd_uuid, mon_port, rgw_port = str(uuid.uuid4()), str(uuid.uuid4()), _free_port(), _free_port()
+    fsid, osd_uuid, mon_port, rgw_port = str(uuid.uuid4()), str(uuid.uuid4()), free_port(), free_port()
     conf.write_text(CEPH_CONF.format(home=home, fsid=fsid, mon_port=mon_port, rgw_port=rgw_port))
     c = ["-c", conf]
     ceph = ["ceph", *c, "--connect-timeout", "20"]
@@ -526,7 +526,7 @@ def _start_postgresql(home: Path) -> dict[str, str]:
             os.chown(path, user.pw_uid, user.pw_gid)
     initdb = [bindir / "initdb", "-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-locale"]
     _run([*initdb, "--no-sync"], out, user=user)  # --no-sync: initdb's own final flush; the server fsyncs
-    port = _free_port()
+    port = free_port()
     with (data / "postgresql.conf").open("a") as conf:
         conf.write(f"listen_addresses = '127.0.0.1'\nport = {port}\nunix_socket_directories = '{sockets}'\n")
     pg_ctl = [bindir / "pg_ctl", "-D", data, "-l", server_log, "-w", "-t", "60", "start"]
