@@ -10,8 +10,8 @@ from aiohttp import web
 
 from ..config import Config
 from ..errors import AttachstoreError, StorageUnavailable, Unauthorized
-from ..service.store import Store
-from ..storage.local import FileOps
+from ..service import Store
+from ..storage import FileOps
 from . import attachments, observe, openapi, render, sessions, wire
 from .common import CONFIG, STORE, TENANT, error_response, json_response
 from .observe import ERROR_CODE

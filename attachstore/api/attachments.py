@@ -6,7 +6,7 @@ import msgspec
 from aiohttp import web
 
 from ..errors import UnsupportedMediaType
-from ..service.store import Admission, ImageRef, Upload
+from ..service import Admission, ImageRef, Upload
 from . import wire
 from .bodies import IMAGES_HINT, read_multipart
 from .common import CONFIG, STORE, json_response, read_json, tenant_of

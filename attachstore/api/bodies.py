@@ -11,7 +11,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from ..config import Limits
 from ..errors import InvalidRequest, PayloadTooLarge, RequestTimeout
-from ..service.store import Upload
+from ..service import Upload
 
 _CHUNK = 1 << 16
 _TEXT_FIELDS = ("source", "route", "session")

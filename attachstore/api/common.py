@@ -9,7 +9,7 @@ from aiohttp import web
 
 from ..config import Config
 from ..errors import AttachstoreError, InvalidRequest, UnsupportedMediaType
-from ..service.store import Store
+from ..service import Store
 from . import wire
 from .bodies import read_capped
 

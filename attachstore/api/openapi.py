@@ -9,7 +9,7 @@ import msgspec
 
 from .. import __version__
 from ..render import Rendered, RenderRequest
-from ..service.sessions import SESSION_ID_PATTERN
+from ..service import SESSION_ID_PATTERN
 from . import wire
 
 _SHAPES: list[Any] = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 from aiohttp import web
 
-from ..index.sqlite import SessionRow
+from ..index import SessionRow
 from ..progress import rfc3339
 from . import wire
 from .common import CONFIG, STORE, json_response, read_json, tenant_of

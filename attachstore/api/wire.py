@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
-from ..service.sessions import SESSION_ID_PATTERN
+from ..service import SESSION_ID_PATTERN
 
 Source = Literal["user", "tool", "mcp", "command"]
 SessionId = Annotated[str, Meta(pattern=SESSION_ID_PATTERN)]

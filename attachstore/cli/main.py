@@ -18,10 +18,9 @@ import msgspec
 from .. import __version__, logs
 from ..config import Config, load
 from ..errors import AttachstoreError, ConfigError, InvalidRequest
-from ..index.schema import IndexUnusable
-from ..index.sqlite import SessionRow
+from ..index import IndexUnusable, SessionRow
 from ..progress import rfc3339
-from ..service.store import SOURCES, Admission, ImageRef, Store, Upload
+from ..service import SOURCES, Admission, ImageRef, Store, Upload
 from . import maintenance
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2

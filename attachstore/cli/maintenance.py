@@ -16,7 +16,7 @@ from ..errors import AttachstoreError, ConfigError
 from ..maintenance import gc, migrate
 from ..maintenance.audit import Audit, AuditReport
 from ..progress import Progress, human_bytes, rfc3339
-from ..service.store import Store
+from ..service import Store
 
 EXIT_OK, EXIT_FINDINGS, EXIT_COULD_NOT_RUN = 0, 1, 2
 

@@ -27,13 +27,12 @@ from pathlib import Path
 
 from ..config import Limits
 from ..errors import Rejected, StorageUnavailable
-from ..gate.probe import probe_header
-from ..index.sqlite import Index, ObjectRow
+from ..gate import probe_header
+from ..index import Index, ObjectRow
 from ..progress import Progress
 from ..refs import Ref
-from ..service.store import Store
-from ..storage.backend import StoredObject
-from ..storage.local import IN_FLIGHT, LocalBlobStore, StoredFile
+from ..service import Store
+from ..storage import IN_FLIGHT, LocalBlobStore, StoredFile, StoredObject
 from . import filepass
 
 # Re-indexing a stray file must not re-apply admission limits: reads never do.

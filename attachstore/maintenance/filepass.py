@@ -19,10 +19,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..gate.probe import probe_header
-from ..index.sqlite import BUSY_TIMEOUT_MS, ObjectRow, rows_in
+from ..gate import probe_header
+from ..index import BUSY_TIMEOUT_MS, ObjectRow, rows_in
 from ..refs import Ref, hasher
-from ..storage.local import Listing, StoredFile
+from ..storage import Listing, StoredFile
 
 # Files go to the pass a trip of about TRIP_FILES files or TRIP_BYTES bytes (by the index's sizes) at a
 # time, whole listings: few enough trips that their cost vanishes, small enough for the pace (--max-rate)

@@ -16,12 +16,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..index.sqlite import ObjectRow
+from ..index import ObjectRow
 from ..progress import Progress
 from ..refs import MAX_REF_LENGTH
-from ..service.store import Store
-from ..storage.backend import StoredObject
-from ..storage.local import IN_FLIGHT, StoredFile
+from ..service import Store
+from ..storage import IN_FLIGHT, StoredFile, StoredObject
 
 REF_BYTES = re.compile(rb"(?:sha256|blake3):[0-9a-f]{64}")
 _CHUNK = 1 << 20

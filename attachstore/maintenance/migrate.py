@@ -34,12 +34,11 @@ from pathlib import Path
 
 from ..config import SECTION_ENV_KEYS, Config, load
 from ..errors import AttachstoreError, ConfigError, Corrupt, Missing, StorageUnavailable
-from ..index.schema import SCHEMA_VERSION, IndexUnusable
-from ..index.sqlite import BUSY_TIMEOUT_MS, COLUMNS, Hold, ObjectRow, SessionRow
+from ..index import BUSY_TIMEOUT_MS, COLUMNS, SCHEMA_VERSION, Hold, IndexUnusable, ObjectRow, SessionRow
 from ..progress import Progress
 from ..refs import Ref
-from ..service.store import Store
-from ..storage.local import LocalBlobStore
+from ..service import Store
+from ..storage import LocalBlobStore
 from .verify import Finding, Stage, Verify, read_failure, run_all
 
 INDEX_FILE = "index.sqlite3"

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..errors import Corrupt, Missing
-from ..index.sqlite import ObjectRow
+from ..index import ObjectRow
 from ..refs import Ref
-from ..service.store import Store
-from ..storage.local import LocalBlobStore
+from ..service import Store
+from ..storage import LocalBlobStore
 
 if TYPE_CHECKING:
     from .migrate import MakeProgress, Report, Snapshot

@@ -16,10 +16,10 @@ from typing import Any, get_args
 
 from ..config import Placeholders, Provider, Route
 from ..errors import AttachstoreError, Corrupt, InvalidRequest, Missing, Rejected
-from ..index.sqlite import ObjectRow
+from ..index import ObjectRow
 from ..refs import Ref
+from ..service import Store, VariantSpec
 from ..service.policy import accepts_images
-from ..service.store import Store, VariantSpec
 from . import tokens
 from .model import Image, Part, Text, ToolCall, Turn
 from .neutral import ImageBlock, RenderRequest, TextBlock, check

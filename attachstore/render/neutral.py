@@ -9,7 +9,7 @@ from msgspec import Meta
 
 from ..config import Provider
 from ..errors import InvalidRequest, UnsupportedContent
-from ..service.sessions import SESSION_ID_PATTERN
+from ..service import SESSION_ID_PATTERN
 
 Detail = Literal["auto", "low", "high"]
 

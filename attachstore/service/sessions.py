@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from ..config import Config
 from ..errors import InvalidRequest, SessionNotFound
-from ..index.sqlite import Hold, Index, SessionKey, SessionRow
+from ..index import Hold, Index, SessionKey, SessionRow
 from ..refs import Ref
 from . import policy
 

@@ -26,15 +26,11 @@ from ..errors import (
     ServerBusy,
     StorageUnavailable,
 )
-from ..gate.pool import DecodePool
-from ..gate.probe import probe_header
-from ..gate.worker import Original, Passed
-from ..index.sqlite import Hold, Index, ObjectRow
+from ..gate import DecodePool, Original, Passed, probe_header
+from ..index import Hold, Index, ObjectRow
 from ..metrics import Metrics
 from ..refs import Ref
-from ..storage.backend import BlobStore, LocalBackend
-from ..storage.local import FileOps, LocalBlobStore, Put
-from ..storage.resident import Resident
+from ..storage import BlobStore, FileOps, LocalBackend, LocalBlobStore, Put, Resident
 from . import policy
 from .policy import Diagnostic
 from .sessions import Sessions

@@ -29,7 +29,7 @@ import time
 from collections import OrderedDict
 from typing import NamedTuple
 
-from ..index.sqlite import ObjectRow
+from ..index import ObjectRow
 from ..refs import Ref
 from .local import OPEN_READ, LocalBlobStore
 
