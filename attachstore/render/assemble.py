@@ -18,8 +18,7 @@ from ..config import Placeholders, Provider, Route
 from ..errors import AttachstoreError, Corrupt, InvalidRequest, Missing, Rejected
 from ..index import ObjectRow
 from ..refs import Ref
-from ..service import Store, VariantSpec
-from ..service.policy import accepts_images
+from ..service import Store, VariantSpec, accepts_images
 from . import tokens
 from .model import Image, Part, Text, ToolCall, Turn
 from .neutral import ImageBlock, RenderRequest, TextBlock, check

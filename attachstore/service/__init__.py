@@ -1,16 +1,22 @@
 """The service: the one place that owns the order of operations. Edges (HTTP, CLI) call it; it calls the
 gate (through the decode pool), the blob store and the index."""
 
+from .admission import SOURCES, Admission, Upload, display_name
+from .model import ImageRef, Normalization
+from .policy import accepts_images
 from .sessions import SESSION_ID_PATTERN
-from .store import SOURCES, Admission, ImageRef, Store, Upload, VariantSpec, display_name
+from .store import Store
+from .variants import VariantSpec
 
 __all__ = [
     "SESSION_ID_PATTERN",
     "SOURCES",
     "Admission",
     "ImageRef",
+    "Normalization",
     "Store",
     "Upload",
     "VariantSpec",
+    "accepts_images",
     "display_name",
 ]

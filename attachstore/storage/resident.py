@@ -27,9 +27,8 @@ import os
 import stat
 import time
 from collections import OrderedDict
-from typing import NamedTuple
+from typing import Generic, NamedTuple, Protocol, TypeVar
 
-from ..index import ObjectRow
 from ..refs import Ref
 from .local import OPEN_READ, LocalBlobStore
 
@@ -39,18 +38,31 @@ _NOWAIT = getattr(os, "RWF_NOWAIT", 0)
 FileId = tuple[int, int, int]  # st_dev, st_ino, st_ctime_ns: which file, not just which name
 
 
-class _Remembered(NamedTuple):
-    row: ObjectRow
+class Row(Protocol):
+    """What is remembered of an index row here: which object it describes, and its size."""
+
+    @property
+    def ref(self) -> str: ...
+
+    @property
+    def bytes(self) -> int: ...
+
+
+R = TypeVar("R", bound=Row)
+
+
+class _Remembered(NamedTuple, Generic[R]):
+    row: R
     file: FileId
     until: float
 
 
-class Resident:
+class Resident(Generic[R]):
     def __init__(self, blobs: LocalBlobStore, *, ttl: float = 5.0, entries: int = 4096) -> None:
         self.blobs = blobs
         self.ttl = ttl
         self.entries = entries
-        self._rows: OrderedDict[tuple[str, str | None], _Remembered] = OrderedDict()
+        self._rows: OrderedDict[tuple[str, str | None], _Remembered[R]] = OrderedDict()
         self.enabled = bool(_NOWAIT)
 
     def read(self, ref: Ref, size: int, file: FileId | None = None) -> tuple[bytearray, FileId] | None:
@@ -81,7 +93,7 @@ class Resident:
             return None
         return data, found
 
-    def remember(self, row: ObjectRow, scope: str | None, file: FileId) -> None:
+    def remember(self, row: R, scope: str | None, file: FileId) -> None:
         """`row`, just looked up under `scope`, was served from `file`: skip the look-up next time."""
         key = (row.ref, scope)
         self._rows[key] = _Remembered(row, file, time.monotonic() + self.ttl)
@@ -89,7 +101,7 @@ class Resident:
         if len(self._rows) > self.entries:
             self._rows.popitem(last=False)
 
-    def recall(self, ref: Ref, scope: str | None) -> tuple[ObjectRow, bytearray] | None:
+    def recall(self, ref: Ref, scope: str | None) -> tuple[R, bytearray] | None:
         """A remembered row and the object's verified bytes, read from the same file as before; None (and
         the row forgotten) on any doubt."""
         key = (str(ref), scope)

@@ -178,13 +178,13 @@ async def test_past_the_admission_cap_the_answer_is_busy_and_reads_flow(
     ).status
     store = client.app[STORE]
     release = asyncio.Event()
-    real = store._admit
+    real = store.admissions._admit
 
     async def slow(*args: Any) -> Any:
         await release.wait()
         return await real(*args)
 
-    monkeypatch.setattr(store, "_admit", slow)
+    monkeypatch.setattr(store.admissions, "_admit", slow)
     body = {"source": "user", "images": [{"data": b64(png(6, 6))}]}
     first = asyncio.create_task(client.post("/v1/attachments", json=body))
     await asyncio.sleep(0.05)

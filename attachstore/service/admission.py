@@ -1,0 +1,311 @@
+"""Admission (SPEC sections 4 and 5): validate every member of a batch, then store every member, then publish
+all rows and the session's holds in one transaction. A rejection raises for `user`/`command` and degrades
+into a diagnostic per image and a text for the model for `tool`/`mcp`."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from .. import gate
+from ..config import Config
+from ..errors import AttachstoreError, InvalidRequest, Rejected, ServerBusy
+from ..gate import DecodePool, Passed
+from ..index import Hold, Index, ObjectRow
+from ..metrics import Metrics
+from ..refs import Ref
+from ..storage import Put
+from . import policy
+from .model import ImageRef, Normalization
+from .policy import Diagnostic
+from .publish import Check, Publisher
+from .sessions import Sessions
+
+if TYPE_CHECKING:
+    from ..index.postgres import PgIndex
+
+SOURCES = ("user", "tool", "mcp", "command")
+MAX_NAME_LENGTH = 255
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+@dataclass(frozen=True, slots=True)
+class Upload:
+    """One image handed to admission: base64 text (JSON) or raw bytes (multipart, CLI).
+
+    `size` is the decoded size; an edge that stopped buffering an oversized part passes its full size here."""
+
+    payload: str | bytes
+    size: int
+    media_type: str | None = None
+    name: str | None = None
+
+    @classmethod
+    def of_bytes(cls, data: bytes, media_type: str | None = None, name: str | None = None) -> Upload:
+        return cls(data, len(data), media_type, name)
+
+    @classmethod
+    def of_base64(cls, text: str, media_type: str | None = None, name: str | None = None) -> Upload:
+        return cls(text, gate.base64_decoded_size(text), media_type, name)
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """The answer to an admission: refs in input order, or (soft rejection) a diagnostic per image."""
+
+    attachments: list[ImageRef]
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    text: str | None = None
+
+    @property
+    def degraded(self) -> bool:
+        return bool(self.diagnostics)
+
+
+@dataclass(frozen=True, slots=True)
+class _Admitted:
+    ref: Ref
+    data: bytes  # what is stored: the upload, or its normalization
+    inspection: Passed
+
+    @property
+    def normalized(self) -> Normalization | None:
+        original = self.inspection.original
+        return None if original is None else Normalization(original, tuple(self.inspection.steps))
+
+
+def display_name(name: str | None) -> str | None:
+    """Keep only the last path component, without control characters, at most 255 characters."""
+    if name is None:
+        return None
+    base = _CONTROL.sub("", name.replace("\\", "/").rsplit("/", 1)[-1]).strip()
+    return base[:MAX_NAME_LENGTH] or None
+
+
+def _degraded(
+    uploads: Sequence[Upload],
+    names: Sequence[str | None],
+    batch_error: Rejected | None,
+    verdicts: Sequence[_Admitted | Rejected],
+) -> Admission:
+    diagnostics = []
+    for i, (u, name) in enumerate(zip(uploads, names, strict=True)):
+        verdict: _Admitted | Rejected | None = batch_error or (verdicts[i] if i < len(verdicts) else None)
+        if isinstance(verdict, _Admitted):
+            diagnostics.append(Diagnostic(i, verdict.inspection.media_type, name, None, "valid"))
+        elif isinstance(verdict, Rejected):
+            diagnostics.append(Diagnostic(i, u.media_type, name, verdict.code, verdict.message, verdict.hint))
+    return Admission([], diagnostics, policy.model_text(diagnostics))
+
+
+class Admissions:
+    def __init__(
+        self,
+        config: Config,
+        index: Index | PgIndex,
+        pool: DecodePool,
+        sessions: Sessions,
+        publisher: Publisher,
+        metrics: Metrics,
+    ) -> None:
+        self.config = config
+        self.index = index
+        self.pool = pool
+        self.sessions = sessions
+        self.publisher = publisher
+        self.metrics = metrics
+        self._admitting = 0
+
+    async def admit(
+        self,
+        uploads: Sequence[Upload],
+        source: str,
+        *,
+        route: str | None = None,
+        session: str | None = None,
+        tenant: str = "",
+    ) -> Admission:
+        """Validate every member, then store every member, then publish all rows (and the session's holds)
+        in one transaction. A rejection raises for `user`/`command` and degrades for `tool`/`mcp`."""
+        if source not in SOURCES:
+            raise InvalidRequest(f"source: must be one of {', '.join(SOURCES)}, not {source!r}")
+        if not uploads:
+            raise InvalidRequest("images: at least one image is required")
+        if self._admitting >= self.config.admission.max_concurrent:
+            # Past the cap, admissions wait outside rather than queue for the decoders; reads keep flowing.
+            self.metrics.admissions.labels(source, ServerBusy.code).inc()
+            raise ServerBusy(
+                f"{self._admitting} admissions are in progress, the most this daemon takes at once",
+                hint="retry after the Retry-After delay",
+            )
+        self._admitting += 1
+        result = "admitted"
+        try:
+            admission = await self._admit(uploads, source, route, session, tenant)
+            if admission.degraded:
+                result = next((d.code for d in admission.diagnostics if d.code), "degraded")
+            return admission
+        except AttachstoreError as e:
+            result = e.code
+            raise
+        finally:
+            self._admitting -= 1
+            self.metrics.admissions.labels(source, result).inc()
+
+    async def _admit(
+        self, uploads: Sequence[Upload], source: str, route: str | None, session: str | None, tenant: str
+    ) -> Admission:
+        hold = session_route = None
+        if session is not None:
+            found = await self.sessions.get((tenant, session))
+            route = route if route is not None else found.route
+            session_route = found.route
+            hold = Hold((tenant, session), self.sessions.guard_images, everything=self.config.is_open)
+        names = [display_name(u.name) for u in uploads]
+        soft = source in policy.SOFT_SOURCES
+        batch_error, verdicts = await self._validate(
+            uploads, source, route, every_image=soft, session=(session, session_route)
+        )
+        if batch_error is not None or any(isinstance(v, Rejected) for v in verdicts):
+            if soft:
+                return _degraded(uploads, names, batch_error, verdicts)
+            if batch_error is not None:
+                raise batch_error
+            i, first = next((i, v) for i, v in enumerate(verdicts) if isinstance(v, Rejected))
+            raise first.at(i)
+        admitted = [v for v in verdicts if isinstance(v, _Admitted)]
+        try:
+            await self._store(admitted, names, hold, tenant)
+        except Rejected as e:  # the session's route turned text-only meanwhile (checked under the lock)
+            if soft:
+                return _degraded(uploads, names, e, [])
+            raise
+        self.metrics.images_admitted.inc(len(admitted))
+        self.metrics.normalized.inc(sum(1 for a in admitted if a.normalized is not None))
+        self.metrics.bytes_admitted.inc(sum(len(a.data) for a in admitted))
+        return Admission(
+            [
+                ImageRef(
+                    str(a.ref),
+                    a.inspection.media_type,
+                    len(a.data),
+                    a.inspection.width,
+                    a.inspection.height,
+                    a.inspection.frames,
+                    name,
+                    a.normalized,
+                )
+                for a, name in zip(admitted, names, strict=True)
+            ]
+        )
+
+    async def _validate(
+        self,
+        uploads: Sequence[Upload],
+        source: str,
+        route: str | None,
+        *,
+        every_image: bool,
+        session: tuple[str | None, str | None] = (None, None),
+    ) -> tuple[Rejected | None, list[_Admitted | Rejected]]:
+        """The gate of SPEC section 4: a batch-level failure, or a verdict per image.
+
+        Without `every_image`, images after the first cheap failure are not looked at: the first failure in
+        input order decides, exactly as if the images were checked one after another, while the expensive
+        checks of the images before it run concurrently."""
+        limits = self.config.limits
+        admission = self.config.admission
+        fit_limits = admission.fit_limits(limits) if admission.oversize == "fit" else None
+        try:
+            policy.check_modality(self.config.routes, route, source)
+            if session[0] is not None:
+                policy.check_session(self.config.routes, session[0], session[1])
+            gate.check_batch([u.size for u in uploads], limits)
+        except Rejected as e:
+            return e, []
+        cheap: list[bytes | Rejected] = []
+        for u in uploads:
+            try:
+                data = gate.decode_base64(u.payload) if isinstance(u.payload, str) else u.payload
+                gate.precheck(u.size, data[:64], u.media_type, fit_limits or limits)
+                cheap.append(data)
+            except Rejected as e:
+                cheap.append(e)
+                if not every_image:
+                    break
+        deep = await asyncio.gather(
+            *(
+                self.pool.inspect(
+                    c,
+                    u.media_type,
+                    limits,
+                    self.config.hash,
+                    trailing_data=admission.trailing_data,
+                    fit_limits=fit_limits,
+                    strip_metadata=admission.strip_metadata,
+                )
+                for c, u in zip(cheap, uploads, strict=False)
+                if not isinstance(c, Rejected)
+            ),
+            return_exceptions=True,
+        )
+        results = iter(deep)
+        verdicts: list[_Admitted | Rejected] = []
+        for c in cheap:
+            if isinstance(c, Rejected):
+                verdicts.append(c)
+                continue
+            r = next(results)
+            if isinstance(r, Passed):
+                verdicts.append(
+                    _Admitted(Ref(self.config.hash, r.digest), c if r.data is None else r.data, r)
+                )
+            elif isinstance(r, Rejected):
+                verdicts.append(r)
+            else:
+                raise r
+        return None, verdicts
+
+    async def _store(
+        self, admitted: Sequence[_Admitted], names: Sequence[str | None], hold: Hold | None, tenant: str
+    ) -> None:
+        unique: dict[Ref, _Admitted] = {}
+        first_name: dict[Ref, str | None] = {}
+        for a, name in zip(admitted, names, strict=True):
+            unique.setdefault(a.ref, a)
+            if first_name.get(a.ref) is None:
+                first_name[a.ref] = name
+        members = list(unique.values())
+
+        async def publish(existing: dict[str, ObjectRow], now: float, puts: list[Put], check: Check) -> None:
+            self.metrics.dedup_hits.inc(sum(1 for p in puts if p is Put.EXISTED))
+            # A heal: damaged bytes replaced, or a file written again for an object the index already had.
+            healed = [
+                p is Put.HEALED or (p is Put.CREATED and str(a.ref) in existing)
+                for a, p in zip(members, puts, strict=True)
+            ]
+            self.metrics.heals.inc(sum(healed))
+            rows = [
+                ObjectRow(
+                    ref=str(a.ref),
+                    media_type=a.inspection.media_type,
+                    bytes=len(a.data),
+                    width=a.inspection.width,
+                    height=a.inspection.height,
+                    frames=a.inspection.frames,
+                    name=first_name.get(a.ref),
+                    created_at=existing[str(a.ref)].created_at if str(a.ref) in existing else now,
+                    lease_at=now,
+                )
+                for a in members
+            ]
+            await self.index.publish(rows, check, hold, tenant)
+
+        await self.publisher.store(
+            [(a.ref, a.data) for a in members],
+            publish,
+            lambda: AttachstoreError("an object kept disappearing while it was being published"),
+        )

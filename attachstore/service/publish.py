@@ -1,0 +1,86 @@
+"""Putting objects in place and publishing their rows: the steps of SPEC section 3 that an admission and a
+request variant share. The lease is renewed first (from then on a concurrent gc leaves the object alone),
+then every file is written or verified, then one index transaction publishes, after checking under the
+index's lock that every file is still there. Nothing is published unless all of it is; on any failure the
+files that no row publishes are removed again."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, TypeVar
+
+from ..errors import AttachstoreError
+from ..index import Index, ObjectRow
+from ..refs import Ref
+from ..storage import BlobStore, Put
+
+if TYPE_CHECKING:
+    from ..index.postgres import PgIndex
+
+_PUBLISH_ATTEMPTS = 3
+
+Check = Callable[[], Awaitable[None]]
+# publish(the rows that existed, by ref; the time of their renewal; what each put found; the check to run
+# under the index's lock just before the commit)
+T = TypeVar("T")
+Publish = Callable[[dict[str, ObjectRow], float, list[Put], Check], Awaitable[T]]
+
+
+class FileGone(Exception):
+    """An object file vanished between its write and the commit that publishes it."""
+
+
+class Publisher:
+    def __init__(self, blobs: BlobStore, index: Index | PgIndex) -> None:
+        self.blobs = blobs
+        self.index = index
+
+    async def store(
+        self,
+        objects: Sequence[tuple[Ref, bytes]],
+        publish: Publish[T],
+        exhausted: Callable[[], AttachstoreError],
+    ) -> T:
+        """Renew, put every object, then `publish`; all of it again when a file vanished before the commit
+        (gc collected it meanwhile), at most a few times, after which `exhausted()` is raised. Returns what
+        `publish` returned."""
+        refs = [str(ref) for ref, _ in objects]
+        try:
+            for _ in range(_PUBLISH_ATTEMPTS):
+                now = time.time()
+                existing = await self.index.renew(refs, now)
+                # Wait for every write, even after one failed, so that the cleanup sees all of them.
+                puts = await asyncio.gather(
+                    *(self.blobs.put(ref, data) for ref, data in objects), return_exceptions=True
+                )
+                found: list[Put] = []
+                for outcome in puts:
+                    if isinstance(outcome, BaseException):
+                        raise outcome
+                    found.append(outcome)
+
+                async def files_still_there() -> None:
+                    await self.still_there([(ref, len(data)) for ref, data in objects])
+
+                try:
+                    return await publish(existing, now, found, files_still_there)
+                except FileGone:
+                    continue
+            raise exhausted()
+        except BaseException:
+            # Publish nothing: remove the files put in place here that no row publishes.
+            await self.index.discard_unpublished(refs, self.discard)
+            raise
+
+    async def still_there(self, objects: Sequence[tuple[Ref, int]]) -> None:
+        """Raise FileGone unless every object's file is in place with its size (run under the write lock,
+        just before the transaction that publishes them)."""
+        found = await self.blobs.stat_many([ref for ref, _ in objects])
+        for (ref, size), f in zip(objects, found, strict=True):
+            if f is None or f.size != size:
+                raise FileGone(str(ref))
+
+    async def discard(self, ref: str) -> None:
+        await self.blobs.discard(Ref.parse(ref))

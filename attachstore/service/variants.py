@@ -1,0 +1,156 @@
+"""Request variants (docs/normalization.md): a stored image over a route's per-request limits is sent as a
+variant, derived once in the decode pool, stored content-addressed like any object and linked to its
+source in the index, so that gc collects it with its source."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from ..config import Config
+from ..errors import AttachstoreError, NotFound, Rejected, StorageUnavailable
+from ..gate import DecodePool
+from ..index import Index, ObjectRow
+from ..metrics import Metrics
+from ..refs import Ref
+from ..storage import Put
+from .model import ImageRef
+from .publish import Check, Publisher
+
+if TYPE_CHECKING:
+    from ..index.postgres import PgIndex
+
+# A variant that could not be made is not tried again for this long (renders of a conversation repeat):
+# a failure costs up to decode_timeout of a decode worker. At most _UNFIT_KEPT are remembered.
+_UNFIT_SECONDS = 600.0
+_UNFIT_KEPT = 10_000
+
+Verified = Callable[[Ref, ObjectRow], Awaitable[tuple[ImageRef, bytes]]]
+
+
+@dataclass(frozen=True, slots=True)
+class VariantSpec:
+    """The per-image limits of a route's requests; a stored image over one of them is sent as a variant."""
+
+    max_side: int
+    max_pixels: int
+    max_bytes: int
+
+    @property
+    def key(self) -> str:
+        # Names the derivation: the same source and key always give the same bytes (normalize.fit).
+        return f"fit/1 side={self.max_side} pixels={self.max_pixels} bytes={self.max_bytes}"
+
+    def exceeded_by(self, row: ObjectRow) -> bool:
+        return (
+            max(row.width, row.height) > self.max_side
+            or row.width * row.height > self.max_pixels
+            or row.bytes > self.max_bytes
+        )
+
+
+class Variants:
+    def __init__(
+        self,
+        config: Config,
+        index: Index | PgIndex,
+        pool: DecodePool,
+        verified: Verified,
+        publisher: Publisher,
+        metrics: Metrics,
+    ) -> None:
+        self.config = config
+        self.index = index
+        self.pool = pool
+        self.verified = verified
+        self.publisher = publisher
+        self.metrics = metrics
+        self._deriving: dict[tuple[str, str], asyncio.Future[ObjectRow]] = {}
+        # (source, spec) whose derivation failed in the decode pool, until when, and why.
+        self._unfit: dict[tuple[str, str], tuple[float, Rejected]] = {}
+
+    async def close(self) -> None:
+        for task in list(self._deriving.values()):
+            task.cancel()
+        await asyncio.gather(*self._deriving.values(), return_exceptions=True)
+
+    async def variant(self, source: ObjectRow, spec: VariantSpec, *, again: bool = False) -> ObjectRow:
+        """The row of `source`'s variant within `spec`: found in the index, else derived in the decode pool,
+        stored like any object and linked to its source. Concurrent callers in this process share one
+        derivation. `again` derives even when a variant is recorded (its bytes failed a read: the same
+        bytes are derived and written again, which heals them). Raises AttachstoreError (the source is
+        unreadable, or no variant fits)."""
+        key = (source.ref, spec.key)
+        if not again:
+            found = await self.index.variant(*key)
+            if found is not None and found.state == "ok":
+                self.metrics.variants.labels("cached").inc()
+                return found
+        failed = self._unfit.get(key)
+        if failed is not None and failed[0] > time.monotonic():
+            why = failed[1]  # it failed a moment ago: the same work would fail the same way
+            raise Rejected(why.code, why.message, hint=why.hint)
+        task = self._deriving.get(key)
+        if task is None:
+            task = asyncio.ensure_future(self._derive(source, spec))
+            self._deriving[key] = task
+            task.add_done_callback(lambda t: (self._deriving.pop(key, None), t.cancelled() or t.exception()))
+        try:
+            return await asyncio.shield(task)
+        except Rejected as e:  # no variant fits, or past the time bound: remembered for a while
+            self._unfit[key] = (time.monotonic() + _UNFIT_SECONDS, e)
+            if len(self._unfit) > _UNFIT_KEPT:
+                now = time.monotonic()
+                self._unfit = {k: v for k, v in self._unfit.items() if v[0] > now}
+            raise
+
+    async def _derive(self, source: ObjectRow, spec: VariantSpec) -> ObjectRow:
+        _, data = await self.verified(Ref.parse(source.ref), source)
+        limits = self.config.limits
+        target = msgspec.structs.replace(
+            limits, max_side=spec.max_side, max_pixels=spec.max_pixels, max_image_bytes=spec.max_bytes
+        )
+        source_limits = self.config.admission.fit_limits(limits)
+        passed = await self.pool.derive(
+            data,
+            source.media_type,
+            (spec.max_side, spec.max_pixels, spec.max_bytes),
+            target,
+            source_limits,
+            self.config.hash,
+        )
+        if passed.data is None:  # pragma: no cover - a derivation always answers with its bytes
+            raise AttachstoreError("the decode worker answered a derivation without bytes")
+        ref, derived = Ref(self.config.hash, passed.digest), passed.data
+
+        async def publish(
+            existing: dict[str, ObjectRow], now: float, puts: list[Put], check: Check
+        ) -> ObjectRow:
+            row = ObjectRow(
+                str(ref),
+                passed.media_type,
+                len(derived),
+                passed.width,
+                passed.height,
+                passed.frames,
+                None,
+                existing[str(ref)].created_at if str(ref) in existing else now,
+                now,
+            )
+            if not await self.index.publish_variant(row, source.ref, spec.key, check):
+                raise NotFound(f"no attachment {source.ref}: it was collected while its variant was made")
+            return row
+
+        row = await self.publisher.store(
+            [(ref, derived)],
+            publish,
+            # collected (as another source's variant, say) between its write and its link, every time
+            lambda: StorageUnavailable(f"the variant {ref} kept disappearing while it was being published"),
+        )
+        self.metrics.variants.labels("derived").inc()
+        return row
