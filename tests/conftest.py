@@ -11,7 +11,7 @@ from aiohttp.test_utils import TestClient
 from attachstore.api import make_app
 from attachstore.config import Config
 from attachstore.service import Store
-from attachstore.storage.local import FileOps
+from attachstore.storage import FileOps
 from tests.support import fixtures, services
 
 MakeConfig = Callable[..., Config]

@@ -3,7 +3,9 @@ local and S3 backends, the staging and fsync discipline, quarantine, and the ver
 of images, the index or HTTP."""
 
 from .backend import BlobStore, LocalBackend, StoredObject
-from .local import IN_FLIGHT, FileOps, Listing, LocalBlobStore, Put, StoredFile
+from .fileops import FileOps
+from .listing import Listing, StoredFile
+from .local import IN_FLIGHT, LocalBlobStore, Put
 from .resident import Resident
 
 __all__ = [

@@ -31,7 +31,9 @@ from typing import Protocol
 
 from ..errors import StorageUnavailable
 from ..refs import Ref
-from .local import LocalBlobStore, Put, StoredFile, storage_error
+from .fileops import storage_error
+from .listing import StoredFile
+from .local import LocalBlobStore, Put
 
 _WALK_BATCH = 1000
 

@@ -15,19 +15,16 @@ import contextlib
 import errno
 import os
 import secrets
-import stat
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import BinaryIO
 
-from ..errors import AttachstoreError, Corrupt, Missing, StorageFull, StorageUnavailable
-from ..refs import ALGORITHMS, Ref, hasher
+from ..errors import Corrupt, Missing
+from ..refs import Ref, hasher
+from .fileops import OBJECT_MODE, STAGING_MODE, FileOps, NotRegular, open_regular, storage_error
+from .listing import Listing, StoredFile, listings, sorted_entries, stored
 
-OBJECT_MODE = 0o444
-STAGING_MODE = 0o600
 _READ_CHUNK = 1 << 20
 # A staging file, or an object file without a row, younger than this may belong to an admission in flight
 # (between its write and its commit). The GC and the audit leave such files alone whatever the grace.
@@ -35,113 +32,10 @@ IN_FLIGHT = 60.0
 _PLACE_ATTEMPTS = 3
 
 
-class FileOps:
-    """The system calls of the write path, one method each, so tests can record them and inject faults."""
-
-    def open_exclusive(self, path: Path) -> int:
-        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, STAGING_MODE)
-
-    def write(self, fd: int, data: memoryview) -> int:
-        return os.write(fd, data)
-
-    def fsync(self, fd: int) -> None:
-        os.fsync(fd)
-
-    def fchmod(self, fd: int, mode: int) -> None:
-        os.fchmod(fd, mode)
-
-    def close(self, fd: int) -> None:
-        os.close(fd)
-
-    def mkdir(self, path: Path) -> None:
-        os.mkdir(path, 0o755)
-
-    def link(self, src: Path, dst: Path) -> None:
-        os.link(src, dst)
-
-    def rename(self, src: Path, dst: Path) -> None:
-        os.rename(src, dst)
-
-    def fsync_dir(self, path: Path) -> None:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-    def unlink(self, path: Path) -> None:
-        os.unlink(path)
-
-
 class Put(Enum):
     EXISTED = "existed"  # an intact copy was already there
     CREATED = "created"
     HEALED = "healed"  # a damaged or missing copy was replaced
-
-
-@dataclass(frozen=True, slots=True)
-class StoredFile:
-    """A file found by walking the store. `ref` is None when its name and place are not an object's."""
-
-    path: Path
-    ref: Ref | None
-    size: int
-    mtime: float
-
-
-@dataclass(frozen=True, slots=True)
-class Listing:
-    """One directory under objects/ and the names of the files in it (anything but a subdirectory), in
-    order, as plain strings: the audit reads a few hundred thousand of them and a Path each would dominate.
-
-    `algorithm` is set when the directory is a bucket, objects/<algorithm>/<xx>/<yy>, the only place an
-    object can be; `bucket` is then "<xx><yy>", the start of every object name in it. `irregular` names the
-    entries that are not regular files (a symlink, a fifo): never objects, whatever their names."""
-
-    directory: str
-    algorithm: str | None
-    bucket: str
-    names: list[str]
-    irregular: frozenset[str]
-
-    def path(self, name: str) -> str:
-        return f"{self.directory}/{name}"
-
-    def ref(self, name: str) -> Ref | None:
-        """The reference that `name` names in this place, if any (the file's type aside)."""
-        if self.algorithm is None or not name.startswith(self.bucket):
-            return None
-        try:
-            return Ref.parse(f"{self.algorithm}:{name}")
-        except AttachstoreError:
-            return None
-
-
-# How an object file is opened to be read: non-blocking, so that a FIFO planted at its path cannot hold the
-# caller until a writer comes (O_NONBLOCK means nothing to a regular file's reads).
-OPEN_READ = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK
-
-
-class NotRegular(OSError):
-    """What is at an object's path is not a regular file (a directory, a FIFO, a device)."""
-
-
-def open_regular(path: str | Path) -> BinaryIO:
-    """Open an object's file for reading (OPEN_READ); anything but a regular file raises NotRegular."""
-    fd = os.open(path, OPEN_READ)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise NotRegular(errno.EINVAL, "not a regular file", str(path))
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def storage_error(e: OSError, doing: str) -> AttachstoreError:
-    if e.errno in (errno.ENOSPC, errno.EDQUOT):
-        return StorageFull(f"the store is full ({doing}): {e.strerror}")
-    return StorageUnavailable(f"storage I/O error while {doing}: {e.strerror or e}")
 
 
 class LocalBlobStore:
@@ -387,16 +281,16 @@ class LocalBlobStore:
         """Every file under objects/, at any depth, in path order; only one in its right place has a ref."""
         for listing in self.list_objects():
             for name in listing.names:
-                yield _stored(listing.path(name), listing.ref(name))
+                yield stored(listing.path(name), listing.ref(name))
 
     def list_objects(self) -> Iterator[Listing]:
         """The directories under objects/ that hold files, with their names, in the order of walk_objects:
         a directory's files, then each of its subdirectories in name order. Nothing is stat'ed."""
-        return _listings(str(self.objects))
+        return listings(str(self.objects))
 
     def walk_staging(self) -> Iterator[StoredFile]:
-        for entry in _sorted_entries(self.staging):
-            yield _stored(entry, None)
+        for entry in sorted_entries(self.staging):
+            yield stored(entry, None)
 
     def remove_file(self, path: Path) -> None:
         """Remove a staging or stray file and make the removal durable."""
@@ -416,9 +310,9 @@ class LocalBlobStore:
         """rmdir every empty bucket directory, deepest first. A writer that loses its directory to this
         between mkdir and link tries again (`put_sync`)."""
         removed = 0
-        for algorithm in _sorted_entries(self.objects):
-            for first in _sorted_entries(algorithm):
-                for second in _sorted_entries(first):
+        for algorithm in sorted_entries(self.objects):
+            for first in sorted_entries(algorithm):
+                for second in sorted_entries(first):
                     removed += self._rmdir(second)
                 removed += self._rmdir(first)
         return removed
@@ -430,58 +324,3 @@ class LocalBlobStore:
             return 0
         self._sync_after_removal(path.parent)
         return 1
-
-
-def _sorted_entries(directory: Path) -> list[Path]:
-    try:
-        return sorted(directory / name for name in os.listdir(directory))
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-
-
-_NONE: frozenset[str] = frozenset()
-
-
-def _listings(top: str) -> Iterator[Listing]:
-    """`top` and every directory below it, depth first. A directory that vanishes or cannot be read meanwhile
-    is skipped, as os.walk does."""
-    stack: list[tuple[str, tuple[str, ...]]] = [(top, ())]  # (directory, the names between top and it)
-    while stack:
-        directory, parents = stack.pop()
-        names: list[str] = []
-        subdirectories: list[str] = []
-        irregular: list[str] = []
-        try:
-            with os.scandir(directory) as entries:
-                # The kind of each entry comes with the listing (d_type): nothing is stat'ed.
-                for entry in entries:
-                    if entry.is_file(follow_symlinks=False):
-                        names.append(entry.name)
-                    elif entry.is_dir(follow_symlinks=False):
-                        subdirectories.append(entry.name)
-                    else:
-                        names.append(entry.name)
-                        irregular.append(entry.name)
-        except OSError:
-            continue
-        if names:
-            names.sort()
-            algorithm, bucket = _bucket(parents)
-            yield Listing(directory, algorithm, bucket, names, frozenset(irregular) if irregular else _NONE)
-        subdirectories.sort(reverse=True)  # popped in name order
-        stack.extend((f"{directory}/{name}", (*parents, name)) for name in subdirectories)
-
-
-def _bucket(parents: tuple[str, ...]) -> tuple[str | None, str]:
-    """(algorithm, "<xx><yy>") for objects/<algorithm>/<xx>/<yy>, else (None, "")."""
-    if len(parents) == 3 and parents[0] in ALGORITHMS and len(parents[1]) == len(parents[2]) == 2:
-        return parents[0], parents[1] + parents[2]
-    return None, ""
-
-
-def _stored(path: Path | str, ref: Ref | None) -> StoredFile:
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return StoredFile(Path(path), ref, 0, 0.0)
-    return StoredFile(Path(path), ref if stat.S_ISREG(st.st_mode) else None, st.st_size, st.st_mtime)

@@ -30,7 +30,8 @@ from collections import OrderedDict
 from typing import Generic, NamedTuple, Protocol, TypeVar
 
 from ..refs import Ref
-from .local import OPEN_READ, LocalBlobStore
+from .fileops import OPEN_READ
+from .local import LocalBlobStore
 
 RESIDENT_MAX = 1 << 20  # hashing 1 MiB takes under a millisecond here: about what a thread hop costs
 _NOWAIT = getattr(os, "RWF_NOWAIT", 0)

@@ -12,7 +12,7 @@ from yarl import URL
 
 from attachstore.api.common import STORE
 from attachstore.refs import Ref
-from attachstore.storage.local import LocalBlobStore
+from attachstore.storage import LocalBlobStore
 from tests.conftest import MakeClient
 from tests.support.faults import flip_byte
 from tests.support.http import Client, admit, admit_ok, b64, error_of, object_path, post_json

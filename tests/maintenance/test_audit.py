@@ -24,7 +24,7 @@ from attachstore.maintenance.audit import Audit, Kind
 from attachstore.progress import Progress
 from attachstore.refs import Ref
 from attachstore.service import Store, Upload
-from attachstore.storage.local import Listing
+from attachstore.storage import Listing
 from tests.support.faults import flip_byte
 from tests.support.images import jpeg, png
 

@@ -20,8 +20,8 @@ import pytest
 
 from attachstore.errors import Corrupt, Missing
 from attachstore.refs import Ref
+from attachstore.storage import LocalBlobStore, Put
 from attachstore.storage.backend import BlobStore, LocalBackend
-from attachstore.storage.local import LocalBlobStore, Put
 from tests.support.faults import flip_byte
 from tests.support.fixtures import S3Server, bucket_on, require_s3
 

@@ -7,8 +7,8 @@ import pytest
 
 from attachstore.errors import Corrupt, Missing, StorageFull, StorageUnavailable
 from attachstore.refs import Ref
+from attachstore.storage import LocalBlobStore, Put
 from attachstore.storage.backend import LocalBackend
-from attachstore.storage.local import LocalBlobStore, Put
 from tests.support.faults import RecordingOps, flip_byte
 
 DATA = b"some object bytes " * 100

@@ -22,7 +22,7 @@ import msgspec
 from attachstore.config import Config
 from attachstore.index import Index
 from attachstore.service import Store, Upload
-from attachstore.storage.local import FileOps
+from attachstore.storage import FileOps
 from tests.support.images import png
 
 AFTER = {"staged": "write", "synced": "fsync", "linked": "link", "dir_synced": "fsync_dir"}

@@ -6,7 +6,7 @@ import errno
 import os
 from pathlib import Path
 
-from attachstore.storage.local import FileOps
+from attachstore.storage import FileOps
 
 
 class RecordingOps(FileOps):
