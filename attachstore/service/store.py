@@ -15,7 +15,7 @@ from ..errors import ConfigError
 from ..gate import DecodePool
 from ..index import Index
 from ..metrics import Metrics
-from ..storage import BlobStore, FileOps, LocalBackend, LocalBlobStore
+from ..storage import BlobStore, FileOps, LocalBackend, LocalBlobStore, ReadCache
 from .admission import Admissions
 from .publish import Publisher
 from .reads import Reads
@@ -92,7 +92,7 @@ def _blob_store(config: Config, ops: FileOps | None) -> BlobStore:
     if storage.backend == "local":
         return LocalBackend(LocalBlobStore(config.data_path, ops))
     try:
-        from ..storage.s3 import ReadCache, S3BlobStore
+        from ..storage.s3 import S3BlobStore
     except ImportError as e:  # the s3 extra is not installed
         raise ConfigError(
             f"storage.backend = \"s3\" needs aiobotocore: pip install 'attachstore[s3]' ({e})"

@@ -3,6 +3,7 @@ local and S3 backends, the staging and fsync discipline, quarantine, and the ver
 of images, the index or HTTP."""
 
 from .backend import BlobStore, LocalBackend, StoredObject
+from .cache import ReadCache
 from .fileops import FileOps
 from .listing import Listing, StoredFile
 from .local import IN_FLIGHT, LocalBlobStore, Put
@@ -16,6 +17,7 @@ __all__ = [
     "LocalBackend",
     "LocalBlobStore",
     "Put",
+    "ReadCache",
     "Resident",
     "StoredFile",
     "StoredObject",

@@ -23,6 +23,7 @@ from pathlib import Path
 from ..errors import Corrupt, Missing
 from ..refs import Ref, hasher
 from .fileops import OBJECT_MODE, STAGING_MODE, FileOps, NotRegular, open_regular, storage_error
+from .layout import object_name
 from .listing import Listing, StoredFile, listings, sorted_entries, stored
 
 _READ_CHUNK = 1 << 20
@@ -59,8 +60,7 @@ class LocalBlobStore:
 
     def filename(self, ref: Ref) -> str:
         """`path(ref)` as a string, without building a Path (for the read path's hot loop)."""
-        d = ref.digest
-        return f"{self._objects}/{ref.algorithm}/{d[0:2]}/{d[2:4]}/{d}"
+        return f"{self._objects}/{object_name(ref)}"
 
     # -- async surface: every file-system call runs off the event loop ---------------------------------
 

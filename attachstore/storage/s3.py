@@ -1,4 +1,4 @@
-"""The S3-compatible backend (AWS S3, Ceph RGW, MinIO, R2) and its optional node-local read cache.
+"""The S3-compatible backend (AWS S3, Ceph RGW, MinIO, R2); its optional node-local read cache is cache.py.
 
 Keys mirror the local layout under a prefix: `<prefix>objects/<alg>/<hex[0:2]>/<hex[2:4]>/<hex>`, damaged
 copies under `<prefix>quarantine/<alg>-<hex>.<time_ns>`, the readiness probe under `<prefix>probe/`. It keeps
@@ -24,17 +24,13 @@ import base64
 import contextlib
 import functools
 import hashlib
-import os
 import re
 import secrets
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import Any, TypeVar
 
 import aiohttp
@@ -45,8 +41,10 @@ from aiobotocore.session import get_session  # type: ignore[import-untyped]
 from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
 
 from ..errors import AttachstoreError, Corrupt, Missing, StorageFull, StorageUnavailable
-from ..refs import ALGORITHMS, Ref
+from ..refs import Ref
 from .backend import StoredObject
+from .cache import ReadCache
+from .layout import object_name, ref_at
 from .local import Put
 
 # Hashing less than this inline costs less than the hop to a thread.
@@ -128,8 +126,7 @@ class S3BlobStore:
 
     def key(self, ref: Ref) -> str:
         """Pure function of an already validated `Ref`."""
-        d = ref.digest
-        return f"{self.prefix}objects/{ref.algorithm}/{d[0:2]}/{d[2:4]}/{d}"
+        return f"{self.prefix}objects/{object_name(ref)}"
 
     def quarantine_key(self, ref: Ref) -> str:
         return f"{self.prefix}quarantine/{ref.algorithm}-{ref.digest}.{time.time_ns()}"
@@ -279,7 +276,7 @@ class S3BlobStore:
                 for item in page.get("Contents", ()):
                     key = item["Key"]
                     yield StoredObject(
-                        key, _ref_at(key[len(top) :]), item["Size"], item["LastModified"].timestamp()
+                        key, ref_at(key[len(top) :]), item["Size"], item["LastModified"].timestamp()
                     )
         except (*_TRANSPORT_ERRORS, ClientError) as e:
             raise self._failure(e, "listing objects") from e
@@ -382,136 +379,6 @@ def _md5(data: bytes) -> tuple[str, str]:
 
 async def _off_loop(fn: Callable[[bytes], T], data: bytes) -> T:
     return fn(data) if len(data) < _INLINE_HASH else await asyncio.to_thread(fn, data)
-
-
-def _ref_at(rest: str) -> Ref | None:
-    """The ref a key names below objects/: <alg>/<hex[0:2]>/<hex[2:4]>/<hex>, else None."""
-    parts = rest.split("/")
-    if len(parts) != 4 or parts[0] not in ALGORITHMS:
-        return None
-    algorithm, first, second, name = parts
-    if (first, second) != (name[0:2], name[2:4]):
-        return None
-    try:
-        return Ref.parse(f"{algorithm}:{name}")
-    except AttachstoreError:
-        return None
-
-
-_CACHE_NAME = re.compile(r"(sha256|blake3)-([0-9a-f]{64})")
-
-
-class ReadCache:
-    """Objects kept on a local disk to spare GETs, bounded to `max_bytes`, least recently used evicted first.
-
-    Disposable: it is never trusted. Every hit is re-hashed in full like any object, and a damaged or
-    wrong-size entry is dropped and fetched again, never served. Entries are written to a temporary file and
-    renamed into place (no fsync: a torn file fails verification). Its failures are misses, never errors. At
-    `open` it takes over what an earlier run left (oldest use, by mtime, evicted first); one process per
-    directory, since its byte accounting is in memory.
-
-    Counters: every `get` is a hit or a miss; `drops` counts the misses that found a damaged entry.
-    """
-
-    def __init__(self, directory: Path, max_bytes: int) -> None:
-        if max_bytes <= 0:
-            raise ValueError("a read cache needs a positive byte bound")
-        self.directory = directory
-        self.max_bytes = max_bytes
-        self.hits = 0
-        self.misses = 0
-        self.drops = 0
-        self._entries: OrderedDict[str, int] = OrderedDict()  # name → size, least recently used first
-        self._bytes = 0
-        self._lock = threading.Lock()  # guards the entries and every rename or unlink in the directory
-
-    @property
-    def used(self) -> int:
-        """Bytes held now."""
-        return self._bytes
-
-    def open(self) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        found: list[tuple[float, str, int]] = []
-        with self._lock, os.scandir(self.directory) as entries:
-            for entry in entries:
-                if entry.name.endswith(".part"):
-                    _unlink_quietly(Path(entry.path))  # a write cut short
-                elif _CACHE_NAME.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
-                    st = entry.stat(follow_symlinks=False)
-                    found.append((st.st_mtime, entry.name, st.st_size))
-            self._entries.clear()
-            self._bytes = 0
-            for _, name, size in sorted(found):
-                self._entries[name] = size
-                self._bytes += size
-            self._evict()
-
-    def get(self, ref: Ref, size: int) -> bytes | None:
-        name = _cache_name(ref)
-        path = self.directory / name
-        try:
-            data = path.read_bytes()
-        except OSError:
-            with self._lock:
-                self.misses += 1
-                if not path.exists():  # gone behind our back (an add may have put it back meanwhile)
-                    self._forget(name)
-            return None
-        if len(data) != size or not ref.matches(data):
-            with self._lock:
-                self.misses += 1
-                self.drops += 1
-                self._remove(name)
-            return None
-        with self._lock:
-            self.hits += 1
-            if name in self._entries:
-                self._entries.move_to_end(name)
-        with contextlib.suppress(OSError):
-            os.utime(path)  # the order of use, for the next open
-        return data
-
-    def add(self, ref: Ref, data: bytes) -> None:
-        if len(data) > self.max_bytes:
-            return
-        name = _cache_name(ref)
-        staging = self.directory / f".{name}.{secrets.token_hex(6)}.part"
-        try:
-            with open(staging, "xb") as f:
-                f.write(data)
-            with self._lock:
-                os.replace(staging, self.directory / name)
-                self._forget(name)
-                self._entries[name] = len(data)
-                self._bytes += len(data)
-                self._evict()
-        except OSError:
-            _unlink_quietly(staging)
-
-    def drop(self, ref: Ref) -> None:
-        with self._lock:
-            self._remove(_cache_name(ref))
-
-    def _evict(self) -> None:
-        while self._bytes > self.max_bytes:
-            self._remove(next(iter(self._entries)))
-
-    def _remove(self, name: str) -> None:
-        self._forget(name)
-        _unlink_quietly(self.directory / name)
-
-    def _forget(self, name: str) -> None:
-        self._bytes -= self._entries.pop(name, 0)
-
-
-def _cache_name(ref: Ref) -> str:
-    return f"{ref.algorithm}-{ref.digest}"
-
-
-def _unlink_quietly(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        os.unlink(path)
 
 
 @functools.cache

@@ -23,8 +23,8 @@ from aiohttp import web
 
 from attachstore.errors import Corrupt, Missing, StorageFull, StorageUnavailable
 from attachstore.refs import Ref
-from attachstore.storage import LocalBlobStore, Put
-from attachstore.storage.s3 import ReadCache, S3BlobStore
+from attachstore.storage import LocalBlobStore, Put, ReadCache
+from attachstore.storage.s3 import S3BlobStore
 from tests.support.faults import flip_byte
 from tests.support.fixtures import S3Server, bucket_on, require_s3
 
