@@ -15,7 +15,7 @@ short anywhere (Ctrl-C, a crash, a network failure) is finished by running it ag
 2. variant links, sessions and their holds (in their order, with their times), the runs of gc and audit;
 3. leases: adding a hold sets them to its time; they are set forward to the source's (a lease is never
    moved back: a daemon serving the target may have renewed it);
-4. verify (`attachstore.migrate_verify`): every copied object is read back from the target (verified) and
+4. verify (verify.py): every copied object is read back from the target (verified) and
    every row compared with the source. In a copying run, an object whose target bytes fail is written again
    from the source.
 """
@@ -24,127 +24,25 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import os
-import sqlite3
 import tomllib
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import SECTION_ENV_KEYS, Config, load
-from ..errors import AttachstoreError, ConfigError, Corrupt, Missing, StorageUnavailable
-from ..index import BUSY_TIMEOUT_MS, COLUMNS, SCHEMA_VERSION, Hold, IndexUnusable, ObjectRow, SessionRow
+from ..errors import AttachstoreError, ConfigError, Corrupt, Missing
+from ..index import Hold, ObjectRow, SessionRow
 from ..progress import Progress
 from ..refs import Ref
 from ..service import Store
 from ..storage import LocalBlobStore
-from .verify import Finding, Stage, Verify, read_failure, run_all
+from .source import INDEX_FILE, Snapshot, read_source
+from .stage import Finding, MakeProgress, Report, Stage, read_failure, run_all
+from .verify import Verify
 
-INDEX_FILE = "index.sqlite3"
 JOBS = 8  # objects read, written or verified at once: bounds memory to JOBS objects' bytes
 BATCH = 64  # rows per publishing transaction
-
-MakeProgress = Callable[[str, int, int], Progress]
-
-
-# -- the source, as one snapshot of its index -----------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class HeldRef:
-    ref: str
-    created_at: float
-
-
-@dataclass(frozen=True, slots=True)
-class SourceSession:
-    tenant: str
-    id: str
-    route: str | None
-    created_at: float
-    holds: tuple[HeldRef, ...]  # in the order they were made
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.tenant, self.id)
-
-
-@dataclass(frozen=True, slots=True)
-class VariantLink:
-    source: str
-    spec: str
-    variant: str
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    rows: dict[str, ObjectRow]  # by ref, in ref order
-    grants: dict[str, list[tuple[str, str | None]]]  # ref -> (tenant, display name)
-    sessions: list[SourceSession]
-    variants: list[VariantLink]
-    runs: dict[str, tuple[float, dict[str, float]]]
-
-    def wanted(self, failed: Iterable[str] = ()) -> dict[str, ObjectRow]:
-        """The rows the target should have: 'ok' in the source, and not found damaged by this run."""
-        skip = set(failed)
-        return {ref: r for ref, r in self.rows.items() if r.state == "ok" and ref not in skip}
-
-    def tenants(self) -> set[str]:
-        return {tenant for grants in self.grants.values() for tenant, _ in grants}
-
-
-def read_source(path: Path) -> Snapshot:
-    """The whole index in one read transaction, through a read-only connection."""
-    try:
-        db = sqlite3.connect(
-            f"{path.absolute().as_uri()}?mode=ro",
-            uri=True,
-            isolation_level=None,
-            timeout=BUSY_TIMEOUT_MS / 1000,
-        )
-    except sqlite3.Error as e:
-        raise StorageUnavailable(f"cannot open the source index {path}: {e}") from e
-    try:
-        db.execute("BEGIN")
-        [(version,)] = db.execute("PRAGMA user_version").fetchall()
-        if version != SCHEMA_VERSION:
-            upgrade = (
-                "upgrade attachstore" if version > SCHEMA_VERSION else "run `attachstore gc --dry-run` on it"
-            )
-            raise IndexUnusable(
-                f"the source index has schema version {version}, this attachstore copies version "
-                f"{SCHEMA_VERSION}: {upgrade}"
-            )
-        rows = {r[0]: ObjectRow(*r) for r in db.execute(f"SELECT {COLUMNS} FROM objects ORDER BY ref")}
-        grants: dict[str, list[tuple[str, str | None]]] = {}
-        for ref, tenant, name in db.execute("SELECT ref, tenant, name FROM grants ORDER BY ref, tenant"):
-            grants.setdefault(ref, []).append((tenant, name))
-        holds: dict[tuple[str, str], list[HeldRef]] = {}
-        for tenant, session, ref, at in db.execute(
-            "SELECT tenant, session, ref, created_at FROM holds ORDER BY tenant, session, created_at, rowid"
-        ):
-            holds.setdefault((tenant, session), []).append(HeldRef(ref, at))
-        sessions = [
-            SourceSession(tenant, id, route, at, tuple(holds.get((tenant, id), ())))
-            for tenant, id, route, at in db.execute(
-                "SELECT tenant, id, route, created_at FROM sessions ORDER BY tenant, id"
-            )
-        ]
-        variants = [
-            VariantLink(*r)
-            for r in db.execute("SELECT source, spec, variant FROM variants ORDER BY source, spec")
-        ]
-        runs = {
-            c: (at, json.loads(f))
-            for c, at, f in db.execute("SELECT command, finished_at, figures FROM runs")
-        }
-        db.execute("COMMIT")
-    except sqlite3.Error as e:
-        raise StorageUnavailable(f"cannot read the source index {path}: {e}") from e
-    finally:
-        db.close()
-    return Snapshot(rows, grants, sessions, variants, runs)
 
 
 # -- configurations -------------------------------------------------------------------------------------
@@ -191,33 +89,6 @@ def _same_dir(a: Path, b: Path) -> bool:
         return a.resolve() == b.resolve() or (b.exists() and os.path.samefile(a, b))
     except OSError:
         return False
-
-
-# -- the report -----------------------------------------------------------------------------------------
-
-
-@dataclass
-class Report:
-    objects: int = 0  # copied by this run
-    bytes: int = 0
-    skipped: int = 0  # already in the target: row, grants and object in place
-    grants: int = 0  # grants published for objects already in the target
-    sessions: int = 0  # created by this run
-    holds: int = 0  # added by this run
-    variants: int = 0  # links made by this run
-    runs: int = 0  # gc and audit runs recorded by this run
-    failed: list[Finding] = field(default_factory=list)  # source objects that failed verification
-    # rows the source itself marks unreadable, and the holds and variant links that need them
-    not_copied: list[Finding] = field(default_factory=list)
-    verified: int = 0  # objects read back from the target, verified
-    verified_bytes: int = 0
-    healed: int = 0  # target objects found damaged or missing by the verification and written again
-    target_only: int = 0  # target rows the source does not have (left alone)
-    differences: list[Finding] = field(default_factory=list)
-
-    @property
-    def clean(self) -> bool:
-        return not self.failed and not self.differences
 
 
 # -- running --------------------------------------------------------------------------------------------

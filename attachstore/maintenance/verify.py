@@ -3,61 +3,18 @@
 object whose target bytes fail is written again from the source and read again.
 
 It only reads the source (its snapshot and `LocalBlobStore.read`) and the target (through `Store`), and writes
-nothing but healed objects. The copy (`attachstore.migrate`) shares its findings and `run_all`.
+nothing but healed objects. The copy (migrate.py) shares its findings and `run_all` (stage.py).
 """
 
 from __future__ import annotations
-
-import asyncio
-from collections.abc import Awaitable, Iterable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from ..errors import Corrupt, Missing
 from ..index import ObjectRow
 from ..refs import Ref
 from ..service import Store
 from ..storage import LocalBlobStore
-
-if TYPE_CHECKING:
-    from .migrate import MakeProgress, Report, Snapshot
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    # failed: corrupt, missing; not_copied: quarantined, missing, hold, variant;
-    # differences: object, bytes, grant, session, holds, variant
-    kind: str
-    what: str  # a ref, a session as tenant/id, a variant link as "source spec"
-    detail: str
-
-
-def read_failure(ref: str, e: Corrupt | Missing) -> Finding:
-    if isinstance(e, Corrupt):
-        return Finding("corrupt", ref, "the source's bytes do not match the ref (see `attachstore audit`)")
-    return Finding("missing", ref, "the source has no object file (see `attachstore audit`)")
-
-
-async def source_failure(source: LocalBlobStore, row: ObjectRow) -> Finding | None:
-    try:
-        await source.read(Ref.parse(row.ref), row.bytes)
-    except (Corrupt, Missing) as e:
-        return read_failure(row.ref, e)
-    return None
-
-
-class Stage:
-    """One stage of a migration (the copy, the verification): the source's snapshot and file store, the
-    target store, the report both write to, and how progress is shown."""
-
-    def __init__(
-        self, snapshot: Snapshot, source: LocalBlobStore, store: Store, report: Report, progress: MakeProgress
-    ) -> None:
-        self.snapshot = snapshot
-        self.source = source
-        self.store = store
-        self.report = report
-        self.progress = progress
+from .source import Snapshot
+from .stage import Finding, MakeProgress, Report, Stage, run_all, source_failure
 
 
 class Verify(Stage):
@@ -198,14 +155,3 @@ def _changes(target: ObjectRow, source: ObjectRow) -> str:
         for name in ObjectRow._fields
         if getattr(target, name) != getattr(source, name)
     )
-
-
-async def run_all(work: Iterable[Awaitable[None]]) -> None:
-    """Run concurrently; on the first failure cancel the others, wait for them, and raise it."""
-    tasks = [asyncio.ensure_future(w) for w in work]
-    try:
-        await asyncio.gather(*tasks)
-    finally:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
