@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from attachstore.maintenance import gc
-from attachstore.maintenance.audit import Audit, Kind
+from attachstore.maintenance import Audit, Kind, gc
 from attachstore.refs import Ref
 from attachstore.service import Store, Upload
 from tests.conftest import MakeConfig

@@ -13,8 +13,7 @@ import msgspec
 
 from ..config import Config, Gc
 from ..errors import AttachstoreError, ConfigError
-from ..maintenance import gc, migrate
-from ..maintenance.audit import Audit, AuditReport
+from ..maintenance import Audit, AuditReport, gc, migrate
 from ..progress import Progress, human_bytes, rfc3339
 from ..service import Store
 

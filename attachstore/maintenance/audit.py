@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 
 from ..config import Limits
@@ -34,6 +33,7 @@ from ..refs import Ref
 from ..service import Store
 from ..storage import IN_FLIGHT, LocalBlobStore, StoredFile, StoredObject
 from . import filepass
+from .findings import AuditReport, Finding, Kind
 
 # Re-indexing a stray file must not re-apply admission limits: reads never do.
 _NO_LIMITS = Limits(
@@ -64,36 +64,6 @@ def _no_cycle_collection() -> Iterator[None]:
         yield
     finally:
         gc.enable()
-
-
-class Kind(StrEnum):
-    MISSING = "missing"  # a row whose file is gone
-    CORRUPT = "corrupt"  # a file whose bytes do not hash to its name
-    STRAY_FILE = "stray_file"  # a file no row publishes, or whose name and place are not an object's
-    STRAY_ROW = "stray_row"  # a row already marked missing or quarantined: no bytes stand behind it
-    METADATA_MISMATCH = "metadata_mismatch"  # intact bytes whose header or size disagree with the row
-
-
-@dataclass(frozen=True)
-class Finding:
-    kind: Kind
-    ref: str | None
-    path: str | None
-    detail: str
-    repair: str | None = None  # what --repair did, if anything
-
-
-@dataclass
-class AuditReport:
-    files: int = 0
-    bytes: int = 0
-    rows: int = 0
-    sample: float = 1.0
-    findings: list[Finding] = field(default_factory=list)
-
-    @property
-    def clean(self) -> bool:
-        return not self.findings
 
 
 @dataclass(slots=True)

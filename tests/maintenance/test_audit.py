@@ -18,9 +18,8 @@ import pytest
 from attachstore.cli import main
 from attachstore.errors import StorageUnavailable
 from attachstore.index import ObjectRow
+from attachstore.maintenance import Audit, Kind, filepass
 from attachstore.maintenance import audit as audit_module
-from attachstore.maintenance import filepass
-from attachstore.maintenance.audit import Audit, Kind
 from attachstore.progress import Progress
 from attachstore.refs import Ref
 from attachstore.service import Store, Upload

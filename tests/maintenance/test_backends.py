@@ -13,8 +13,7 @@ import msgspec
 import pytest
 
 from attachstore.config import Config
-from attachstore.maintenance import gc
-from attachstore.maintenance.audit import Audit, Kind
+from attachstore.maintenance import Audit, Kind, gc
 from attachstore.refs import Ref
 from attachstore.service import Store, Upload
 from attachstore.storage.s3 import S3BlobStore

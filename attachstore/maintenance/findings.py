@@ -1,0 +1,36 @@
+"""What the audit reports: a typed finding per thing it found wrong, and the run's totals."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class Kind(StrEnum):
+    MISSING = "missing"  # a row whose file is gone
+    CORRUPT = "corrupt"  # a file whose bytes do not hash to its name
+    STRAY_FILE = "stray_file"  # a file no row publishes, or whose name and place are not an object's
+    STRAY_ROW = "stray_row"  # a row already marked missing or quarantined: no bytes stand behind it
+    METADATA_MISMATCH = "metadata_mismatch"  # intact bytes whose header or size disagree with the row
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: Kind
+    ref: str | None
+    path: str | None
+    detail: str
+    repair: str | None = None  # what --repair did, if anything
+
+
+@dataclass
+class AuditReport:
+    files: int = 0
+    bytes: int = 0
+    rows: int = 0
+    sample: float = 1.0
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        return not self.findings
