@@ -20,10 +20,11 @@ run: $(STAMP)  ## start the daemon on 127.0.0.1:8731 with the default data dir
 test: $(STAMP)  ## the whole test suite
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-lint: $(STAMP)  ## format check, lint, strict typing
+lint: $(STAMP)  ## format check, lint, strict typing, the import contracts between layers
 	$(BIN)/ruff format --check attachstore tests
 	$(BIN)/ruff check attachstore tests
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 bench: $(STAMP)  ## throughput and latency against baselines measured in the same run
 	$(BIN)/python -m tests.bench $(ARGS)
@@ -35,4 +36,4 @@ fuzz: $(STAMP)  ## fuzz the admission gate for FUZZ_SECONDS (default 60); inputs
 		-artifact_prefix=build/fuzz/ build/fuzz/corpus
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache *.egg-info
