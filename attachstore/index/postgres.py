@@ -64,7 +64,7 @@ from .pgdriver import (
 )
 from .pgschema import LOCK_SPACE, SWEEP_LOCK, migrate
 from .pgschema import MIGRATIONS as MIGRATIONS  # re-exported: pgindex.MIGRATIONS is read by the tests
-from .sqlite import COLUMNS, Hold, ObjectRow, SessionKey, SessionRow
+from .rows import COLUMNS, Hold, ObjectRow, SessionKey, SessionRow
 
 CONNECT_TIMEOUT = 10.0
 _ATTEMPTS = 5  # of a transaction that failed on a deadlock or a serialization failure

@@ -14,9 +14,7 @@ import sqlite3
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
 import aiosqlite
 
@@ -28,49 +26,10 @@ from ..errors import (
     StorageFull,
     StorageUnavailable,
 )
+from .rows import COLUMNS, Hold, ObjectRow, SessionKey, SessionRow
 from .schema import migrate
 
 BUSY_TIMEOUT_MS = 30_000
-
-
-class ObjectRow(NamedTuple):
-    """An object's row. A named tuple, not a frozen dataclass: gc, the audit and render build one per
-    object, and a frozen dataclass costs seven times as much to make (0.3 s for 150,000 rows)."""
-
-    ref: str
-    media_type: str
-    bytes: int
-    width: int
-    height: int
-    frames: int
-    name: str | None
-    created_at: float
-    lease_at: float
-    state: str = "ok"
-
-
-SessionKey = tuple[str, str]  # (tenant, session id)
-
-
-@dataclass(frozen=True, slots=True)
-class SessionRow:
-    tenant: str
-    id: str
-    route: str | None
-    created_at: float
-    holds: tuple[str, ...]  # refs, in the order they were first held
-
-
-@dataclass(frozen=True, slots=True)
-class Hold:
-    """Where new holds go, and a check of that session run under the write lock (it raises to refuse)."""
-
-    key: SessionKey
-    guard: Callable[[SessionRow], object]
-    everything: bool = False  # may hold any stored object (no tokens configured, or the operator)
-
-
-COLUMNS = "ref, media_type, bytes, width, height, frames, name, created_at, lease_at, state"  # ObjectRow
 _IN_CHUNK = 4096  # refs per IN (...) list, well under SQLite's limit on variables
 _OBJECT_COLUMNS = ", ".join(f"objects.{c}" for c in COLUMNS.split(", "))
 _TENANT_COLUMNS = (
