@@ -1,8 +1,9 @@
 """The index: a row per published object, sessions and their holds, grants, variants and maintenance runs;
 in SQLite (the embedded default) or PostgreSQL (many nodes). Knows nothing of bytes, images or HTTP."""
 
+from .rows import COLUMNS, Hold, ObjectRow, SessionKey, SessionRow
 from .schema import SCHEMA_VERSION, IndexUnusable
-from .sqlite import BUSY_TIMEOUT_MS, COLUMNS, Hold, Index, ObjectRow, SessionKey, SessionRow, rows_in
+from .sqlite import BUSY_TIMEOUT_MS, Index, rows_in
 
 __all__ = [
     "BUSY_TIMEOUT_MS",

@@ -1,0 +1,363 @@
+"""The index's operations, written once for both backends: what each transaction locks, reads, checks and
+writes. A backend (sqlite.py, postgres.py) opens the connections, runs the transactions (`_transaction`) and
+speaks its dialect (`Reads`, `Tx`); everything that follows holds for both.
+
+A row is the publication of an object: the service commits it only after the object's bytes are durable, and
+checks, inside the same transaction, that the file is still there. Anything that removes an object file does
+so under the lock of its ref, and only when no row publishes it (or, in `collect`, together with its row).
+
+The locks. Each transaction first locks what it is about to read and change, and holds it until it ends:
+
+- Every transaction that publishes, renews, collects, discards, confirms (`published_now`, `confirm_missing`)
+  or links variants of a ref takes the ref's lock (`Tx.lock_refs`, sorted), which covers refs that have no
+  row yet. So:
+  1. an admission's renewal and a GC sweep of the same ref happen one after the other; a sweep that comes
+     second sees the fresh lease and skips the object, an admission that comes second finds no row and
+     writes the bytes again;
+  2. a sweep re-checks each candidate (no hold, not a linked variant, lease older than the cutoff), removes
+     the file and deletes the row without anyone publishing, holding or linking that ref in between;
+  3. `publish` runs its check that the files are still there, and `discard_unpublished` removes a file only
+     where no row publishes it, each under the locks of its refs: one of them sees the other's outcome.
+- Every transaction that changes a session or its holds (create, route, fork, holds, delete, and a publish
+  that holds) locks the session row before it reads the holds and runs the guard; the holds are read in a
+  later statement, so they include whatever the previous lock holder committed.
+- Adding holds (`add_holds`, `publish` with a hold) also takes the locks of the refs held, so a hold never
+  slips in between a sweep's re-check and its delete. Fork and delete_session need no ref locks: the refs they
+  touch are held by a session they have locked, and a sweep leaves held refs alone.
+- Lock order: session row, then refs (sorted), then object rows (sorted by ref). `collect` may add the locks
+  of variants linked between its first look and its locks, out of order, but before it removes anything.
+
+SQLite runs every write transaction behind one write lock, which already excludes every other writer: there
+the locks cost nothing (`Tx.exclusive`). PostgreSQL runs many at once, and takes each (postgres.py tells
+how, and how a deadlock that happens anyway is retried: a transaction may run more than once, callbacks
+included; they re-check under the locks, and removing a removed file is a no-op).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import TypeVar
+
+from . import sessions
+from .dialect import CallbackFailed, Reads, Tx, call, guard, locked
+from .objects import OBJECT_COLUMNS, object_row, renew, rows_of
+from .rows import COLUMNS, Hold, ObjectRow, SessionKey, SessionRow
+
+T = TypeVar("T")
+
+# Not held by a session and not a variant some source still links to: what GC may consider.
+_UNHELD = """NOT EXISTS (SELECT 1 FROM holds WHERE holds.ref = objects.ref)
+    AND NOT EXISTS (SELECT 1 FROM variants WHERE variants.variant = objects.ref)"""
+_UPSERT_OBJECT = f"""INSERT INTO objects ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'ok')
+    ON CONFLICT (ref) DO UPDATE SET
+        media_type = excluded.media_type, bytes = excluded.bytes, width = excluded.width,
+        height = excluded.height, frames = excluded.frames, name = COALESCE(objects.name, excluded.name),
+        lease_at = excluded.lease_at, state = 'ok'"""
+_PUBLISHED = "SELECT 1 FROM objects WHERE ref = $1"
+_COLLECTIBLE = f"SELECT bytes FROM objects WHERE ref = $1 AND lease_at < $2 AND {_UNHELD}"
+# A variant that only its source kept: no hold, no other source, no grant from an admission of its bytes.
+_ORPHANED = f"{_COLLECTIBLE} AND NOT EXISTS (SELECT 1 FROM grants WHERE grants.ref = objects.ref)"
+_DELETE = "DELETE FROM objects WHERE ref = $1"
+
+
+def _object_values(r: ObjectRow) -> tuple[object, ...]:
+    return (r.ref, r.media_type, r.bytes, r.width, r.height, r.frames, r.name, r.created_at, r.lease_at)
+
+
+class Operations(ABC):
+    """The index's interface and semantics, on a backend's reads and transactions: every method that writes
+    is one transaction; those that only read run their statements on `Reads`, outside any transaction."""
+
+    def __init__(self, reads: Reads) -> None:
+        self._reads = reads
+
+    @abstractmethod
+    async def _transaction(self, work: Callable[[Tx], Awaitable[T]]) -> T:
+        """`work` in one transaction, committed if it returns; the driver's failures leave as StorageFull or
+        StorageUnavailable."""
+
+    async def _write(self, work: Callable[[Tx], Awaitable[T]]) -> T:
+        try:
+            return await self._transaction(work)
+        except CallbackFailed as e:
+            raise e.error from None
+
+    async def ping(self) -> None:
+        await self._reads.fetch("SELECT 1")
+
+    # -- objects ---------------------------------------------------------------------------------------------
+
+    async def get(self, ref: str, tenant: str | None = None) -> ObjectRow | None:
+        """The row, if `tenant` may see it (None: the operator, who sees everything)."""
+        found = await rows_of(self._reads, [ref], tenant)
+        return found[0] if found else None
+
+    async def get_many(self, refs: Sequence[str], tenant: str | None = None) -> dict[str, ObjectRow]:
+        """The rows of those of `refs` that `tenant` may see."""
+        return {r.ref: r for r in await rows_of(self._reads, refs, tenant)}
+
+    async def renew(self, refs: Iterable[str], now: float | None = None) -> dict[str, ObjectRow]:
+        """Renew the lease of every listed object that has a row; return those rows (in the order of
+        `refs`). Renewing before touching the file keeps a concurrent GC from collecting an object that an
+        admission is about to dedup onto."""
+        at = time.time() if now is None else now
+        wanted = list(dict.fromkeys(refs))
+        if not wanted:
+            return {}
+
+        async def work(tx: Tx) -> dict[str, ObjectRow]:
+            await tx.lock_refs(wanted)
+            found = {r.ref: r for r in await renew(tx, wanted, at)}
+            return {ref: found[ref] for ref in wanted if ref in found}
+
+        return await self._write(work)
+
+    async def publish(
+        self,
+        rows: Sequence[ObjectRow],
+        check: Callable[[], Awaitable[object]],
+        hold: Hold | None = None,
+        tenant: str | None = None,
+    ) -> None:
+        """Insert or refresh `rows` in one transaction, and add them to the session of `hold` if given.
+        `check` and the hold's guard run under the locks first; if one raises, nothing is committed."""
+        ordered = sorted(rows, key=lambda r: r.ref)  # row locks in ref order; equal refs keep their order
+
+        async def work(tx: Tx) -> None:
+            if hold is not None:
+                guard(hold.guard, await sessions.require(tx, hold.key))
+            await tx.lock_refs(r.ref for r in rows)
+            await call(check)
+            if ordered:
+                await tx.executemany(_UPSERT_OBJECT, [_object_values(r) for r in ordered])
+            if tenant is not None and ordered:
+                await tx.executemany(
+                    """INSERT INTO grants (tenant, ref, name) VALUES ($1, $2, $3)
+                    ON CONFLICT (tenant, ref) DO UPDATE SET name = coalesce(grants.name, excluded.name)""",
+                    [(tenant, r.ref, r.name) for r in ordered],
+                )
+            if hold is not None:
+                await sessions.insert_holds(
+                    tx, hold.key, [r.ref for r in rows], rows[0].lease_at if rows else time.time()
+                )
+
+        await self._write(work)
+
+    async def discard_unpublished(
+        self, refs: Iterable[str], remove: Callable[[str], Awaitable[object]]
+    ) -> None:
+        """Under the refs' locks, call `remove(ref)` for each ref that no row publishes."""
+        wanted = list(refs)
+        if not wanted:
+            return
+
+        async def work(tx: Tx) -> None:
+            await tx.lock_refs(wanted)
+            published = {r.ref for r in await rows_of(tx, wanted, None)}
+            for ref in wanted:
+                if ref not in published:
+                    await call(remove, ref)
+
+        await self._write(work)
+
+    async def published_now(self, ref: str) -> bool:
+        """Whether a row publishes `ref`, asked under its lock: a publishing transaction has either committed
+        or not begun (the audit's confirmation that a file is stray)."""
+
+        async def work(tx: Tx) -> bool:
+            await tx.lock_refs([ref])
+            return bool(await tx.fetch(_PUBLISHED, ref))
+
+        return await self._write(work)
+
+    async def confirm_missing(self, ref: str, gone: Callable[[], Awaitable[bool]], mark: bool) -> str | None:
+        """Under the ref's lock: the row's state if the row is still there and `gone()` confirms its object
+        is absent, else None. With `mark`, a row in state 'ok' becomes 'missing' (and 'ok' is returned)."""
+
+        async def work(tx: Tx) -> str | None:
+            await tx.lock_refs([ref])
+            # The row lock keeps set_state (which takes no ref lock) out until this transaction ends.
+            sql = f"SELECT state FROM objects WHERE ref = $1{locked(tx, 'NO KEY UPDATE')}"
+            found = await tx.fetch(sql, ref)
+            if not found or not await call(gone):
+                return None
+            state = str(found[0][0])
+            if mark and state == "ok":
+                await tx.execute("UPDATE objects SET state = 'missing' WHERE ref = $1", ref)
+            return state
+
+        return await self._write(work)
+
+    async def set_state(self, row: ObjectRow, state: str) -> None:
+        """Record what a read found, unless the row changed since it was read (a concurrent admission renewed
+        it, perhaps healing the object): then the finding is stale and the admission's row stands."""
+
+        async def work(tx: Tx) -> None:
+            await tx.execute(
+                "UPDATE objects SET state = $1 WHERE ref = $2 AND lease_at = $3", state, row.ref, row.lease_at
+            )
+
+        await self._write(work)
+
+    # -- garbage collection ----------------------------------------------------------------------------------
+
+    async def collectible(self, cutoff: float) -> list[ObjectRow]:
+        """Rows with no hold whose lease is older than `cutoff`: the GC's candidates, to be re-checked."""
+        sql = f"SELECT {COLUMNS} FROM objects WHERE lease_at < $1 AND {_UNHELD} ORDER BY ref"
+        return [object_row(r) for r in await self._reads.fetch(sql, cutoff)]
+
+    async def refs(self) -> set[str]:
+        return {r[0] for r in await self._reads.fetch("SELECT ref FROM objects")}
+
+    async def rows(self) -> list[ObjectRow]:
+        return [object_row(r) for r in await self._reads.fetch(f"SELECT {COLUMNS} FROM objects ORDER BY ref")]
+
+    async def collect(
+        self, refs: Sequence[str], cutoff: float, remove: Callable[[str], Awaitable[object]]
+    ) -> list[tuple[str, int]]:
+        """Under the locks of the candidates and of their variants, re-check each candidate (still no hold,
+        not a live variant, lease still older than `cutoff`), call `remove(ref)` (which removes the file and
+        makes that durable), then delete its row. The variants derived from it go with it, unless something
+        else keeps them (a hold, a grant from an admission of the same bytes, another source). An admission
+        that renewed the lease first keeps its object; one that comes after finds no row and writes the bytes
+        again. Returns (ref, bytes) of every object collected, variants included."""
+        if not refs:
+            return []
+        candidates = list(refs)
+
+        async def work(tx: Tx) -> list[tuple[str, int]]:
+            await _lock_with_variants(tx, candidates)
+            collected: list[tuple[str, int]] = []
+            for ref in candidates:
+                found = await tx.fetch(_COLLECTIBLE, ref, cutoff)
+                if not found:
+                    continue
+                variants = [
+                    r[0] for r in await tx.fetch("SELECT variant FROM variants WHERE source = $1", ref)
+                ]
+                await call(remove, ref)
+                await tx.execute(_DELETE, ref)  # its variant links cascade
+                collected.append((ref, int(found[0][0])))
+                for v in variants:
+                    # A variant renewed since the cutoff is being derived again for another source that
+                    # yields the same bytes: it stays, and goes later as an unheld object if nothing links it.
+                    orphan = await tx.fetch(_ORPHANED, v, cutoff)
+                    if orphan:
+                        await call(remove, v)
+                        await tx.execute(_DELETE, v)
+                        collected.append((v, int(orphan[0][0])))
+            return collected
+
+        return await self._write(work)
+
+    # -- variants --------------------------------------------------------------------------------------------
+
+    async def variant(self, source: str, spec: str) -> ObjectRow | None:
+        """The row of the variant of `source` derived with `spec`, if there is one."""
+        found = await self._reads.fetch(
+            f"""SELECT {OBJECT_COLUMNS} FROM variants JOIN objects ON objects.ref = variants.variant
+            WHERE variants.source = $1 AND variants.spec = $2""",
+            source,
+            spec,
+        )
+        return object_row(found[0]) if found else None
+
+    async def publish_variant(
+        self, row: ObjectRow, source: str, spec: str, check: Callable[[], Awaitable[object]]
+    ) -> bool:
+        """Publish a derived object and link it to its source, in one transaction; False (nothing committed)
+        when the source is gone, collected meanwhile. `check` runs under the locks first."""
+
+        async def work(tx: Tx) -> bool:
+            await tx.lock_refs([source, row.ref])
+            if not await tx.fetch(_PUBLISHED, source):
+                return False
+            await call(check)
+            await tx.execute(_UPSERT_OBJECT, *_object_values(row))
+            await tx.execute(
+                """INSERT INTO variants (source, spec, variant, created_at) VALUES ($1, $2, $3, $4)
+                ON CONFLICT (source, spec) DO UPDATE SET variant = excluded.variant""",
+                source,
+                spec,
+                row.ref,
+                row.lease_at,
+            )
+            return True
+
+        return await self._write(work)
+
+    # -- figures for /metrics --------------------------------------------------------------------------------
+
+    async def stats(self) -> tuple[int, int]:
+        """How many objects the index holds, and their bytes."""
+        [found] = await self._reads.fetch(
+            "SELECT count(*), CAST(coalesce(sum(bytes), 0) AS bigint) FROM objects"
+        )
+        return int(found[0]), int(found[1])
+
+    async def record_run(self, command: str, figures: Mapping[str, float], now: float | None = None) -> None:
+        at = time.time() if now is None else now
+
+        async def work(tx: Tx) -> None:
+            await tx.execute(
+                """INSERT INTO runs (command, finished_at, figures) VALUES ($1, $2, $3)
+                ON CONFLICT (command) DO UPDATE SET finished_at = excluded.finished_at,
+                figures = excluded.figures""",
+                command,
+                at,
+                json.dumps(figures),
+            )
+
+        await self._write(work)
+
+    async def runs(self) -> dict[str, tuple[float, dict[str, float]]]:
+        found = await self._reads.fetch("SELECT command, finished_at, figures FROM runs")
+        return {str(r[0]): (float(r[1]), json.loads(r[2])) for r in found}
+
+    # -- sessions and holds ----------------------------------------------------------------------------------
+
+    async def get_session(self, key: SessionKey) -> SessionRow | None:
+        return await sessions.read(self._reads, key)
+
+    async def create_session(self, key: SessionKey, route: str | None, now: float) -> tuple[SessionRow, bool]:
+        """Create, or find the same session again. False when it already existed with this route."""
+        return await self._write(lambda tx: sessions.create(tx, key, route, now))
+
+    async def set_route(
+        self, key: SessionKey, route: str | None, guard: Callable[[SessionRow], object]
+    ) -> SessionRow:
+        """Switch the route after `guard(session)` (run with the session locked) has not raised."""
+        return await self._write(lambda tx: sessions.set_route(tx, key, route, guard))
+
+    async def fork(self, source: SessionKey, target: SessionKey, now: float) -> SessionRow:
+        """A new session with the source's route and a copy of all its holds, in one transaction."""
+        return await self._write(lambda tx: sessions.fork(tx, source, target, now))
+
+    async def add_holds(self, hold: Hold, refs: Sequence[str], now: float) -> SessionRow:
+        """Hold existing objects: all of them or, if one has no row, none (ATTACHMENT_NOT_FOUND)."""
+        return await self._write(lambda tx: sessions.add_holds(tx, hold, refs, now))
+
+    async def delete_session(self, key: SessionKey, now: float) -> int:
+        """Release every hold of the session, then forget it. Returns how many holds were released."""
+        return await self._write(lambda tx: sessions.delete(tx, key, now))
+
+
+async def _lock_with_variants(tx: Tx, sources: Sequence[str]) -> None:
+    """The locks of `sources` and of the variants linked to them, every one before any removal: the variants
+    as seen before locking, then any linked since (a link needs its source's lock, so once the sources are
+    locked the set stands still)."""
+    if tx.exclusive:
+        return
+
+    async def linked() -> set[str]:
+        found: set[str] = set()
+        for where, values in tx.refs_in("source", sources, 1):
+            found |= {r[0] for r in await tx.fetch(f"SELECT variant FROM variants WHERE {where}", *values)}
+        return found
+
+    first = set(sources) | await linked()
+    await tx.lock_refs(first)
+    await tx.lock_refs(await linked() - first)
