@@ -9,6 +9,7 @@ from aiohttp.abc import AbstractStreamWriter
 from ..render import Rendered, RenderRequest, render
 from ..render.model import Image
 from .common import STORE, read_json, tenant_of
+from .sending import sending
 
 RENDER_BODY = 16 * 1024 * 1024  # a long conversation is text; the images are refs
 render_decoder = msgspec.json.Decoder(RenderRequest)
@@ -17,8 +18,13 @@ _CUT = b"\0"  # never in msgspec's JSON, which escapes every control character i
 
 async def handle(request: web.Request) -> web.Response:
     body = await read_json(request, render_decoder, RENDER_BODY, "send a shorter conversation")
-    rendered = await render(request.app[STORE], body, tenant=tenant_of(request), embed=ImageSlot)
-    return web.Response(body=Answer(rendered))
+    share = sending(request)
+    rendered = await render(
+        request.app[STORE], body, tenant=tenant_of(request), embed=ImageSlot, claim=share.claim
+    )
+    answer = Answer(rendered)
+    share.claim(answer.memory)  # the images' bytes were claimed before they were read
+    return web.Response(body=answer)
 
 
 class ImageSlot:
@@ -55,22 +61,33 @@ class Answer(payload.Payload):
         self._texts = texts
         self._images = images
         # Each image's base64 (4 characters per 3 bytes, padded) and the closing quote of its string.
-        self._size = sum(map(len, texts)) + sum(4 * ((len(data) + 2) // 3) + 1 for data in images)
+        self._size = sum(map(len, texts)) + sum(_encoded_size(data) for data in images)
+        # What writing holds besides the images' bytes: the texts, and the base64 of the image being written.
+        self.memory = sum(map(len, texts)) + max(map(_encoded_size, images), default=0)
 
     async def write(self, writer: AbstractStreamWriter) -> None:
         await writer.write(self._texts[0])
         for data, text in zip(self._images, self._texts[1:], strict=True):
-            # On the event loop: the encoding holds the interpreter lock wherever it runs, and a trip to a
-            # thread per image cost more than it freed. msgspec writes bytes as standard padded base64.
-            encoded = msgspec.json.encode(data)  # '"' + base64 + '"'
+            encoded = _encode(data)
             await writer.write(memoryview(encoded)[1:])
             await writer.write(text)
 
     def decode(self, encoding: str = "utf-8", errors: str = "strict") -> str:
         pieces = [self._texts[0]]
         for data, text in zip(self._images, self._texts[1:], strict=True):
-            pieces += (msgspec.json.encode(data)[1:], text)
+            pieces += (_encode(data)[1:], text)
         return b"".join(pieces).decode(encoding, errors)
+
+
+def _encode(data: bytes) -> bytes:
+    """'"' + the base64 of `data` + '"'. On the event loop: the encoding holds the interpreter lock wherever
+    it runs, and a trip to a thread per image cost more than it freed. msgspec writes bytes as standard
+    padded base64."""
+    return msgspec.json.encode(data)
+
+
+def _encoded_size(data: bytes) -> int:
+    return 4 * ((len(data) + 2) // 3) + 1
 
 
 def add_routes(router: web.UrlDispatcher) -> None:

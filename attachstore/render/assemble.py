@@ -10,6 +10,7 @@ whose object is missing or damaged becomes a placeholder and never fails the req
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, get_args
@@ -66,12 +67,18 @@ def _base64_size(n: int) -> int:
 
 
 async def render(
-    store: Store, request: RenderRequest, *, tenant: str = "", embed: Embed = as_text
+    store: Store,
+    request: RenderRequest,
+    *,
+    tenant: str = "",
+    embed: Embed = as_text,
+    claim: Callable[[int], None] | None = None,
 ) -> Rendered:
     """Refs to a provider-ready request body. Importable by hosts that embed the store.
 
     `embed` makes the value that stands for an image's base64 in the body (providers.py); the default gives
-    plain strings."""
+    plain strings. `claim`, if given, is called with the bytes of the images about to be read, before they
+    are read; what it raises ends the render (the daemon counts them against the answers' memory budget)."""
     check(request)
     route_name = request.route
     if request.session is not None:
@@ -121,6 +128,8 @@ async def render(
                     (unfit if v is Fate.OVER_BUDGET else unavailable).add(ref)
             continue
         wanted = sorted(sent - data.keys())
+        if claim is not None and wanted:
+            claim(sum(_stored_size(rows[ref], variants.get(ref)) for ref in wanted))
         read = await asyncio.gather(*(_read(store, rows[ref], variants.get(ref), spec) for ref in wanted))
         failed = {ref for ref, d in zip(wanted, read, strict=True) if d is None}
         data |= {ref: d for ref, d in zip(wanted, read, strict=True) if d is not None}
@@ -167,6 +176,12 @@ def _size(
     if oversize and spec is not None:
         return min(row.bytes, spec.max_bytes)
     return row.bytes
+
+
+def _stored_size(row: ObjectRow | None, variant: ObjectRow | None) -> int:
+    """The bytes a read of an image the plan sends brings into memory."""
+    sent = variant or row
+    return sent.bytes if sent is not None else 0
 
 
 async def _variant(store: Store, row: ObjectRow | None, spec: VariantSpec) -> ObjectRow | Fate:

@@ -12,8 +12,9 @@ from aiohttp.test_utils import TestClient
 
 from attachstore.api.common import STORE
 from attachstore.api.render import Answer, ImageSlot
+from attachstore.errors import ServerBusy
 from attachstore.refs import Ref
-from attachstore.render import Rendered, RenderRequest, Summary, tokens
+from attachstore.render import MessageIn, Rendered, RenderRequest, Summary, tokens
 from attachstore.render import render as render_in_process
 from attachstore.render.model import Image, Text, Turn
 from attachstore.render.providers import render_body
@@ -32,6 +33,11 @@ ROUTES = {
         "placeholders": {"text_only": "[Bild weggelassen]"},
     },
     "small": {"input_modalities": ["text", "image"], "provider": "openai-chat", "max_request_images": 2},
+    "capped": {
+        "input_modalities": ["text", "image"],
+        "provider": "openai-chat",
+        "max_request_image_bytes": 600,
+    },
 }
 
 
@@ -172,6 +178,39 @@ async def test_an_image_count_budget_from_the_route(client: Client) -> None:
         client, [{"role": "user", "content": [image(r) for r in refs]}], route="small", max_images=3
     )
     assert out["summary"]["included"] == 3
+
+
+async def test_render_claims_the_bytes_it_reads_before_reading_them(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    images = [png(40, 40, seed=i) for i in range(3)]
+    refs = await stored(client, *images)
+    store = client.app[STORE]
+    events: list[Any] = []
+    real = store.verified
+
+    async def recording(ref: Any, *rest: Any) -> Any:
+        events.append(("read", str(ref)))
+        return await real(ref, *rest)
+
+    monkeypatch.setattr(store, "verified", recording)
+    each = len(base64.b64encode(images[0]))
+    request = RenderRequest(
+        messages=msgspec.convert([{"role": "user", "content": [image(r) for r in refs]}], list[MessageIn]),
+        route="vision",
+        max_image_bytes=2 * each,
+    )
+    await render_in_process(store, request, claim=lambda n: events.append(("claim", n)))
+    assert events[0] == ("claim", len(images[1]) + len(images[2]))
+    assert sorted(events[1:]) == sorted(("read", r) for r in refs[1:])
+
+    def refuse(n: int) -> None:
+        raise ServerBusy("no room")
+
+    events.clear()
+    with pytest.raises(ServerBusy):
+        await render_in_process(store, request, claim=refuse)
+    assert events == []
 
 
 async def test_one_corrupt_object_in_ten_images(client: Client) -> None:
