@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+
 import msgspec
 from aiohttp import payload, web
 from aiohttp.abc import AbstractStreamWriter
@@ -43,7 +45,8 @@ class Answer(payload.Payload):
     same render with strings. The text around the images is encoded at once, into pieces cut where the images
     go; each image's base64 is encoded only when its turn comes to be written, so that encoding overlaps the
     sending of what came before, and the base64 of a render is never copied into a str, escaped, joined into
-    one buffer, or held whole in memory."""
+    one buffer, or held whole in memory. An image that appears more than once (the same ref, or the same
+    slot) is encoded once, and its base64 kept until its last appearance is written."""
 
     def __init__(self, rendered: Rendered) -> None:
         images: list[bytes] = []
@@ -62,13 +65,23 @@ class Answer(payload.Payload):
         self._images = images
         # Each image's base64 (4 characters per 3 bytes, padded) and the closing quote of its string.
         self._size = sum(map(len, texts)) + sum(_encoded_size(data) for data in images)
-        # What writing holds besides the images' bytes: the texts, and the base64 of the image being written.
-        self.memory = sum(map(len, texts)) + max(map(_encoded_size, images), default=0)
+        distinct = {id(data): data for data in images}
+        repeated = {key for key, n in collections.Counter(map(id, images)).items() if n > 1}
+        # What writing holds besides the images' bytes: the texts, the base64 of the image being written,
+        # and that of every image still to appear again.
+        self.memory = sum(map(len, texts)) + sum(_encoded_size(distinct[key]) for key in repeated)
+        self.memory += max((_encoded_size(d) for k, d in distinct.items() if k not in repeated), default=0)
 
     async def write(self, writer: AbstractStreamWriter) -> None:
+        left = collections.Counter(id(data) for data in self._images)
+        kept: dict[int, bytes] = {}  # the base64 of an image still to appear again
         await writer.write(self._texts[0])
         for data, text in zip(self._images, self._texts[1:], strict=True):
-            encoded = _encode(data)
+            key = id(data)
+            left[key] -= 1
+            encoded = kept.pop(key, None) or _encode(data)
+            if left[key]:
+                kept[key] = encoded
             await writer.write(memoryview(encoded)[1:])
             await writer.write(text)
 

@@ -232,8 +232,10 @@ def _plan(
 
 
 def _budget(request: RenderRequest, route: Route | None) -> tuple[int, int | None]:
-    """Base64 bytes and image count: the request's, else the route's, else 20 MiB and no count limit."""
-    budget = request.max_image_bytes or (route.max_request_image_bytes if route else None) or DEFAULT_BUDGET
+    """Base64 bytes: the route's, else 20 MiB, or less if the request asks for less; a request never raises
+    it, since it is what bounds the answer. Image count: the request's, else the route's, else no limit."""
+    most = (route.max_request_image_bytes if route else None) or DEFAULT_BUDGET
+    budget = min(request.max_image_bytes or most, most)
     count = request.max_images
     if count is None and route is not None:
         count = route.max_request_images
@@ -288,6 +290,7 @@ def _finish(
     *,
     resized: int = 0,
 ) -> Rendered:
+    embed = _once(embed)
     turns: list[Turn] = []
     included = omitted = unavailable = b64 = estimated = 0
     for i, m in enumerate(request.messages):
@@ -320,6 +323,20 @@ def _finish(
         turns.append(Turn(m.role, parts, calls, m.tool_call_id, m.name))
     summary = Summary(included, omitted, unavailable, b64, estimated, resized)
     return Rendered(provider, render_body(provider, turns, embed), summary)
+
+
+def _once(embed: Embed) -> Embed:
+    """`embed` made once per image and prefix: every occurrence of a ref shares the value (one base64 string,
+    or one slot), so an image named many times costs its encoding once."""
+    made: dict[tuple[str, int], Any] = {}
+
+    def once(prefix: str, image: Image) -> Any:
+        key = (prefix, id(image.data))  # the data of one ref is one object, alive for the whole render
+        if key not in made:
+            made[key] = embed(prefix, image)
+        return made[key]
+
+    return once
 
 
 def _say(without_path: str, with_path: str, block: ImageBlock) -> str:

@@ -164,3 +164,51 @@ def test_a_busy_answer_names_its_code(start_daemon: Any) -> None:
     headers, rest = busy[0]
     assert headers["retry-after"] == "1"
     assert json.loads(rest[: int(headers["content-length"])])["error"]["code"] == "SERVER_BUSY"
+
+
+def test_unread_renders_are_clamped_to_the_route_and_bounded(start_daemon: Any) -> None:
+    daemon = start_daemon(**CAPS)
+    images = [big(seed) for seed in range(10)]
+    refs = admit(daemon, "mallory", *images[:5]) + admit(daemon, "mallory", *images[5:])
+    (alices,) = admit(daemon, "alice", images[0])
+    blocks = [{"type": "image", "ref": ref} for ref in refs]
+    body = {"route": "vision", "max_image_bytes": 10**12, "messages": [{"role": "user", "content": blocks}]}
+    request = http_request(daemon, "POST", "/v1/render", json.dumps(body).encode())
+    before, stalls = daemon.rss(), metric(daemon, "attachstore_write_stalls_total")
+
+    with unread(daemon, [request] * 5) as sockets:
+        wait_for(lambda: answered(daemon, "/v1/render") == 5, "the five renders to be answered")
+        wait_for(lambda: metric(daemon, "attachstore_sending_bytes") == 0, "the answers to be dropped")
+        heads = [answer_head(s) for s in sockets]
+        mine = {
+            "route": "vision",
+            "messages": [{"role": "user", "content": [{"type": "image", "ref": alices}]}],
+        }
+        status, answer = call(daemon, "alice", "POST", "/v1/render", mine)
+        assert status == 200
+        assert json.loads(answer)["summary"]["included"] == 1
+
+    held = [headers for status, headers, _ in heads if status == 200]
+    assert held, [h[0] for h in heads]
+    # The route sets no budget: 20 MiB of base64 at most, four of the ten images, whatever was asked.
+    for headers in held:
+        assert int(headers["content-length"]) <= 20 * MiB + 65536
+    assert metric(daemon, "attachstore_write_stalls_total") - stalls >= len(held)
+    assert daemon.peak_rss() - before <= BUDGET + 4 * len(images[0]) + SLACK
+
+
+def test_a_repeated_ref_cannot_inflate_the_answer(start_daemon: Any) -> None:
+    daemon = start_daemon(**CAPS)
+    image = big(0)
+    (ref,) = admit(daemon, "mallory", image)
+    blocks = [{"type": "image", "ref": ref}] * 200  # about 20 KB of request
+    body = {"route": "vision", "max_image_bytes": 10**12, "messages": [{"role": "user", "content": blocks}]}
+    assert len(json.dumps(body)) < 25_000
+    before = daemon.rss()
+    status, answer = call(daemon, "mallory", "POST", "/v1/render", body, most=20 * MiB + 65536)
+    assert status == 200
+    summary = json.loads(answer)["summary"]
+    assert (summary["included"], summary["omitted"]) == (4, 196)
+    assert daemon.peak_rss() - before <= 2 * len(answer) + SLACK
+    status, _ = call(daemon, "alice", "GET", "/healthz")
+    assert status == 200
