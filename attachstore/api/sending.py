@@ -78,6 +78,8 @@ class Sending:
     def claim(self, n: int) -> None:
         """Count `n` more bytes against the budget (ServerBusy past it). Call it from the handler: the task
         that runs it also writes the answer, so its end is when the bytes are let go."""
+        if n <= 0:
+            return
         self._budget.take(self._tenant, n, self.held)
         if not self.held:
             task = asyncio.current_task()

@@ -55,9 +55,12 @@ def test_one_answer_larger_than_the_budget_is_sent_alone() -> None:
 
 async def test_a_share_is_given_back_when_its_request_ends_whatever_the_end() -> None:
     budget = Budget(10 * MiB, gauge())
+    errors: list[dict[str, Any]] = []
+    asyncio.get_running_loop().set_exception_handler(lambda loop, context: errors.append(context))
 
     async def request(n: int, fail: bool) -> None:
         share = Sending(budget, "t")
+        share.claim(0)  # nothing: nothing to give back either
         share.claim(n)
         share.claim(n)
         await asyncio.sleep(0)
@@ -74,6 +77,7 @@ async def test_a_share_is_given_back_when_its_request_ends_whatever_the_end() ->
         await asyncio.create_task(request(3 * MiB, fail=True))
     await asyncio.sleep(0)
     assert budget.held("t") == 0
+    assert errors == []  # each share given back once
 
 
 async def test_a_refused_claim_holds_nothing() -> None:
