@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import socket
 import time
@@ -30,6 +31,15 @@ SLACK = 40 * MiB  # the interpreter's own growth while it serves: buffers, alloc
 def big(seed: int) -> bytes:
     """Noise PNGs of 3.45 MB, just under the default max_image_bytes."""
     return png(1000, 1150, seed=seed)
+
+
+# A read larger than what the kernel's socket buffers can take (net.ipv4.tcp_wmem's maximum is 4 MiB), so
+# that its answer waits in the daemon, not in the kernel, whatever the kernel's tuning.
+LARGE = {"limits": {"max_image_bytes": 6 * MiB}}
+
+
+def larger() -> bytes:
+    return png(1300, 1300)  # 5.07 MB
 
 
 def call(
@@ -128,8 +138,8 @@ def answer_head(s: socket.socket) -> tuple[int, dict[str, str], bytes]:
 
 
 def test_unread_reads_are_cut_off_and_hold_at_most_the_budget(start_daemon: Any) -> None:
-    daemon = start_daemon(**CAPS)
-    image = big(0)
+    daemon = start_daemon(**CAPS, **LARGE)
+    image = larger()
     (ref,) = admit(daemon, "mallory", image)
     assert admit(daemon, "alice", image) == [ref]  # the same bytes: one object, seen by both
     assert call(daemon, "mallory", "GET", f"/v1/attachments/{ref}") == (200, image)
@@ -144,18 +154,21 @@ def test_unread_reads_are_cut_off_and_hold_at_most_the_budget(start_daemon: Any)
 
     held = statuses.count(200)
     busy = statuses.count(503)
-    # The budget takes four 3.45 MB answers, the fifth only if it came when nothing else was waiting.
+    # The budget takes three 5 MB answers, a fourth only if it came when nothing else was waiting.
     assert 1 <= held <= BUDGET // len(image) + 1, statuses
     assert held + busy + statuses.count(0) == 40, statuses
     assert busy >= 40 - (BUDGET // len(image) + 1) - statuses.count(0)
     assert metric(daemon, "attachstore_write_stalls_total") - stalls >= held
-    assert daemon.peak_rss() - before <= BUDGET + 2 * len(image) + SLACK
+    # Besides the budget: the reads in progress, before their bytes are claimed (docs/operations.md#memory):
+    # at most one object in each of the default executor's threads, and a few done, waiting for the loop.
+    reading = (min(32, (os.cpu_count() or 1) + 4) + 2) * len(image)
+    assert daemon.peak_rss() - before <= BUDGET + reading + SLACK
     assert call(daemon, "mallory", "GET", f"/v1/attachments/{ref}") == (200, image)
 
 
 def test_a_busy_answer_names_its_code(start_daemon: Any) -> None:
-    daemon = start_daemon(**CAPS)
-    image = big(0)
+    daemon = start_daemon(**CAPS, **LARGE)
+    image = larger()
     (ref,) = admit(daemon, "mallory", image)
     with unread(daemon, [http_request(daemon, "GET", f"/v1/attachments/{ref}")] * 8) as sockets:
         heads = [answer_head(s) for s in sockets]
