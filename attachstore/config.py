@@ -85,6 +85,11 @@ class Http(_Section, frozen=True):
     read_timeout: Duration = "30s"  # to receive a whole request body
     keepalive_timeout: Duration = "15s"  # an idle connection is closed after this
     max_header_bytes: Positive = 8190  # a request line or one header field
+    # An answer whose client takes none of its waiting bytes for this long: the connection is aborted.
+    write_timeout: Duration = "30s"
+    # Per tenant and process: the bytes that answers (reads, renders) on their way to that tenant's clients
+    # may hold at once; past it, 503 SERVER_BUSY (one answer alone may be larger).
+    max_sending_bytes: Positive = 64 * 1024 * 1024
 
     @property
     def read_timeout_seconds(self) -> float:
@@ -93,6 +98,10 @@ class Http(_Section, frozen=True):
     @property
     def keepalive_timeout_seconds(self) -> float:
         return duration_seconds(self.keepalive_timeout)
+
+    @property
+    def write_timeout_seconds(self) -> float:
+        return duration_seconds(self.write_timeout)
 
     def body_cap(self, limits: Limits) -> int:
         if self.max_body_bytes is not None:
@@ -280,6 +289,7 @@ def load(
         ("admission.decode_timeout", config.admission.decode_timeout_seconds),
         ("http.read_timeout", config.http.read_timeout_seconds),
         ("http.keepalive_timeout", config.http.keepalive_timeout_seconds),
+        ("http.write_timeout", config.http.write_timeout_seconds),
     ):
         if seconds <= 0:
             raise ConfigError(f"{source}: bad value for {key!r}: must be longer than 0")

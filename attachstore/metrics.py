@@ -58,6 +58,17 @@ class Metrics:
             buckets=_BUCKETS,
             registry=r,
         )
+        self.write_stalls = Counter(
+            "attachstore_write_stalls",
+            "Connections aborted because their client took no byte of an answer for [http] write_timeout",
+            registry=r,
+        )
+        self.sending_bytes = Gauge(
+            "attachstore_sending_bytes",
+            "Bytes held by answers on their way to clients, counted against [http] max_sending_bytes",
+            registry=r,
+            multiprocess_mode="livesum",
+        )
         # Gauges set at scrape time from the index; with several workers the latest sample wins.
         self.objects = Gauge(
             "attachstore_objects", "Objects in the index", registry=r, multiprocess_mode="mostrecent"

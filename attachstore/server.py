@@ -23,7 +23,7 @@ import msgspec
 from aiohttp import web
 
 from . import logs
-from .api import make_app
+from .api import make_app, watch_writes
 from .config import Config
 from .errors import ConfigError
 
@@ -151,6 +151,9 @@ async def serve_on(config: Config, sock: socket.socket | Callable[[], socket.soc
     app = make_app(config)
     runner = web.AppRunner(app, shutdown_timeout=SHUTDOWN_TIMEOUT, access_log=None)
     await runner.setup()
+    # aiohttp's writes wait on the client without a deadline: this aborts the connections that stall. It
+    # runs until the in-flight requests are done, so that none of them holds up the shutdown.
+    watching = asyncio.create_task(watch_writes(app, runner))
     try:
         await web.SockSite(runner, sock if isinstance(sock, socket.socket) else sock()).start()
         stop = asyncio.Event()
@@ -161,6 +164,7 @@ async def serve_on(config: Config, sock: socket.socket | Callable[[], socket.soc
         log.info("stopping: finishing in-flight requests")
     finally:
         await runner.cleanup()
+        watching.cancel()
 
 
 def _supervise(config: Config, sock: socket.socket, workers: int) -> int:

@@ -68,6 +68,8 @@ def test_config_file_from_environment(tmp_path: Path) -> None:
             'routes."gpt-4o": unknown key placeholders.text_onyl',
         ),
         ("[admission]\ndecode_workers = -1\n", "admission.decode_workers"),
+        ('[http]\nwrite_timeout = "0s"\n', "http.write_timeout"),
+        ("[http]\nmax_sending_bytes = 0\n", "http.max_sending_bytes"),
     ],
 )
 def test_bad_key_or_value_names_the_key(tmp_path: Path, text: str, names: str) -> None:

@@ -1,5 +1,6 @@
 """The HTTP edge: decode requests, call the service, encode answers."""
 
 from .app import make_app
+from .sending import watch_writes
 
-__all__ = ["make_app"]
+__all__ = ["make_app", "watch_writes"]

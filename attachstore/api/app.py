@@ -15,6 +15,7 @@ from ..storage import FileOps
 from . import attachments, observe, openapi, render, sessions, wire
 from .common import CONFIG, STORE, TENANT, error_response, json_response
 from .observe import ERROR_CODE
+from .sending import BUDGET, Budget
 
 log = logging.getLogger("attachstore.api")
 
@@ -115,6 +116,7 @@ async def openapi_json(request: web.Request) -> web.Response:
 async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
     store = await Store.open(app[CONFIG], app.get(FILE_OPS))
     app[STORE] = store
+    app[BUDGET] = Budget(app[CONFIG].http.max_sending_bytes, store.metrics.sending_bytes)
     try:
         yield
     finally:

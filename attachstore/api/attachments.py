@@ -10,6 +10,7 @@ from ..service import Admission, ImageRef, Upload
 from . import wire
 from .bodies import IMAGES_HINT, read_multipart
 from .common import CONFIG, STORE, json_response, read_json, tenant_of
+from .sending import View, sending
 
 READ_HEADERS = {
     "Cache-Control": "private, max-age=31536000, immutable",
@@ -81,7 +82,9 @@ async def read(request: web.Request) -> web.Response:
         await store.meta(text, tenant_of(request))
         return web.Response(status=304, headers={"ETag": etag, **READ_HEADERS})
     ref, data = await store.read(text, tenant_of(request))
-    return web.Response(body=data, headers={"Content-Type": ref.media_type, "ETag": etag, **READ_HEADERS})
+    sending(request).claim(len(data))
+    body = View(data, ref.media_type)
+    return web.Response(body=body, headers={"Content-Type": ref.media_type, "ETag": etag, **READ_HEADERS})
 
 
 async def meta(request: web.Request) -> web.Response:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+
 import msgspec
 from aiohttp import payload, web
 from aiohttp.abc import AbstractStreamWriter
@@ -9,6 +11,7 @@ from aiohttp.abc import AbstractStreamWriter
 from ..render import Rendered, RenderRequest, render
 from ..render.model import Image
 from .common import STORE, read_json, tenant_of
+from .sending import sending
 
 RENDER_BODY = 16 * 1024 * 1024  # a long conversation is text; the images are refs
 render_decoder = msgspec.json.Decoder(RenderRequest)
@@ -17,8 +20,13 @@ _CUT = b"\0"  # never in msgspec's JSON, which escapes every control character i
 
 async def handle(request: web.Request) -> web.Response:
     body = await read_json(request, render_decoder, RENDER_BODY, "send a shorter conversation")
-    rendered = await render(request.app[STORE], body, tenant=tenant_of(request), embed=ImageSlot)
-    return web.Response(body=Answer(rendered))
+    share = sending(request)
+    rendered = await render(
+        request.app[STORE], body, tenant=tenant_of(request), embed=ImageSlot, claim=share.claim
+    )
+    answer = Answer(rendered)
+    share.claim(answer.memory)  # the images' bytes were claimed before they were read
+    return web.Response(body=answer)
 
 
 class ImageSlot:
@@ -37,7 +45,8 @@ class Answer(payload.Payload):
     same render with strings. The text around the images is encoded at once, into pieces cut where the images
     go; each image's base64 is encoded only when its turn comes to be written, so that encoding overlaps the
     sending of what came before, and the base64 of a render is never copied into a str, escaped, joined into
-    one buffer, or held whole in memory."""
+    one buffer, or held whole in memory. An image that appears more than once (the same ref, or the same
+    slot) is encoded once, and its base64 kept until its last appearance is written."""
 
     def __init__(self, rendered: Rendered) -> None:
         images: list[bytes] = []
@@ -55,22 +64,43 @@ class Answer(payload.Payload):
         self._texts = texts
         self._images = images
         # Each image's base64 (4 characters per 3 bytes, padded) and the closing quote of its string.
-        self._size = sum(map(len, texts)) + sum(4 * ((len(data) + 2) // 3) + 1 for data in images)
+        self._size = sum(map(len, texts)) + sum(_encoded_size(data) for data in images)
+        distinct = {id(data): data for data in images}
+        repeated = {key for key, n in collections.Counter(map(id, images)).items() if n > 1}
+        # What writing holds besides the images' bytes: the texts, the base64 of the image being written,
+        # and that of every image still to appear again.
+        self.memory = sum(map(len, texts)) + sum(_encoded_size(distinct[key]) for key in repeated)
+        self.memory += max((_encoded_size(d) for k, d in distinct.items() if k not in repeated), default=0)
 
     async def write(self, writer: AbstractStreamWriter) -> None:
+        left = collections.Counter(id(data) for data in self._images)
+        kept: dict[int, bytes] = {}  # the base64 of an image still to appear again
         await writer.write(self._texts[0])
         for data, text in zip(self._images, self._texts[1:], strict=True):
-            # On the event loop: the encoding holds the interpreter lock wherever it runs, and a trip to a
-            # thread per image cost more than it freed. msgspec writes bytes as standard padded base64.
-            encoded = msgspec.json.encode(data)  # '"' + base64 + '"'
+            key = id(data)
+            left[key] -= 1
+            encoded = kept.pop(key, None) or _encode(data)
+            if left[key]:
+                kept[key] = encoded
             await writer.write(memoryview(encoded)[1:])
             await writer.write(text)
 
     def decode(self, encoding: str = "utf-8", errors: str = "strict") -> str:
         pieces = [self._texts[0]]
         for data, text in zip(self._images, self._texts[1:], strict=True):
-            pieces += (msgspec.json.encode(data)[1:], text)
+            pieces += (_encode(data)[1:], text)
         return b"".join(pieces).decode(encoding, errors)
+
+
+def _encode(data: bytes) -> bytes:
+    """'"' + the base64 of `data` + '"'. On the event loop: the encoding holds the interpreter lock wherever
+    it runs, and a trip to a thread per image cost more than it freed. msgspec writes bytes as standard
+    padded base64."""
+    return msgspec.json.encode(data)
+
+
+def _encoded_size(data: bytes) -> int:
+    return 4 * ((len(data) + 2) // 3) + 1
 
 
 def add_routes(router: web.UrlDispatcher) -> None:

@@ -10,6 +10,7 @@ whose object is missing or damaged becomes a placeholder and never fails the req
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, get_args
@@ -66,12 +67,18 @@ def _base64_size(n: int) -> int:
 
 
 async def render(
-    store: Store, request: RenderRequest, *, tenant: str = "", embed: Embed = as_text
+    store: Store,
+    request: RenderRequest,
+    *,
+    tenant: str = "",
+    embed: Embed = as_text,
+    claim: Callable[[int], None] | None = None,
 ) -> Rendered:
     """Refs to a provider-ready request body. Importable by hosts that embed the store.
 
     `embed` makes the value that stands for an image's base64 in the body (providers.py); the default gives
-    plain strings."""
+    plain strings. `claim`, if given, is called with the bytes of the images about to be read, before they
+    are read; what it raises ends the render (the daemon counts them against the answers' memory budget)."""
     check(request)
     route_name = request.route
     if request.session is not None:
@@ -121,6 +128,8 @@ async def render(
                     (unfit if v is Fate.OVER_BUDGET else unavailable).add(ref)
             continue
         wanted = sorted(sent - data.keys())
+        if claim is not None and wanted:
+            claim(sum(_stored_size(rows[ref], variants.get(ref)) for ref in wanted))
         read = await asyncio.gather(*(_read(store, rows[ref], variants.get(ref), spec) for ref in wanted))
         failed = {ref for ref, d in zip(wanted, read, strict=True) if d is None}
         data |= {ref: d for ref, d in zip(wanted, read, strict=True) if d is not None}
@@ -167,6 +176,12 @@ def _size(
     if oversize and spec is not None:
         return min(row.bytes, spec.max_bytes)
     return row.bytes
+
+
+def _stored_size(row: ObjectRow | None, variant: ObjectRow | None) -> int:
+    """The bytes a read of an image the plan sends brings into memory."""
+    sent = variant or row
+    return sent.bytes if sent is not None else 0
 
 
 async def _variant(store: Store, row: ObjectRow | None, spec: VariantSpec) -> ObjectRow | Fate:
@@ -217,8 +232,10 @@ def _plan(
 
 
 def _budget(request: RenderRequest, route: Route | None) -> tuple[int, int | None]:
-    """Base64 bytes and image count: the request's, else the route's, else 20 MiB and no count limit."""
-    budget = request.max_image_bytes or (route.max_request_image_bytes if route else None) or DEFAULT_BUDGET
+    """Base64 bytes: the route's, else 20 MiB, or less if the request asks for less; a request never raises
+    it, since it is what bounds the answer. Image count: the request's, else the route's, else no limit."""
+    most = (route.max_request_image_bytes if route else None) or DEFAULT_BUDGET
+    budget = min(request.max_image_bytes or most, most)
     count = request.max_images
     if count is None and route is not None:
         count = route.max_request_images
@@ -273,6 +290,7 @@ def _finish(
     *,
     resized: int = 0,
 ) -> Rendered:
+    embed = _once(embed)
     turns: list[Turn] = []
     included = omitted = unavailable = b64 = estimated = 0
     for i, m in enumerate(request.messages):
@@ -305,6 +323,20 @@ def _finish(
         turns.append(Turn(m.role, parts, calls, m.tool_call_id, m.name))
     summary = Summary(included, omitted, unavailable, b64, estimated, resized)
     return Rendered(provider, render_body(provider, turns, embed), summary)
+
+
+def _once(embed: Embed) -> Embed:
+    """`embed` made once per image and prefix: every occurrence of a ref shares the value (one base64 string,
+    or one slot), so an image named many times costs its encoding once."""
+    made: dict[tuple[str, int], Any] = {}
+
+    def once(prefix: str, image: Image) -> Any:
+        key = (prefix, id(image.data))  # the data of one ref is one object, alive for the whole render
+        if key not in made:
+            made[key] = embed(prefix, image)
+        return made[key]
+
+    return once
 
 
 def _say(without_path: str, with_path: str, block: ImageBlock) -> str:

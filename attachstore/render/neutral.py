@@ -54,7 +54,7 @@ class RenderRequest(_In, frozen=True):
     provider: Provider | None = None  # else the route's
     route: Annotated[str, Meta(min_length=1, max_length=256)] | None = None
     session: Annotated[str, Meta(pattern=SESSION_ID_PATTERN)] | None = None
-    max_image_bytes: Annotated[int, Meta(gt=0)] | None = None  # base64 bytes; else the route's, else 20 MiB
+    max_image_bytes: Annotated[int, Meta(gt=0)] | None = None  # base64 bytes; at most the route's or 20 MiB
     max_images: Annotated[int, Meta(ge=0)] | None = None  # else the route's, else no limit
     vision: bool | None = None  # false: project to text whatever the route says
 

@@ -10,10 +10,12 @@ import msgspec
 import pytest
 from aiohttp.test_utils import TestClient
 
+from attachstore.api import render as render_api
 from attachstore.api.common import STORE
 from attachstore.api.render import Answer, ImageSlot
+from attachstore.errors import ServerBusy
 from attachstore.refs import Ref
-from attachstore.render import Rendered, RenderRequest, Summary, tokens
+from attachstore.render import MessageIn, Rendered, RenderRequest, Summary, assemble, tokens
 from attachstore.render import render as render_in_process
 from attachstore.render.model import Image, Text, Turn
 from attachstore.render.providers import render_body
@@ -32,6 +34,11 @@ ROUTES = {
         "placeholders": {"text_only": "[Bild weggelassen]"},
     },
     "small": {"input_modalities": ["text", "image"], "provider": "openai-chat", "max_request_images": 2},
+    "capped": {
+        "input_modalities": ["text", "image"],
+        "provider": "openai-chat",
+        "max_request_image_bytes": 600,
+    },
 }
 
 
@@ -172,6 +179,98 @@ async def test_an_image_count_budget_from_the_route(client: Client) -> None:
         client, [{"role": "user", "content": [image(r) for r in refs]}], route="small", max_images=3
     )
     assert out["summary"]["included"] == 3
+
+
+async def test_a_request_lowers_the_routes_byte_budget_but_never_raises_it(client: Client) -> None:
+    refs = await stored(client, *(png(8, 8, seed=i) for i in range(4)))
+    each = len(base64.b64encode(png(8, 8)))
+    messages = [{"role": "user", "content": [image(r) for r in refs]}]
+    out = await render(client, messages, route="capped", max_image_bytes=10**12)
+    assert out["summary"]["included"] == 600 // each
+    out = await render(client, messages, route="capped", max_image_bytes=each)
+    assert out["summary"]["included"] == 1
+
+
+async def test_without_a_route_budget_a_request_gets_at_most_the_default(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    refs = await stored(client, *(png(8, 8, seed=i) for i in range(4)))
+    each = len(base64.b64encode(png(8, 8)))
+    monkeypatch.setattr(assemble, "DEFAULT_BUDGET", 2 * each)
+    messages = [{"role": "user", "content": [image(r) for r in refs]}]
+    for route in ("vision", None):
+        fields = {"provider": "openai-chat", "max_image_bytes": 10**12} | ({"route": route} if route else {})
+        out = await render(client, messages, **fields)
+        assert out["summary"]["included"] == 2
+        assert out["summary"]["base64_bytes"] == 2 * each
+
+
+async def test_a_repeated_ref_is_read_and_encoded_once(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b = png(30, 20), png(20, 30)
+    ref_a, ref_b = await stored(client, a, b)
+    encoded: list[int] = []
+    real = render_api._encode
+
+    def counting(data: bytes) -> bytes:
+        encoded.append(len(data))
+        return real(data)
+
+    monkeypatch.setattr(render_api, "_encode", counting)
+    request = {
+        "route": "vision",
+        "messages": [
+            {"role": "user", "content": [image(ref_a)] * 20 + [image(ref_b)]},
+            {"role": "tool", "tool_call_id": "c", "content": [image(ref_a)] * 20},
+        ],
+    }
+    response = await post_json(client, "/v1/render", request)
+    assert response.status == 200
+    body = await response.read()
+    assert sorted(encoded) == sorted([len(a), len(b)])
+    rendered = await render_in_process(client.app[STORE], msgspec.convert(request, RenderRequest))
+    assert body == msgspec.json.encode(rendered)
+    assert rendered.summary.included == 41
+    # An embedder's body shares one string among the occurrences of a ref.
+    urls = [
+        p["image_url"]["url"] for m in rendered.body["messages"] for p in m["content"] if "image_url" in p
+    ]
+    assert len(urls) == 41
+    assert len({id(url) for url in urls}) == 2
+
+
+async def test_render_claims_the_bytes_it_reads_before_reading_them(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    images = [png(40, 40, seed=i) for i in range(3)]
+    refs = await stored(client, *images)
+    store = client.app[STORE]
+    events: list[Any] = []
+    real = store.verified
+
+    async def recording(ref: Any, *rest: Any) -> Any:
+        events.append(("read", str(ref)))
+        return await real(ref, *rest)
+
+    monkeypatch.setattr(store, "verified", recording)
+    each = len(base64.b64encode(images[0]))
+    request = RenderRequest(
+        messages=msgspec.convert([{"role": "user", "content": [image(r) for r in refs]}], list[MessageIn]),
+        route="vision",
+        max_image_bytes=2 * each,
+    )
+    await render_in_process(store, request, claim=lambda n: events.append(("claim", n)))
+    assert events[0] == ("claim", len(images[1]) + len(images[2]))
+    assert sorted(events[1:]) == sorted(("read", r) for r in refs[1:])
+
+    def refuse(n: int) -> None:
+        raise ServerBusy("no room")
+
+    events.clear()
+    with pytest.raises(ServerBusy):
+        await render_in_process(store, request, claim=refuse)
+    assert events == []
 
 
 async def test_one_corrupt_object_in_ten_images(client: Client) -> None:

@@ -1,0 +1,191 @@
+"""What the daemon holds for answers on their way to clients, and for how long.
+
+aiohttp writes an answer into the connection's transport and then waits for the transport to drain, with no
+deadline: bytes a client does not read stay in memory for as long as its connection lives. Two bounds here:
+
+- `Budget`: the answers in flight for one tenant's clients (reads, renders) hold at most `[http]
+  max_sending_bytes` together; an answer past it is `503 SERVER_BUSY` before it is written. A request's share
+  (`Sending`) is counted from when its handler claims the bytes until the request's task ends: its answer
+  written whole, or its connection gone.
+- `Stalls`: a connection with bytes waiting to be sent, none of which its client took for `[http]
+  write_timeout`, is aborted, and what it held is freed.
+
+`View` writes bytes without the copy aiohttp makes of a body given whole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from typing import Protocol
+
+from aiohttp import payload, web
+from aiohttp.abc import AbstractStreamWriter
+from prometheus_client import Counter, Gauge
+
+from ..errors import ServerBusy
+from ..progress import human_bytes
+from .common import CONFIG, STORE, tenant_of
+
+log = logging.getLogger("attachstore.api")
+
+
+class Budget:
+    """Each tenant's bytes of answers in flight, within `cap`. A tenant with nothing in flight may send one
+    answer larger than the cap, so that no stored object or render is unservable."""
+
+    def __init__(self, cap: int, gauge: Gauge) -> None:
+        self.cap = cap
+        self._gauge = gauge
+        self._held: dict[str, int] = {}
+
+    def held(self, tenant: str) -> int:
+        return self._held.get(tenant, 0)
+
+    def take(self, tenant: str, n: int, mine: int) -> None:
+        """Count `n` more bytes for a request of `tenant` that already holds `mine`, or refuse them."""
+        held = self._held.get(tenant, 0)
+        if held + n > self.cap and held > mine:
+            raise ServerBusy(
+                f"answers not yet taken by this tenant's clients hold {human_bytes(held)}, and this one "
+                f"needs {human_bytes(n)} more: the most the daemon keeps for one tenant is "
+                f"{human_bytes(self.cap)} ([http] max_sending_bytes)",
+                hint="read the answers already asked for, then retry",
+            )
+        self._held[tenant] = held + n
+        self._gauge.inc(n)
+
+    def give(self, tenant: str, n: int) -> None:
+        left = self._held[tenant] - n
+        if left:
+            self._held[tenant] = left
+        else:
+            del self._held[tenant]
+        self._gauge.dec(n)
+
+
+class Sending:
+    """One request's share of its tenant's budget, given back when the request's task ends."""
+
+    __slots__ = ("_budget", "_tenant", "held")
+
+    def __init__(self, budget: Budget, tenant: str) -> None:
+        self._budget = budget
+        self._tenant = tenant
+        self.held = 0
+
+    def claim(self, n: int) -> None:
+        """Count `n` more bytes against the budget (ServerBusy past it). Call it from the handler: the task
+        that runs it also writes the answer, so its end is when the bytes are let go."""
+        if n <= 0:
+            return
+        self._budget.take(self._tenant, n, self.held)
+        if not self.held:
+            task = asyncio.current_task()
+            if task is None:  # pragma: no cover - handlers run in a task
+                raise RuntimeError("Sending.claim outside a task")
+            task.add_done_callback(self._release)
+        self.held += n
+
+    def _release(self, task: object) -> None:
+        self._budget.give(self._tenant, self.held)
+        self.held = 0
+
+
+BUDGET = web.AppKey("sending_budget", Budget)
+
+
+def sending(request: web.Request) -> Sending:
+    """The caller's share of its tenant's budget, for this request."""
+    return Sending(request.app[BUDGET], tenant_of(request))
+
+
+class View(payload.Payload):
+    """Bytes written as views of themselves: the first piece with the headers, the rest as one view. Given
+    whole, a body is joined with the headers into a new buffer on Python before 3.12.9 (aiohttp avoids
+    `writelines` there), a second copy of every answer for as long as its client takes to read it."""
+
+    FIRST = 16 * 1024
+
+    def __init__(self, data: bytes | bytearray, content_type: str) -> None:
+        super().__init__(data, content_type=content_type)
+        self._size = len(data)
+
+    async def write(self, writer: AbstractStreamWriter) -> None:
+        view = memoryview(self._value)
+        await writer.write(view[: self.FIRST])
+        if len(view) > self.FIRST:
+            await writer.write(view[self.FIRST :])
+
+    def decode(self, encoding: str = "utf-8", errors: str = "strict") -> str:
+        return bytes(self._value).decode(encoding, errors)
+
+
+class _Transport(Protocol):
+    def get_write_buffer_size(self) -> int: ...
+    def abort(self) -> None: ...
+    def get_extra_info(self, name: str, default: object = None) -> object: ...
+
+
+class _Connection(Protocol):
+    @property
+    def transport(self) -> _Transport | None: ...
+
+
+class Stalls:
+    """Aborts a connection once it has had bytes waiting to be sent for `timeout` seconds without its client
+    taking any of them. Progress is the transport's write buffer (what the kernel has not accepted) getting
+    smaller; a connection whose buffer is empty is not watched. `sweep` runs every `tick` seconds."""
+
+    def __init__(self, timeout: float, aborted: Counter) -> None:
+        self.timeout = timeout
+        self.tick = min(1.0, timeout / 4)
+        self._aborted = aborted
+        self._watched: dict[_Connection, tuple[int, float]] = {}  # the smallest buffer seen, and since when
+
+    def sweep(self, connections: Iterable[_Connection], now: float) -> None:
+        watched: dict[_Connection, tuple[int, float]] = {}
+        for connection in connections:
+            transport = connection.transport
+            if transport is None:
+                continue
+            waiting = transport.get_write_buffer_size()
+            if not waiting:
+                continue
+            last = self._watched.get(connection)
+            if last is None or waiting < last[0]:
+                watched[connection] = (waiting, now)
+            elif now - last[1] < self.timeout:
+                watched[connection] = last
+            else:
+                log.warning(
+                    "aborting the connection of %s: its client took none of the %d bytes waiting for it "
+                    "in %.1f s ([http] write_timeout)",
+                    transport.get_extra_info("peername") or "a client",
+                    waiting,
+                    now - last[1],
+                )
+                self._aborted.inc()
+                transport.abort()
+        self._watched = watched
+
+    async def run(self, server: _Connections) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self.tick)
+            self.sweep(server.connections, loop.time())
+
+
+class _Connections(Protocol):
+    """aiohttp's `web.Server`: the connections it serves."""
+
+    @property
+    def connections(self) -> Iterable[_Connection]: ...
+
+
+async def watch_writes(app: web.Application, runner: web.AppRunner) -> None:
+    """Until cancelled: abort the stalled connections of the server that `runner` (set up) runs `app` on."""
+    if runner.server is None:  # pragma: no cover - setup() makes it
+        raise RuntimeError("watch_writes needs a runner that is set up")
+    await Stalls(app[CONFIG].http.write_timeout_seconds, app[STORE].metrics.write_stalls).run(runner.server)
