@@ -51,6 +51,12 @@ class Metrics:
             ["kind"],
             registry=r,
         )
+        self.header_probes_deferred = Counter(
+            "attachstore_header_probes_deferred",
+            "JPEG headers past the gate's bound on their depth (objects admitted before it), walked in full "
+            "in a thread rather than on the event loop: once an object",
+            registry=r,
+        )
         self.request_seconds = Histogram(
             "attachstore_request_duration_seconds",
             "HTTP request latency by endpoint",

@@ -13,14 +13,16 @@ from .checks import (
     strict_pillow,
 )
 from .pool import DecodePool
-from .probe import MEDIA_TYPES, Header, probe_header, sniff
+from .probe import JPEG_HEADER_STEPS, MEDIA_TYPES, Header, HeaderTooDeep, probe_header, sniff
 from .worker import Original, Passed
 
 __all__ = [
+    "JPEG_HEADER_STEPS",
     "MEDIA_TYPES",
     "TRAILING_DATA",
     "DecodePool",
     "Header",
+    "HeaderTooDeep",
     "Inspection",
     "Original",
     "Passed",
