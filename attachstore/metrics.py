@@ -51,6 +51,25 @@ class Metrics:
             ["kind"],
             registry=r,
         )
+        self.decodes = Counter(
+            "attachstore_decodes",
+            "Jobs a decode worker took (admission checks, normalizations, variants), by how they ended: "
+            "passed, rejected, timeout, crashed, cancelled (decided without them, or the client left)",
+            ["result"],
+            registry=r,
+        )
+        self.decodes_running = Gauge(
+            "attachstore_decodes_running",
+            "Jobs in a decode worker now",
+            registry=r,
+            multiprocess_mode="livesum",
+        )
+        self.decodes_waiting = Gauge(
+            "attachstore_decodes_waiting",
+            "Jobs waiting for a decode worker now",
+            registry=r,
+            multiprocess_mode="livesum",
+        )
         self.header_probes_deferred = Counter(
             "attachstore_header_probes_deferred",
             "JPEG headers past the gate's bound on their depth (objects admitted before it), walked in full "

@@ -2,6 +2,7 @@
 lossless metadata surgery and the normalization of oversized images, and the pool of decode worker processes
 that runs the expensive part. Pure functions of the bytes, except the pool."""
 
+from .batch import Batch, Unwanted
 from .checks import (
     TRAILING_DATA,
     Inspection,
@@ -20,12 +21,14 @@ __all__ = [
     "JPEG_HEADER_STEPS",
     "MEDIA_TYPES",
     "TRAILING_DATA",
+    "Batch",
     "DecodePool",
     "Header",
     "HeaderTooDeep",
     "Inspection",
     "Original",
     "Passed",
+    "Unwanted",
     "base64_decoded_size",
     "check_batch",
     "decode_base64",

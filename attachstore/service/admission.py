@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -101,6 +101,45 @@ def _degraded(
     return Admission([], diagnostics, policy.model_text(diagnostics))
 
 
+async def _settle(
+    jobs: Mapping[int, asyncio.Future[Passed]], every_image: bool, decided: int | None
+) -> dict[int, Passed | Rejected]:
+    """The outcome of each deep check, by input position; every job has ended when this returns, also when
+    the caller is cancelled. Without `every_image`, the first failure in input order decides (`decided`:
+    the position of one already known): a check after a failure is cancelled as soon as the failure is
+    known, since it cannot change the verdict, and the wait ends when every check before it has ended.
+    Anything but a rejection is raised at once, and the other checks are cancelled."""
+    outcomes: dict[int, Passed | Rejected] = {}
+    try:
+        while True:
+            if decided is not None:
+                for i, job in jobs.items():
+                    if i > decided:
+                        job.cancel()
+            waiting = [j for i, j in jobs.items() if not j.done() and (decided is None or i < decided)]
+            if not waiting:
+                return outcomes
+            done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            for i, job in jobs.items():
+                if job not in done or job.cancelled():
+                    continue
+                e = job.exception()
+                if e is None:
+                    outcomes[i] = job.result()
+                elif isinstance(e, gate.Unwanted):  # never started: a failure before it decided
+                    continue
+                elif isinstance(e, Rejected):
+                    outcomes[i] = e
+                    if not every_image and (decided is None or i < decided):
+                        decided = i
+                else:
+                    raise e
+    finally:
+        for job in jobs.values():
+            job.cancel()
+        await asyncio.gather(*jobs.values(), return_exceptions=True)
+
+
 class Admissions:
     def __init__(
         self,
@@ -151,6 +190,9 @@ class Admissions:
         except AttachstoreError as e:
             result = e.code
             raise
+        except asyncio.CancelledError:  # its client left, or shutdown cut it off
+            result = "cancelled"
+            raise
         finally:
             self._admitting -= 1
             self.metrics.admissions.labels(source, result).inc()
@@ -167,7 +209,7 @@ class Admissions:
         names = [display_name(u.name) for u in uploads]
         soft = source in policy.SOFT_SOURCES
         batch_error, verdicts = await self._validate(
-            uploads, source, route, every_image=soft, session=(session, session_route)
+            uploads, source, route, every_image=soft, session=(session, session_route), tenant=tenant
         )
         if batch_error is not None or any(isinstance(v, Rejected) for v in verdicts):
             if soft:
@@ -210,12 +252,15 @@ class Admissions:
         *,
         every_image: bool,
         session: tuple[str | None, str | None] = (None, None),
+        tenant: str = "",
     ) -> tuple[Rejected | None, list[_Admitted | Rejected]]:
         """The gate of SPEC section 4: a batch-level failure, or a verdict per image.
 
-        Without `every_image`, images after the first cheap failure are not looked at: the first failure in
-        input order decides, exactly as if the images were checked one after another, while the expensive
-        checks of the images before it run concurrently."""
+        Without `every_image`, the first failure in input order decides, exactly as if the images were
+        checked one after another, while the expensive checks of the images before it run concurrently:
+        images after a failure are not looked at, and their checks are cancelled as soon as it is known.
+        The deep checks wait for a decode worker in `tenant`'s turn and share one budget of decoder time
+        (`[admission] request_decode_timeout`); cancelling the admission (its client left) stops them."""
         limits = self.config.limits
         admission = self.config.admission
         fit_limits = admission.fit_limits(limits) if admission.oversize == "fit" else None
@@ -236,8 +281,9 @@ class Admissions:
                 cheap.append(e)
                 if not every_image:
                     break
-        deep = await asyncio.gather(
-            *(
+        batch = gate.Batch(admission.request_decode_timeout_seconds, first_failure_decides=not every_image)
+        jobs = {
+            i: asyncio.create_task(
                 self.pool.inspect(
                     c,
                     u.media_type,
@@ -246,27 +292,28 @@ class Admissions:
                     trailing_data=admission.trailing_data,
                     fit_limits=fit_limits,
                     strip_metadata=admission.strip_metadata,
+                    tenant=tenant,
+                    batch=batch,
+                    position=i,
                 )
-                for c, u in zip(cheap, uploads, strict=False)
-                if not isinstance(c, Rejected)
-            ),
-            return_exceptions=True,
-        )
-        results = iter(deep)
+            )
+            for i, (c, u) in enumerate(zip(cheap, uploads, strict=False))
+            if not isinstance(c, Rejected)
+        }
+        # Without every_image, a cheap failure ended the list: it decides, unless an image before it fails.
+        cheap_failure = len(cheap) - 1 if isinstance(cheap[-1], Rejected) and not every_image else None
+        deep = await _settle(jobs, every_image, cheap_failure)
         verdicts: list[_Admitted | Rejected] = []
-        for c in cheap:
-            if isinstance(c, Rejected):
-                verdicts.append(c)
+        for i, c in enumerate(cheap):
+            found = c if isinstance(c, Rejected) else deep[i]
+            if isinstance(found, Passed) and not isinstance(c, Rejected):
+                data = c if found.data is None else found.data
+                verdicts.append(_Admitted(Ref(self.config.hash, found.digest), data, found))
                 continue
-            r = next(results)
-            if isinstance(r, Passed):
-                verdicts.append(
-                    _Admitted(Ref(self.config.hash, r.digest), c if r.data is None else r.data, r)
-                )
-            elif isinstance(r, Rejected):
-                verdicts.append(r)
-            else:
-                raise r
+            if isinstance(found, Rejected):
+                verdicts.append(found)
+            if not every_image:
+                break  # the first failure decides; the checks after it were cancelled
         return None, verdicts
 
     async def _store(
