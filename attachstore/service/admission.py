@@ -157,6 +157,11 @@ class Admissions:
         self.publisher = publisher
         self.metrics = metrics
         self._admitting = 0
+        self._storing: set[asyncio.Task[None]] = set()
+
+    async def close(self) -> None:
+        """Wait for the admissions whose callers were cancelled while they stored (see _admit)."""
+        await asyncio.gather(*self._storing, return_exceptions=True)
 
     async def admit(
         self,
@@ -219,15 +224,23 @@ class Admissions:
             i, first = next((i, v) for i, v in enumerate(verdicts) if isinstance(v, Rejected))
             raise first.at(i)
         admitted = [v for v in verdicts if isinstance(v, _Admitted)]
+        # From here the admission finishes even when it is cancelled (its client left): its files are
+        # written in threads that cannot be stopped, and cut off there it would leave unindexed objects
+        # behind for gc and the audit. Cancelled, it waits for the store (keeping its place among
+        # max_concurrent) and leaves published, like one whose answer was lost; cancelled again (shutdown),
+        # it leaves at once and Store.close waits for the store.
+        storing = asyncio.create_task(self._store(admitted, names, hold, tenant))
+        self._storing.add(storing)
+        storing.add_done_callback(self._stored)
         try:
-            await self._store(admitted, names, hold, tenant)
+            await asyncio.shield(storing)
+        except asyncio.CancelledError:
+            await asyncio.wait([storing])
+            raise
         except Rejected as e:  # the session's route turned text-only meanwhile (checked under the lock)
             if soft:
                 return _degraded(uploads, names, e, [])
             raise
-        self.metrics.images_admitted.inc(len(admitted))
-        self.metrics.normalized.inc(sum(1 for a in admitted if a.normalized is not None))
-        self.metrics.bytes_admitted.inc(sum(len(a.data) for a in admitted))
         return Admission(
             [
                 ImageRef(
@@ -356,3 +369,11 @@ class Admissions:
             publish,
             lambda: AttachstoreError("an object kept disappearing while it was being published"),
         )
+        self.metrics.images_admitted.inc(len(admitted))
+        self.metrics.normalized.inc(sum(1 for a in admitted if a.normalized is not None))
+        self.metrics.bytes_admitted.inc(sum(len(a.data) for a in admitted))
+
+    def _stored(self, task: asyncio.Task[None]) -> None:
+        self._storing.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved here: a caller cancelled meanwhile no longer awaits it

@@ -36,6 +36,7 @@ class Reads:
         self.resident: Resident[ObjectRow] | None = Resident(local) if local is not None else None
         # The headers walked in full off the loop (objects admitted before the gate bounded them), by ref.
         self._deep: dict[str, Header | None] = {}
+        self._walks: dict[str, asyncio.Task[Header | None]] = {}
         self._walking = asyncio.Lock()
 
     def scope(self, tenant: str | None) -> str | None:
@@ -137,16 +138,27 @@ class Reads:
 
     async def _deep_header(self, ref: str, data: bytes | bytearray) -> Header | None:
         """The header walked in full, in a thread and one object at a time, so that the loop keeps serving.
-        Remembered: the bytes hashed to `ref`, so their header is the same on every read of it."""
+        Remembered: the bytes hashed to `ref`, so their header is the same on every read of it. One walk
+        an object, shared by its concurrent readers and run to its end when they leave (a reader that
+        disconnects is cancelled): leaving and asking again cannot start another."""
         if ref in self._deep:
             return self._deep[ref]
-        async with self._walking:
-            if ref not in self._deep:
+        walk = self._walks.get(ref)
+        if walk is None:
+            walk = self._walks[ref] = asyncio.create_task(self._walk(ref, data))
+        return await asyncio.shield(walk)
+
+    async def _walk(self, ref: str, data: bytes | bytearray) -> Header | None:
+        try:
+            async with self._walking:
                 self.metrics.header_probes_deferred.inc()
-                if len(self._deep) >= _DEEP_KEPT:
-                    del self._deep[next(iter(self._deep))]
-                self._deep[ref] = await asyncio.to_thread(probe_header, data)
-            return self._deep[ref]
+                header = await asyncio.to_thread(probe_header, data)
+            if len(self._deep) >= _DEEP_KEPT:
+                del self._deep[next(iter(self._deep))]
+            self._deep[ref] = header
+            return header
+        finally:
+            del self._walks[ref]
 
 
 _DEEP_KEPT = 1024

@@ -79,6 +79,7 @@ class Store:
         return cls(config, blobs, index, pool)
 
     async def close(self) -> None:
+        await self.admissions.close()
         await self.variants.close()
         await self.pool.close()
         await self.index.close()

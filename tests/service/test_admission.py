@@ -5,6 +5,7 @@ tenant's queue of images does not hold up another's."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -12,9 +13,11 @@ import pytest
 
 from attachstore.errors import Rejected
 from attachstore.gate import pool as pool_module
+from attachstore.refs import Ref
 from attachstore.service import Store, Upload
 from tests.conftest import MakeConfig
 from tests.support import images
+from tests.support.faults import RecordingOps
 
 BOMB_SCANS = 20_000  # about 50 s of decoding: only a time bound or a cancellation stops it
 VISION = {"vision": {"input_modalities": ["text", "image"]}}
@@ -138,3 +141,46 @@ async def test_one_tenants_queued_images_do_not_hold_up_anothers(
     assert admitted.attachments[0].width == 8
     assert sent[:2] == [bombs[0], photo]  # alice's image went to the worker next, before mallory's queue
     assert (await mallory).degraded
+
+
+class _HeldFsync(RecordingOps):
+    """FileOps whose first fsync of an object waits until the test lets it go."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reached = threading.Event()
+        self.go = threading.Event()
+
+    def fsync(self, fd: int) -> None:
+        if not self.reached.is_set():
+            self.reached.set()
+            self.go.wait(30)
+        super().fsync(fd)
+
+
+async def test_an_admission_cancelled_while_it_stores_finishes_and_publishes(make_config: MakeConfig) -> None:
+    """Once its images passed, an admission's client leaving does not cut it off half-way: its files are
+    written in threads that cannot be stopped, and cancelled there it would leave unindexed objects behind
+    for gc and the audit. It finishes, and publishes, as one whose answer was lost."""
+    ops = _HeldFsync()
+    store = await Store.open(make_config(), ops)
+    try:
+        photo = images.png(8, 8)
+        admitting = asyncio.create_task(store.admit([Upload.of_bytes(photo)], "user"))
+        await asyncio.to_thread(ops.reached.wait, 30)
+        admitting.cancel()  # the client disconnects while the object is being written
+        await asyncio.sleep(0.05)
+        ops.go.set()
+        with pytest.raises(asyncio.CancelledError):
+            await admitting
+        closing = asyncio.create_task(store.close())  # and close waits for the admission to finish
+        await closing
+    finally:
+        ops.go.set()
+    store = await Store.open(make_config())
+    try:
+        ref = Ref.of("sha256", photo)
+        assert await store.index.get(str(ref)) is not None  # published
+        assert [f.ref for f in store.local.walk_objects()] == [ref]  # and nothing unindexed beside it
+    finally:
+        await store.close()

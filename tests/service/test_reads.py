@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from typing import Any
 
@@ -56,3 +57,19 @@ async def test_a_deep_header_that_does_not_fit_its_row_is_corrupt(store: Store) 
         with pytest.raises(Exception, match="does not match its bytes") as info:
             await store.read(str(ref))
         assert getattr(info.value, "code", None) == "ATTACHMENT_CORRUPT"
+
+
+async def test_readers_that_leave_do_not_start_the_full_walk_again(store: Store) -> None:
+    """A reader that disconnects is cancelled; the walk it started runs on, and the next reader shares it
+    rather than starting another in a thread of its own."""
+    deep = images.jpeg_padded(images.jpeg(16, 16), segments=300_000)
+    ref = await plant(store, deep, "image/jpeg", 16, 16)
+    for _ in range(5):
+        gone = asyncio.create_task(store.read(str(ref)))
+        await asyncio.sleep(0.01)
+        gone.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await gone
+    _, data = await store.read(str(ref))
+    assert data == deep
+    assert _deferred(store) == 1
