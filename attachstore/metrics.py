@@ -58,17 +58,15 @@ class Metrics:
             ["result"],
             registry=r,
         )
-        self.decodes_running = Gauge(
-            "attachstore_decodes_running",
-            "Jobs in a decode worker now",
-            registry=r,
-            multiprocess_mode="livesum",
-        )
-        self.decodes_waiting = Gauge(
-            "attachstore_decodes_waiting",
-            "Jobs waiting for a decode worker now",
-            registry=r,
-            multiprocess_mode="livesum",
+        # The decode pool's jobs now; with several workers, summed over the live ones.
+        self.decodes_running, self.decodes_waiting = (
+            Gauge(
+                f"attachstore_decodes_{state}", f"Jobs {where} now", registry=r, multiprocess_mode="livesum"
+            )
+            for state, where in (
+                ("running", "in a decode worker"),
+                ("waiting", "waiting for a decode worker"),
+            )
         )
         self.header_probes_deferred = Counter(
             "attachstore_header_probes_deferred",
