@@ -48,6 +48,8 @@ _FIT_MAX_SIDE = 65_535  # the largest side any of the four formats can declare
 class Admission(_Section, frozen=True):
     decode_workers: Annotated[int, Meta(ge=0)] = 0  # 0: one per core
     decode_timeout: Duration = "10s"
+    # The decoder time all images of one admission may take together; each also within decode_timeout.
+    request_decode_timeout: Duration = "60s"
     # "reject": refuse bytes after the image's end marker (a polyglot's payload); "allow" keeps them.
     trailing_data: Literal["allow", "reject"] = "allow"
     # Admissions in progress at once (the rest get 503 SERVER_BUSY with Retry-After); reads are not counted.
@@ -74,6 +76,10 @@ class Admission(_Section, frozen=True):
     @property
     def decode_timeout_seconds(self) -> float:
         return duration_seconds(self.decode_timeout)
+
+    @property
+    def request_decode_timeout_seconds(self) -> float:
+        return duration_seconds(self.request_decode_timeout)
 
     @property
     def workers(self) -> int:
@@ -287,6 +293,7 @@ def load(
         config = msgspec.structs.replace(config, data_dir=default_data_dir(env))
     for key, seconds in (
         ("admission.decode_timeout", config.admission.decode_timeout_seconds),
+        ("admission.request_decode_timeout", config.admission.request_decode_timeout_seconds),
         ("http.read_timeout", config.http.read_timeout_seconds),
         ("http.keepalive_timeout", config.http.keepalive_timeout_seconds),
         ("http.write_timeout", config.http.write_timeout_seconds),

@@ -51,6 +51,29 @@ class Metrics:
             ["kind"],
             registry=r,
         )
+        self.decodes = Counter(
+            "attachstore_decodes",
+            "Jobs a decode worker took (admission checks, normalizations, variants), by how they ended: "
+            "passed, rejected, timeout, crashed, cancelled (decided without them, or the client left)",
+            ["result"],
+            registry=r,
+        )
+        # The decode pool's jobs now; with several workers, summed over the live ones.
+        self.decodes_running, self.decodes_waiting = (
+            Gauge(
+                f"attachstore_decodes_{state}", f"Jobs {where} now", registry=r, multiprocess_mode="livesum"
+            )
+            for state, where in (
+                ("running", "in a decode worker"),
+                ("waiting", "waiting for a decode worker"),
+            )
+        )
+        self.header_probes_deferred = Counter(
+            "attachstore_header_probes_deferred",
+            "JPEG headers past the gate's bound on their depth (objects admitted before it), walked in full "
+            "in a thread rather than on the event loop: once an object",
+            registry=r,
+        )
         self.request_seconds = Histogram(
             "attachstore_request_duration_seconds",
             "HTTP request latency by endpoint",

@@ -149,7 +149,9 @@ async def serve_on(config: Config, sock: socket.socket | Callable[[], socket.soc
     finishes or publishes nothing), and close the store. Given a function, the socket is made only once
     the store is open, so that no connection waits on a worker that cannot serve it yet."""
     app = make_app(config)
-    runner = web.AppRunner(app, shutdown_timeout=SHUTDOWN_TIMEOUT, access_log=None)
+    # A client that disconnects cancels its request, as in aiohttp's test server: an admission stops its
+    # decodes (and, cut off before its commit, publishes nothing), a render stops reading.
+    runner = web.AppRunner(app, shutdown_timeout=SHUTDOWN_TIMEOUT, access_log=None, handler_cancellation=True)
     await runner.setup()
     # aiohttp's writes wait on the client without a deadline: this aborts the connections that stall. It
     # runs until the in-flight requests are done, so that none of them holds up the shutdown.

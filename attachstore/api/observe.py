@@ -3,6 +3,7 @@ and GET /metrics."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import re
@@ -20,6 +21,7 @@ log = logging.getLogger("attachstore.access")
 ERROR_CODE = web.RequestKey("error_code", str)
 REQUEST_ID = web.RequestKey("request_id", str)
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+CLIENT_GONE = 499  # the status logged for a request whose client disconnected before its answer (as nginx)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -40,6 +42,9 @@ async def access(request: web.Request, handler: Handler) -> web.StreamResponse:
     except web.HTTPException as e:  # redirects and the like pass through the error envelope
         status = e.status
         e.headers["X-Request-Id"] = request_id
+        raise
+    except asyncio.CancelledError:  # the client left (or shutdown cut the request off): nobody is answered
+        status = CLIENT_GONE
         raise
     finally:
         elapsed = time.perf_counter() - started

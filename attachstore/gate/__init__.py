@@ -2,6 +2,7 @@
 lossless metadata surgery and the normalization of oversized images, and the pool of decode worker processes
 that runs the expensive part. Pure functions of the bytes, except the pool."""
 
+from .batch import Batch, Unwanted
 from .checks import (
     TRAILING_DATA,
     Inspection,
@@ -13,17 +14,21 @@ from .checks import (
     strict_pillow,
 )
 from .pool import DecodePool
-from .probe import MEDIA_TYPES, Header, probe_header, sniff
+from .probe import JPEG_HEADER_STEPS, MEDIA_TYPES, Header, HeaderTooDeep, probe_header, sniff
 from .worker import Original, Passed
 
 __all__ = [
+    "JPEG_HEADER_STEPS",
     "MEDIA_TYPES",
     "TRAILING_DATA",
+    "Batch",
     "DecodePool",
     "Header",
+    "HeaderTooDeep",
     "Inspection",
     "Original",
     "Passed",
+    "Unwanted",
     "base64_decoded_size",
     "check_batch",
     "decode_base64",

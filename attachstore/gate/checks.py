@@ -22,7 +22,7 @@ from ..config import Limits
 from ..errors import InvalidRequest, Rejected
 from . import containers
 from .containers import Malformed
-from .probe import MEDIA_TYPES, probe_header, sniff
+from .probe import MEDIA_TYPES, HeaderTooDeep, probe_header, sniff
 
 _NAMES = {"image/png": "PNG", "image/jpeg": "JPEG", "image/gif": "GIF", "image/webp": "WebP"}
 # Pillow's format names. MPO comes out of the JPEG plugin and APNG out of the PNG one.
@@ -33,6 +33,7 @@ _ALIASES |= {"image/apng": "image/png", "image/x-png": "image/png"}
 # Formats people try to send, named in the UNSUPPORTED_IMAGE_TYPE message.
 _OTHER_MAGIC = ((b"BM", "BMP"), (b"II*\x00", "TIFF"), (b"MM\x00*", "TIFF"), (b"%PDF", "PDF"))
 _CONVERT = "convert it to PNG, JPEG, GIF or WebP and read it again"
+_REENCODE = "re-encode the image and read it again"
 _NOT_BASE64 = re.compile(r"[^A-Za-z0-9+/=]")
 
 # The container walks run on every image of these formats; each returns where the image ends.
@@ -153,7 +154,13 @@ def inspect(data: bytes, declared: str | None, limits: Limits, *, trailing_data:
     if trailing_data not in TRAILING_DATA:
         raise ValueError(f"trailing_data must be 'allow' or 'reject', not {trailing_data!r}")
     media_type = precheck(len(data), data, declared, limits)
-    header = probe_header(data)
+    try:
+        # Bounded: every read probes the header again, on the event loop (docs/design.md, "Verified reads").
+        header = probe_header(data, bounded=True)
+    except HeaderTooDeep as e:
+        raise Rejected(
+            "INVALID_IMAGE", f"the {_NAMES[media_type]} image is malformed: {e}", hint=_REENCODE
+        ) from None
     if header is None:
         raise _invalid(media_type, "the header is truncated or malformed")
     width, height = header.width, header.height
@@ -177,7 +184,7 @@ def inspect(data: bytes, declared: str | None, limits: Limits, *, trailing_data:
         raise Rejected(
             "IMAGE_TYPE_MISMATCH",
             f"the bytes start like {media_type} but decode as {decoded_type}",
-            hint="re-encode the image and read it again",
+            hint=_REENCODE,
         )
     return Inspection(media_type, width, height, frames)
 

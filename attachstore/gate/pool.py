@@ -1,5 +1,6 @@
 """A bounded pool of decode workers (see worker.py) with a time bound per image: every piece of image work
-(the gate's decode, normalization, variants) runs here, never on the event loop."""
+(the gate's decode, normalization, variants) runs here, never on the event loop. Jobs wait for a worker in
+turn across tenants (slots.py); the jobs of one admission may make a `Batch` (batch.py)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,19 @@ import asyncio
 import contextlib
 import os
 import sys
+import time
+from collections.abc import Hashable
 
 from ..config import Limits
 from ..errors import AttachstoreError, Rejected
+from ..metrics import Metrics
+from .batch import Batch, Unwanted
 from .checks import TRAILING_DATA
+from .slots import FairSlots
 from .worker import LENGTH, READY, Derive, Failed, Job, Outcome, Passed, job_encoder, outcome_decoder
 
 _STREAM_LIMIT = 1 << 16
+_STORE = object()  # the turn of the store's own work in the queue for workers
 
 
 async def _read_frame(stream: asyncio.StreamReader) -> bytes:
@@ -43,12 +50,14 @@ class _Worker:
 
 
 class DecodePool:
-    """At most `size` images decode at once; each gets `timeout` seconds before its worker is killed."""
+    """At most `size` images decode at once; each gets `timeout` seconds before its worker is killed.
+    Counts its jobs in `metrics` (attachstore_decodes_total by result, and the jobs running and waiting)."""
 
-    def __init__(self, size: int, timeout: float) -> None:
+    def __init__(self, size: int, timeout: float, metrics: Metrics | None = None) -> None:
         self.size = size
         self.timeout = timeout
-        self._slots = asyncio.Semaphore(size)
+        self.metrics = Metrics() if metrics is None else metrics
+        self._slots = FairSlots(size)
         self._idle: list[_Worker] = []
         self._closed = False
 
@@ -62,16 +71,24 @@ class DecodePool:
         trailing_data: str = "allow",
         fit_limits: Limits | None = None,
         strip_metadata: bool = False,
+        tenant: str | None = None,
+        batch: Batch | None = None,
+        position: int = 0,
     ) -> Passed:
-        """The deep checks; raises `Rejected` with the gate's code, or INVALID_IMAGE past the time bound.
-        `trailing_data` is gate.inspect's ("allow" or "reject"). With `fit_limits`, an image over `limits`
-        but within `fit_limits` is normalized to fit `limits`; with `strip_metadata`, metadata is removed.
-        Passed.data holds the bytes to store when they are not `data`."""
+        """The deep checks; raises `Rejected` with the gate's code, or INVALID_IMAGE past the time bound
+        (the pool's, or what is left of `batch`'s). `trailing_data` is gate.inspect's ("allow" or
+        "reject"). With `fit_limits`, an image over `limits` but within `fit_limits` is normalized to fit
+        `limits`; with `strip_metadata`, metadata is removed. Passed.data holds the bytes to store when
+        they are not `data`. The job waits for a worker in `tenant`'s turn; as the one at `position` in
+        `batch`, it raises Unwanted instead of starting once an earlier one failed."""
         if trailing_data not in TRAILING_DATA:  # here, where a caller's mistake surfaces as its own error
             raise ValueError(f"trailing_data must be 'allow' or 'reject', not {trailing_data!r}")
         return await self._run(
             Job(data, declared, limits, algorithm, trailing_data, fit_limits, strip_metadata),
             "the image is pathologically expensive to decode; re-encode it",
+            tenant,
+            batch,
+            position,
         )
 
     async def derive(
@@ -85,37 +102,101 @@ class DecodePool:
     ) -> Passed:
         """A variant of a stored image within `target` (max side, max pixels, max bytes), checked by the
         gate with `limits`; Passed.data holds its bytes. Raises `Rejected` when none fits."""
+        # The store's own work (variants are shared by every tenant's renders) takes a turn of its own.
         return await self._run(
             Derive(data, media_type, target, limits, source_limits, algorithm),
             "the stored image is too expensive to resize",
+            _STORE,
+            None,
+            0,
         )
 
-    async def _run(self, job: Job | Derive, slow_hint: str) -> Passed:
-        async with self._slots:
-            if self._closed:
-                raise AttachstoreError("the decode pool is closed")
-            worker = self._idle.pop() if self._idle else await self._spawn()
+    async def _run(
+        self, job: Job | Derive, slow_hint: str, tenant: Hashable, batch: Batch | None, position: int
+    ) -> Passed:
+        granted = self.timeout if batch is None else await batch.reserve(self.timeout, position)
+        if batch is None or granted >= self.timeout:
+            too_slow = Rejected(
+                "INVALID_IMAGE", f"decoding took longer than {granted:g} s and was stopped", hint=slow_hint
+            )
+        else:
+            too_slow = Rejected(
+                "INVALID_IMAGE",
+                f"decoding the images of this request took longer than {batch.seconds:g} s in all",
+                hint="send fewer images in one request",
+            )
+        if batch is not None and not granted:
+            batch.failed(position)
+            raise Rejected(
+                "INVALID_IMAGE",
+                f"the images of this request used up their {batch.seconds:g} s of decoding before this one "
+                "was decoded",
+                hint="send fewer images in one request",
+            )
+        clock = [0.0, 0.0]  # when a worker got the job, and when it was done with it
+        try:
+            self.metrics.decodes_waiting.inc()
             try:
-                outcome = await asyncio.wait_for(worker.ask(job), self.timeout)
-            except TimeoutError:
-                await worker.stop()
-                raise Rejected(
-                    "INVALID_IMAGE",
-                    f"decoding took longer than {self.timeout:g} s and was stopped",
-                    hint=slow_hint,
-                ) from None
-            except (asyncio.IncompleteReadError, ConnectionError) as e:
-                await worker.stop()
-                raise Rejected("INVALID_IMAGE", "the image decoder failed on this image") from e
-            except BaseException:
-                await worker.stop()
+                await self._slots.acquire(tenant)
+            finally:
+                self.metrics.decodes_waiting.dec()
+            try:
+                if batch is not None and not batch.wanted(position):
+                    raise Unwanted
+                outcome = await self._ask(job, granted, clock, too_slow)
+                if isinstance(outcome, Failed) and batch is not None:
+                    batch.failed(position)
+            except Rejected:
+                if batch is not None:
+                    batch.failed(position)
                 raise
-            if self._closed:
-                await worker.stop()
-            else:
-                self._idle.append(worker)
+            finally:
+                # After the failure is marked: a sibling given the worker now sees it, and does not start.
+                self._slots.release()
+        finally:
+            if batch is not None:
+                batch.give_back(granted, clock[1] - clock[0])
         if isinstance(outcome, Failed):
             raise Rejected(outcome.code, outcome.message, hint=outcome.hint)
+        return outcome
+
+    async def _ask(
+        self, job: Job | Derive, seconds: float, clock: list[float], too_slow: Rejected
+    ) -> Outcome:
+        """The job's outcome from a worker within `seconds` (past them, `too_slow` is raised). A worker that
+        takes longer or dies, or whose job is cancelled, is killed. `clock` gets the start and end of the
+        work."""
+        if self._closed:
+            raise AttachstoreError("the decode pool is closed")
+        worker = self._idle.pop() if self._idle else await self._spawn()
+        self.metrics.decodes_running.inc()
+        clock[0] = clock[1] = time.monotonic()
+        result = "crashed"
+        try:
+            outcome = await asyncio.wait_for(worker.ask(job), seconds)
+            result = "rejected" if isinstance(outcome, Failed) else "passed"
+        except TimeoutError:
+            result = "timeout"
+            await worker.stop()
+            raise too_slow from None
+        except (asyncio.IncompleteReadError, ConnectionError) as e:
+            await worker.stop()
+            raise Rejected("INVALID_IMAGE", "the image decoder failed on this image") from e
+        except asyncio.CancelledError:  # the request was decided without this image, or its client left
+            result = "cancelled"
+            await worker.stop()
+            raise
+        except BaseException:
+            await worker.stop()
+            raise
+        finally:
+            clock[1] = time.monotonic()
+            self.metrics.decodes_running.dec()
+            self.metrics.decodes.labels(result).inc()
+        if self._closed:
+            await worker.stop()
+        else:
+            self._idle.append(worker)
         return outcome
 
     async def _spawn(self) -> _Worker:

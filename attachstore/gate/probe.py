@@ -1,11 +1,14 @@
 """Media type and dimensions from the first bytes of an image, without decoding it (SPEC section 4).
 
-Runs in the gate and on every verified read, so it reads only fixed header fields, allocates next to
-nothing, and never raises: anything truncated or malformed gives None.
+Runs in the gate and on every verified read, on the event loop, so it reads only fixed header fields,
+allocates next to nothing, and never raises: anything truncated or malformed gives None. Only a JPEG's
+frame header lies at no fixed place: the probe walks the marker segments before it, and bounded, it gives
+up past JPEG_HEADER_STEPS of them (HeaderTooDeep), which the gate refuses.
 """
 
 from __future__ import annotations
 
+import re
 import struct
 from typing import NamedTuple
 
@@ -25,6 +28,25 @@ _JPEG_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 _JPEG_STANDALONE = frozenset({0x01, *range(0xD0, 0xD8)})
 # A stuffed zero, a second SOI, EOI or the start of a scan before any frame header: not a JPEG we can size.
 _JPEG_NO_FRAME = frozenset({0x00, 0xD8, 0xD9, 0xDA})
+# The 0xFF before a marker code and any fill bytes (more 0xFF) before it; nothing follows, so no backtracking.
+_JPEG_FILL = re.compile(rb"\xff+")
+
+# The steps (a marker, the frame header's included, or a fill byte) a bounded probe takes before it gives
+# up on a JPEG. Encoders write a few dozen segments before the frame header (APPn metadata, DQT, DHT, COM; an
+# ICC profile in at most 255 chunks), and 1,024 segments of the largest size hold 64 MiB; 917,000 empty
+# ones hold only 3.6 MB, and walking them costs 0.3 s. The gate refuses a JPEG that needs more steps, so
+# that the probe of every image it admits costs at most this many wherever it runs.
+JPEG_HEADER_STEPS = 1024
+
+
+class HeaderTooDeep(Exception):
+    """A bounded probe met a JPEG whose frame header comes after more than JPEG_HEADER_STEPS steps."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            f"its frame header comes after more than {JPEG_HEADER_STEPS:,} markers and fill bytes, "
+            "which no encoder writes"
+        )
 
 
 class Header(NamedTuple):
@@ -48,14 +70,16 @@ def sniff(data: bytes | bytearray) -> str | None:
     return None
 
 
-def probe_header(data: bytes | bytearray) -> Header | None:
+def probe_header(data: bytes | bytearray, *, bounded: bool = False) -> Header | None:
     """Media type, width and height from the header alone; None if it is not one of the four formats,
-    is truncated before the dimensions, is malformed, or declares a zero side."""
+    is truncated before the dimensions, is malformed, or declares a zero side. `bounded`: raise
+    HeaderTooDeep rather than take more than JPEG_HEADER_STEPS steps to a JPEG's frame header."""
     media_type = sniff(data)
     if media_type == "image/png":
         size = _png_size(data)
     elif media_type == "image/jpeg":
-        size = _jpeg_size(data)
+        # Every step takes at least a byte: unbounded, the walk may take as many steps as there are bytes.
+        size = _jpeg_size(data, JPEG_HEADER_STEPS if bounded else len(data))
     elif media_type == "image/gif":
         size = _gif_size(data)
     elif media_type == "image/webp":
@@ -85,14 +109,21 @@ def _gif_size(data: bytes | bytearray) -> tuple[int, int] | None:
     return width, height
 
 
-def _jpeg_size(data: bytes | bytearray) -> tuple[int, int] | None:
+def _jpeg_size(data: bytes | bytearray, steps: int) -> tuple[int, int] | None:
     end = len(data)
     pos = 2  # past SOI
     while True:
         if pos >= end or data[pos] != 0xFF:
             return None  # bytes where a marker must be
-        while pos < end and data[pos] == 0xFF:  # any number of 0xFF fill bytes may precede a marker code
-            pos += 1
+        # Any number of 0xFF fill bytes may precede a marker code: a step each, and one for the marker. The
+        # match looks no further than the steps left.
+        found = _JPEG_FILL.match(data, pos, pos + steps + 1)
+        if found is None:  # pragma: no cover - data[pos] is 0xFF
+            return None
+        steps -= found.end() - pos
+        if steps < 0:
+            raise HeaderTooDeep
+        pos = found.end()
         if pos >= end:
             return None
         marker = data[pos]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -101,6 +101,45 @@ def _degraded(
     return Admission([], diagnostics, policy.model_text(diagnostics))
 
 
+async def _settle(
+    jobs: Mapping[int, asyncio.Future[Passed]], every_image: bool, decided: int | None
+) -> dict[int, Passed | Rejected]:
+    """The outcome of each deep check, by input position; every job has ended when this returns, also when
+    the caller is cancelled. Without `every_image`, the first failure in input order decides (`decided`:
+    the position of one already known): a check after a failure is cancelled as soon as the failure is
+    known, since it cannot change the verdict, and the wait ends when every check before it has ended.
+    Anything but a rejection is raised at once, and the other checks are cancelled."""
+    outcomes: dict[int, Passed | Rejected] = {}
+    try:
+        while True:
+            if decided is not None:
+                for i, job in jobs.items():
+                    if i > decided:
+                        job.cancel()
+            waiting = [j for i, j in jobs.items() if not j.done() and (decided is None or i < decided)]
+            if not waiting:
+                return outcomes
+            done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            for i, job in jobs.items():
+                if job not in done or job.cancelled():
+                    continue
+                e = job.exception()
+                if e is None:
+                    outcomes[i] = job.result()
+                elif isinstance(e, gate.Unwanted):  # never started: a failure before it decided
+                    continue
+                elif isinstance(e, Rejected):
+                    outcomes[i] = e
+                    if not every_image and (decided is None or i < decided):
+                        decided = i
+                else:
+                    raise e
+    finally:
+        for job in jobs.values():
+            job.cancel()
+        await asyncio.gather(*jobs.values(), return_exceptions=True)
+
+
 class Admissions:
     def __init__(
         self,
@@ -118,6 +157,11 @@ class Admissions:
         self.publisher = publisher
         self.metrics = metrics
         self._admitting = 0
+        self._storing: set[asyncio.Task[None]] = set()
+
+    async def close(self) -> None:
+        """Wait for the admissions whose callers were cancelled while they stored (see _admit)."""
+        await asyncio.gather(*self._storing, return_exceptions=True)
 
     async def admit(
         self,
@@ -151,6 +195,9 @@ class Admissions:
         except AttachstoreError as e:
             result = e.code
             raise
+        except asyncio.CancelledError:  # its client left, or shutdown cut it off
+            result = "cancelled"
+            raise
         finally:
             self._admitting -= 1
             self.metrics.admissions.labels(source, result).inc()
@@ -167,7 +214,7 @@ class Admissions:
         names = [display_name(u.name) for u in uploads]
         soft = source in policy.SOFT_SOURCES
         batch_error, verdicts = await self._validate(
-            uploads, source, route, every_image=soft, session=(session, session_route)
+            uploads, source, route, every_image=soft, session=(session, session_route), tenant=tenant
         )
         if batch_error is not None or any(isinstance(v, Rejected) for v in verdicts):
             if soft:
@@ -177,15 +224,23 @@ class Admissions:
             i, first = next((i, v) for i, v in enumerate(verdicts) if isinstance(v, Rejected))
             raise first.at(i)
         admitted = [v for v in verdicts if isinstance(v, _Admitted)]
+        # From here the admission finishes even when it is cancelled (its client left): its files are
+        # written in threads that cannot be stopped, and cut off there it would leave unindexed objects
+        # behind for gc and the audit. Cancelled, it waits for the store (keeping its place among
+        # max_concurrent) and leaves published, like one whose answer was lost; cancelled again (shutdown),
+        # it leaves at once and Store.close waits for the store.
+        storing = asyncio.create_task(self._store(admitted, names, hold, tenant))
+        self._storing.add(storing)
+        storing.add_done_callback(self._stored)
         try:
-            await self._store(admitted, names, hold, tenant)
+            await asyncio.shield(storing)
+        except asyncio.CancelledError:
+            await asyncio.wait([storing])
+            raise
         except Rejected as e:  # the session's route turned text-only meanwhile (checked under the lock)
             if soft:
                 return _degraded(uploads, names, e, [])
             raise
-        self.metrics.images_admitted.inc(len(admitted))
-        self.metrics.normalized.inc(sum(1 for a in admitted if a.normalized is not None))
-        self.metrics.bytes_admitted.inc(sum(len(a.data) for a in admitted))
         return Admission(
             [
                 ImageRef(
@@ -210,12 +265,15 @@ class Admissions:
         *,
         every_image: bool,
         session: tuple[str | None, str | None] = (None, None),
+        tenant: str = "",
     ) -> tuple[Rejected | None, list[_Admitted | Rejected]]:
         """The gate of SPEC section 4: a batch-level failure, or a verdict per image.
 
-        Without `every_image`, images after the first cheap failure are not looked at: the first failure in
-        input order decides, exactly as if the images were checked one after another, while the expensive
-        checks of the images before it run concurrently."""
+        Without `every_image`, the first failure in input order decides, exactly as if the images were
+        checked one after another, while the expensive checks of the images before it run concurrently:
+        images after a failure are not looked at, and their checks are cancelled as soon as it is known.
+        The deep checks wait for a decode worker in `tenant`'s turn and share one budget of decoder time
+        (`[admission] request_decode_timeout`); cancelling the admission (its client left) stops them."""
         limits = self.config.limits
         admission = self.config.admission
         fit_limits = admission.fit_limits(limits) if admission.oversize == "fit" else None
@@ -236,8 +294,9 @@ class Admissions:
                 cheap.append(e)
                 if not every_image:
                     break
-        deep = await asyncio.gather(
-            *(
+        batch = gate.Batch(admission.request_decode_timeout_seconds, first_failure_decides=not every_image)
+        jobs = {
+            i: asyncio.create_task(
                 self.pool.inspect(
                     c,
                     u.media_type,
@@ -246,27 +305,28 @@ class Admissions:
                     trailing_data=admission.trailing_data,
                     fit_limits=fit_limits,
                     strip_metadata=admission.strip_metadata,
+                    tenant=tenant,
+                    batch=batch,
+                    position=i,
                 )
-                for c, u in zip(cheap, uploads, strict=False)
-                if not isinstance(c, Rejected)
-            ),
-            return_exceptions=True,
-        )
-        results = iter(deep)
+            )
+            for i, (c, u) in enumerate(zip(cheap, uploads, strict=False))
+            if not isinstance(c, Rejected)
+        }
+        # Without every_image, a cheap failure ended the list: it decides, unless an image before it fails.
+        cheap_failure = len(cheap) - 1 if isinstance(cheap[-1], Rejected) and not every_image else None
+        deep = await _settle(jobs, every_image, cheap_failure)
         verdicts: list[_Admitted | Rejected] = []
-        for c in cheap:
-            if isinstance(c, Rejected):
-                verdicts.append(c)
+        for i, c in enumerate(cheap):
+            found = c if isinstance(c, Rejected) else deep[i]
+            if isinstance(found, Passed) and not isinstance(c, Rejected):
+                data = c if found.data is None else found.data
+                verdicts.append(_Admitted(Ref(self.config.hash, found.digest), data, found))
                 continue
-            r = next(results)
-            if isinstance(r, Passed):
-                verdicts.append(
-                    _Admitted(Ref(self.config.hash, r.digest), c if r.data is None else r.data, r)
-                )
-            elif isinstance(r, Rejected):
-                verdicts.append(r)
-            else:
-                raise r
+            if isinstance(found, Rejected):
+                verdicts.append(found)
+            if not every_image:
+                break  # the first failure decides; the checks after it were cancelled
         return None, verdicts
 
     async def _store(
@@ -309,3 +369,11 @@ class Admissions:
             publish,
             lambda: AttachstoreError("an object kept disappearing while it was being published"),
         )
+        self.metrics.images_admitted.inc(len(admitted))
+        self.metrics.normalized.inc(sum(1 for a in admitted if a.normalized is not None))
+        self.metrics.bytes_admitted.inc(sum(len(a.data) for a in admitted))
+
+    def _stored(self, task: asyncio.Task[None]) -> None:
+        self._storing.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved here: a caller cancelled meanwhile no longer awaits it

@@ -4,11 +4,12 @@ scope (SPEC section 11); any other ref answers exactly like a missing one, befor
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
 from ..config import Config
 from ..errors import Corrupt, Missing, NotFound
-from ..gate import probe_header
+from ..gate import Header, HeaderTooDeep, probe_header
 from ..index import Index, ObjectRow
 from ..metrics import Metrics
 from ..refs import Ref
@@ -33,6 +34,10 @@ class Reads:
         self.index = index
         self.metrics = metrics
         self.resident: Resident[ObjectRow] | None = Resident(local) if local is not None else None
+        # The headers walked in full off the loop (objects admitted before the gate bounded them), by ref.
+        self._deep: dict[str, Header | None] = {}
+        self._walks: dict[str, asyncio.Task[Header | None]] = {}
+        self._walking = asyncio.Lock()
 
     def scope(self, tenant: str | None) -> str | None:
         """Whose grants bound what a caller sees: None (everything) for the operator, and for everyone
@@ -65,7 +70,7 @@ class Reads:
             # Without the index when this process served the same file to the same scope a moment ago.
             hit = resident.recall(ref, scope)
             if hit is not None:
-                if header_fits(hit[0], hit[1]):
+                if await self._header_fits(hit[0], hit[1]):
                     self.metrics.reads_ok.inc()
                     return image_ref(hit[0]), hit[1]
                 resident.forget(str(ref))
@@ -76,7 +81,7 @@ class Reads:
             raise
         if resident is not None and row.state == "ok":
             found = resident.read(ref, row.bytes)
-            if found is not None and header_fits(row, found[0]):
+            if found is not None and await self._header_fits(row, found[0]):
                 resident.remember(row, scope, found[1])
                 self.metrics.reads_ok.inc()
                 return image_ref(row), found[0]
@@ -112,7 +117,7 @@ class Reads:
             data = await self.blobs.read(ref, row.bytes)  # healed meanwhile
         if row.state != "ok":
             await self._set_state(row, "ok")  # the file is back (restored, or healed by another process)
-        if not header_fits(row, data):
+        if not await self._header_fits(row, data):
             # The bytes are the admitted ones (the hash matched), so the row is what is wrong: do not serve,
             # do not quarantine good bytes; admitting them again rewrites the row.
             raise Corrupt(f"the index entry of {ref} does not match its bytes")
@@ -123,10 +128,43 @@ class Reads:
             self.resident.forget(row.ref)
         await self.index.set_state(row, state)
 
+    async def _header_fits(self, row: ObjectRow, data: bytes | bytearray) -> bool:
+        """The verified bytes' header says what the row says: type and dimensions. Probed on the loop, at
+        most JPEG_HEADER_STEPS steps; a JPEG that needs more was admitted before the gate refused those."""
+        try:
+            return _fits(row, probe_header(data, bounded=True))
+        except HeaderTooDeep:
+            return _fits(row, await self._deep_header(row.ref, data))
 
-def header_fits(row: ObjectRow, data: bytes | bytearray) -> bool:
-    """The bytes' header says what the index row says: type and dimensions."""
-    header = probe_header(data)
+    async def _deep_header(self, ref: str, data: bytes | bytearray) -> Header | None:
+        """The header walked in full, in a thread and one object at a time, so that the loop keeps serving.
+        Remembered: the bytes hashed to `ref`, so their header is the same on every read of it. One walk
+        an object, shared by its concurrent readers and run to its end when they leave (a reader that
+        disconnects is cancelled): leaving and asking again cannot start another."""
+        if ref in self._deep:
+            return self._deep[ref]
+        walk = self._walks.get(ref)
+        if walk is None:
+            walk = self._walks[ref] = asyncio.create_task(self._walk(ref, data))
+        return await asyncio.shield(walk)
+
+    async def _walk(self, ref: str, data: bytes | bytearray) -> Header | None:
+        try:
+            async with self._walking:
+                self.metrics.header_probes_deferred.inc()
+                header = await asyncio.to_thread(probe_header, data)
+            if len(self._deep) >= _DEEP_KEPT:
+                del self._deep[next(iter(self._deep))]
+            self._deep[ref] = header
+            return header
+        finally:
+            del self._walks[ref]
+
+
+_DEEP_KEPT = 1024
+
+
+def _fits(row: ObjectRow, header: Header | None) -> bool:
     return header is not None and (header.media_type, header.width, header.height) == (
         row.media_type,
         row.width,

@@ -35,7 +35,7 @@ class Store:
         self.local = blobs.blobs if isinstance(blobs, LocalBackend) else None
         self.index = index
         self.pool = pool
-        self.metrics = Metrics()
+        self.metrics = pool.metrics  # the decode pool counts its jobs in the store's registry
         self.sessions = Sessions(config, index)
         self.reads = Reads(config, blobs, index, self.local, self.metrics)
         self.resident = self.reads.resident
@@ -73,10 +73,13 @@ class Store:
         except BaseException:
             await blobs.close()
             raise
-        pool = DecodePool(workers or config.admission.workers, config.admission.decode_timeout_seconds)
+        pool = DecodePool(
+            workers or config.admission.workers, config.admission.decode_timeout_seconds, Metrics()
+        )
         return cls(config, blobs, index, pool)
 
     async def close(self) -> None:
+        await self.admissions.close()
         await self.variants.close()
         await self.pool.close()
         await self.index.close()

@@ -406,6 +406,24 @@ def test_jpeg_walk_is_linear_in_runs_of_0xff() -> None:
         assert time.perf_counter() - started < 5
 
 
+@pytest.mark.parametrize("padding", [{"segments": 2_000}, {"fill": 2_000}, {"segments": 917_000}])
+def test_a_jpeg_frame_header_past_what_encoders_write_is_invalid(padding: dict[str, int]) -> None:
+    """Every read of an admitted image probes its header on the event loop; the gate refuses a JPEG whose
+    frame header only a long walk reaches (empty segments or fill bytes by the thousand), so that no
+    admitted image costs more than a fixed number of steps there."""
+    with pytest.raises(Rejected) as info:
+        inspect(images.jpeg_padded(images.jpeg(16, 16), **padding), None, DEFAULTS)
+    assert info.value.code == "INVALID_IMAGE"
+    assert "1,024 markers and fill bytes" in info.value.message
+    assert info.value.hint is not None
+
+
+def test_a_jpeg_with_as_many_segments_as_encoders_write_is_admitted() -> None:
+    # An ICC profile split into its most chunks (255 APP2 segments), EXIF, XMP and then some.
+    data = images.jpeg_padded(images.jpeg(16, 16), segments=900)
+    assert inspect(data, None, DEFAULTS).media_type == "image/jpeg"
+
+
 def test_mpo_end_is_the_end_of_its_last_picture() -> None:
     data = images.mpo(16, 12, 3)
     assert inspect(data, None, DEFAULTS, trailing_data="reject").frames == 3

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 from PIL import Image
 
-from attachstore.gate.probe import MEDIA_TYPES, Header, probe_header, sniff
+from attachstore.gate.probe import JPEG_HEADER_STEPS, MEDIA_TYPES, Header, HeaderTooDeep, probe_header, sniff
 from tests.support import images
 
 # (name, factory) pairs: every format and variant the gate admits, small and large.
@@ -179,6 +179,48 @@ def test_jpeg_fill_bytes_and_standalone_markers() -> None:
     # Extra 0xFF fill before a marker, and TEM / RST markers (no length) between segments.
     assert probe_header(images.jpeg_insert(data, 2, b"\xff\xff\xff")) == Header("image/jpeg", 7, 5)
     assert probe_header(images.jpeg_insert(data, 2, b"\xff\x01\xff\xd3")) == Header("image/jpeg", 7, 5)
+
+
+def _markers_to_sof(data: bytes) -> int:
+    """The markers a walk passes from the SOI to the frame header, the frame header's included."""
+    pos, markers, sof = 2, 1, images.jpeg_sof(data)
+    while pos < sof:
+        pos += 2 + struct.unpack_from(">H", data, pos + 2)[0]
+        markers += 1
+    return markers
+
+
+def test_a_bounded_probe_takes_at_most_a_fixed_number_of_steps() -> None:
+    """Every read probes the header on the event loop: a step for each marker and each fill byte, at most
+    JPEG_HEADER_STEPS of them however the bytes are shaped."""
+    data = images.jpeg(7, 5)
+    room = JPEG_HEADER_STEPS - _markers_to_sof(data)
+    assert probe_header(images.jpeg_padded(data, segments=room), bounded=True) == Header("image/jpeg", 7, 5)
+    assert probe_header(images.jpeg_padded(data, fill=room), bounded=True) == Header("image/jpeg", 7, 5)
+    for deep in (
+        images.jpeg_padded(data, segments=room + 1),
+        images.jpeg_padded(data, fill=room + 1),
+        images.jpeg_padded(data, segments=room // 2, fill=room - room // 2 + 1),
+        images.jpeg_padded(data, segments=917_000),  # 3.6 MB of empty COM segments
+        images.jpeg_padded(data, fill=3_600_000),
+    ):
+        with pytest.raises(HeaderTooDeep, match=f"{JPEG_HEADER_STEPS:,}"):
+            probe_header(deep, bounded=True)
+        # Unbounded, the walk goes on to the frame header: objects admitted before the bound stay readable.
+        assert probe_header(deep) == Header("image/jpeg", 7, 5)
+
+
+def test_a_bounded_probe_answers_none_where_an_unbounded_one_does() -> None:
+    data = images.jpeg(7, 5)
+    for broken in (
+        data[:40],
+        images.jpeg_insert(data, 2, b"\x00\x00"),
+        images.jpeg_padded(data, fill=10)[:30],
+    ):
+        assert probe_header(broken, bounded=True) is None
+        assert probe_header(broken) is None
+    for name, make in SAMPLES.items():
+        assert probe_header(make(), bounded=True) == probe_header(make()), name
 
 
 @pytest.mark.parametrize("marker", [0xC4, 0xC8, 0xCC])

@@ -11,12 +11,14 @@ import os
 import signal
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.daemon import free_port, wait_ready
 
@@ -47,6 +49,18 @@ class Daemon:
     def peak_rss(self) -> int:
         """The most resident memory the daemon has had since it started (the high-water mark)."""
         return self._status("VmHWM")
+
+    def metric(self, name: str, **labels: str) -> float:
+        """The sum of the samples of GET /metrics with this full name (`attachstore_decodes_total`) and
+        these labels; 0 when there are none."""
+        with urllib.request.urlopen(f"{self.url}/metrics", timeout=30) as r:
+            text = r.read().decode()
+        return sum(
+            float(sample.value)
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items())
+        )
 
 
 def _toml(value: Any) -> str:

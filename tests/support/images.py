@@ -313,6 +313,12 @@ def jpeg_segment(marker: int, body: bytes) -> bytes:
     return struct.pack(">BBH", 0xFF, marker, len(body) + 2) + body
 
 
+def jpeg_padded(data: bytes, segments: int = 0, fill: int = 0) -> bytes:
+    """`data` with `segments` empty COM segments, then `fill` 0xFF fill bytes, right after its SOI: what no
+    encoder writes, and a walk to the frame header takes a step for each."""
+    return data[:2] + b"\xff\xfe\x00\x02" * segments + b"\xff" * fill + data[2:]
+
+
 # WebP surgery
 
 

@@ -1,0 +1,161 @@
+"""The decode pool (gate/pool.py): jobs served in turn across tenants, one request's budget of decoder time,
+and a cancelled job's worker killed. (The corpus of hostile files it survives is in test_hostile.py.)"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from attachstore.config import Limits
+from attachstore.errors import Rejected
+from attachstore.gate import Batch, DecodePool, Unwanted
+from attachstore.gate import pool as pool_module
+from tests.support import images
+
+DEFAULTS = Limits()
+TIMEOUT = 2.0
+BOMB_SCANS = 20_000  # about 50 s of decoding: only a time bound or a cancellation stops it
+
+
+def _decodes(pool: DecodePool, result: str | None = None) -> float:
+    registry = pool.metrics.registry
+    results = [result] if result else ["passed", "rejected", "timeout", "crashed", "cancelled"]
+    return sum(registry.get_sample_value("attachstore_decodes_total", {"result": r}) or 0.0 for r in results)
+
+
+def _gauge(pool: DecodePool, name: str) -> float:
+    return pool.metrics.registry.get_sample_value(name) or 0.0
+
+
+async def _until(condition: Any) -> None:
+    async with asyncio.timeout(30):
+        while not condition():  # noqa: ASYNC110 - counters of a worker's progress: nothing to wait on
+            await asyncio.sleep(0.01)
+
+
+async def test_a_budget_is_shared_out_and_never_overdrawn() -> None:
+    batch = Batch(1.0)
+    assert await batch.reserve(0.6, 0) == 0.6
+    assert await batch.reserve(0.6, 1) == pytest.approx(0.4)
+    third = asyncio.ensure_future(batch.reserve(0.6, 2))  # all of it reserved: waits for a return
+    await asyncio.sleep(0.01)
+    assert not third.done()
+    batch.give_back(0.6, 0.1)  # used 0.1 of its 0.6
+    assert await third == pytest.approx(0.5)
+    batch.give_back(0.4, 5.0)  # a job that ran past its time used all of it, no more
+    batch.give_back(0.5, 0.5)
+    assert await batch.reserve(0.6, 3) == 0.0  # spent, and nothing out to wait for
+
+
+async def test_after_a_failure_that_decides_the_jobs_after_it_are_unwanted() -> None:
+    batch = Batch(10.0, first_failure_decides=True)
+    waiting = [await batch.reserve(5.0, 0), await batch.reserve(5.0, 1)]
+    late = asyncio.ensure_future(batch.reserve(5.0, 3))  # waits for a return
+    batch.failed(2)
+    assert [batch.wanted(p) for p in range(4)] == [True, True, False, False]
+    batch.give_back(waiting[0], 0.1)
+    with pytest.raises(Unwanted):
+        await late
+    batch.failed(3)  # a later failure changes nothing
+    assert batch.wanted(1)
+    assert not batch.wanted(2)
+    every = Batch(10.0)  # every image wanted: a failure decides nothing
+    every.failed(0)
+    assert every.wanted(1)
+
+
+async def test_the_jobs_of_one_batch_decode_no_longer_than_its_budget_in_all() -> None:
+    pool = DecodePool(1, TIMEOUT)
+    bomb = images.jpeg_scan_bomb(BOMB_SCANS)
+    try:
+        batch = Batch(TIMEOUT * 1.25)
+        results = await asyncio.gather(
+            *(pool.inspect(bomb, None, DEFAULTS, "sha256", batch=batch, position=p) for p in range(3)),
+            return_exceptions=True,
+        )
+    finally:
+        await pool.close()
+    assert all(isinstance(r, Rejected) and r.code == "INVALID_IMAGE" for r in results)
+    messages = [str(r) for r in results]
+    assert "decoding took longer than 2 s" in messages[0]
+    assert "took longer than 2.5 s in all" in messages[1]  # the half second that was left
+    assert "used up their 2.5 s of decoding before this one was decoded" in messages[2]
+    assert _decodes(pool, "timeout") == 2
+    assert _decodes(pool) == 2  # the third never reached a worker
+
+
+async def test_a_job_queued_behind_a_failure_that_decides_is_never_started() -> None:
+    pool = DecodePool(1, TIMEOUT)
+    broken = images.truncate(images.png(16, 12), 60)
+    try:
+        batch = Batch(60.0, first_failure_decides=True)
+        results = await asyncio.gather(
+            pool.inspect(broken, None, DEFAULTS, "sha256", batch=batch, position=0),
+            pool.inspect(
+                images.jpeg_scan_bomb(BOMB_SCANS), None, DEFAULTS, "sha256", batch=batch, position=1
+            ),
+            return_exceptions=True,
+        )
+    finally:
+        await pool.close()
+    assert isinstance(results[0], Rejected)
+    assert isinstance(results[1], Unwanted)
+    assert _decodes(pool) == 1  # the worker was handed on after the failure was marked
+
+
+async def test_jobs_wait_for_a_worker_in_turn_across_tenants() -> None:
+    pool = DecodePool(1, TIMEOUT)
+    done: list[str] = []
+
+    async def job(tenant: str, n: int) -> None:
+        await pool.inspect(images.png(4 + n, 4), None, DEFAULTS, "sha256", tenant=tenant)
+        done.append(f"{tenant}{n}")
+
+    try:
+        tasks = [asyncio.ensure_future(job("mallory", n)) for n in range(4)]
+        await asyncio.sleep(0)
+        tasks.append(asyncio.ensure_future(job("alice", 0)))
+        await asyncio.gather(*tasks)
+    finally:
+        await pool.close()
+    # mallory's first job had the worker when alice's came; alice's is next, before mallory's queue.
+    assert done == ["mallory0", "alice0", "mallory1", "mallory2", "mallory3"]
+    assert _decodes(pool, "passed") == 5
+    assert _gauge(pool, "attachstore_decodes_waiting") == 0
+
+
+async def test_a_cancelled_job_kills_its_worker_and_the_pool_serves_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pool = DecodePool(1, 60.0)
+    spawned: list[Any] = []
+    spawn = DecodePool._spawn
+
+    async def recorded(self: DecodePool) -> Any:
+        worker = await spawn(self)
+        spawned.append(worker)
+        return worker
+
+    monkeypatch.setattr(pool_module.DecodePool, "_spawn", recorded)
+    try:
+        job = asyncio.ensure_future(pool.inspect(images.jpeg_scan_bomb(BOMB_SCANS), None, DEFAULTS, "sha256"))
+        waiting = asyncio.ensure_future(pool.inspect(images.png(4, 4), None, DEFAULTS, "sha256"))
+        await _until(lambda: _gauge(pool, "attachstore_decodes_running") == 1)
+        assert _gauge(pool, "attachstore_decodes_waiting") == 1
+        job.cancel()
+        waiting.cancel()
+        for cancelled in (job, waiting):
+            with pytest.raises(asyncio.CancelledError):
+                await cancelled
+        [worker] = spawned
+        assert worker.proc.returncode is not None  # killed, not left decoding
+        assert _decodes(pool, "cancelled") == 1
+        assert _decodes(pool) == 1  # the waiting job never reached a worker
+        assert _gauge(pool, "attachstore_decodes_running") == 0
+        assert _gauge(pool, "attachstore_decodes_waiting") == 0
+        passed = await pool.inspect(images.png(4, 4), None, DEFAULTS, "sha256")
+        assert passed.width == 4
+    finally:
+        await pool.close()
