@@ -40,7 +40,8 @@ async def _admit(http: aiohttp.ClientSession, daemon: Any, tenant: str, data: by
 async def test_padded_jpegs_are_refused_and_those_admitted_before_are_read_off_the_loop(
     start_daemon: Any,
 ) -> None:
-    daemon = start_daemon()
+    # Room for every reader's answer at once: this test is about the loop, not the per-tenant send budget.
+    daemon = start_daemon(http={"max_sending_bytes": 2 * READERS * 4 * MiB})
     segments = images.jpeg_padded(images.jpeg(16, 16), segments=917_000)  # 3.67 MB, under 3.5 MiB
     fill = images.jpeg_padded(images.jpeg(16, 16), fill=3_600_000)
     async with aiohttp.ClientSession() as http:
