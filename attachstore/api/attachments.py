@@ -92,5 +92,6 @@ async def meta(request: web.Request) -> web.Response:
 def add_routes(router: web.UrlDispatcher) -> None:
     router.add_post("/v1/attachments", admit)
     router.add_get("/v1/attachments/{ref:[^/]+}/meta", meta)
-    # Any tail, slashes included, reaches the handler so that a malformed ref gets INVALID_ATTACHMENT_REF.
-    router.add_get("/v1/attachments/{ref:.+}", read)
+    # Any tail, empty or with slashes or newlines, reaches the handler: a malformed ref is
+    # INVALID_ATTACHMENT_REF, never the generic 404 of a path no route matches.
+    router.add_get("/v1/attachments/{ref:(?s:.*)}", read)

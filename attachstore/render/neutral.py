@@ -23,7 +23,7 @@ class TextBlock(_In, frozen=True, tag_field="type", tag="text"):
 
 
 class ImageBlock(_In, frozen=True, tag_field="type", tag="image"):
-    ref: Annotated[str, Meta(max_length=128)]
+    ref: str  # any string: render's Ref.parse refuses what is not a ref, as INVALID_ATTACHMENT_REF
     path: Annotated[str, Meta(max_length=4096)] | None = None  # where the image came from, for re-reading
     detail: Detail | None = None
 
