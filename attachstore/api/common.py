@@ -50,13 +50,19 @@ def decode_error(e: msgspec.DecodeError) -> InvalidRequest:
 async def read_json(
     request: web.Request, decoder: msgspec.json.Decoder[T], cap: int = SMALL_BODY, hint: str | None = None
 ) -> T:
+    """Every JSON body is decoded here."""
     if request.content_type != "application/json":
         raise UnsupportedMediaType(
             f"{request.method} {request.path} takes application/json, not {request.content_type!r}"
         )
+    within = request.app[CONFIG].http.read_timeout_seconds
+    body = await read_capped(request, cap, within, hint or "this request is larger than any valid one")
     try:
-        within = request.app[CONFIG].http.read_timeout_seconds
-        body = await read_capped(request, cap, within, hint or "this request is larger than any valid one")
         return decoder.decode(body)
     except msgspec.DecodeError as e:
         raise decode_error(e) from None
+    except RecursionError:  # msgspec recurses once per level of nesting, up to the interpreter's limit
+        raise InvalidRequest(
+            "malformed JSON: nested too deeply to decode",
+            hint="nest JSON values at most a few dozen levels deep",
+        ) from None
