@@ -18,6 +18,8 @@ _TEXT_FIELDS = ("source", "route", "session")
 _MAX_TEXT_FIELD = 1024
 MAX_FILENAME = 4096  # as a JSON image's name
 UNDECLARED = ("", "application/octet-stream")
+# A part's bytes are taken as they are; no transfer encoding is undone (RFC 7578 section 4.7 deprecates them).
+_AS_THEY_ARE = ("", "7bit", "8bit", "binary")
 
 
 IMAGES_HINT = "send fewer or smaller images per request"
@@ -75,9 +77,17 @@ async def _read_parts(request: web.Request, cap: int, limits: Limits) -> tuple[d
     uploads: list[Upload] = []
     total = 0
     reader = await request.multipart()
+    n = 0
     while (part := await reader.next()) is not None:
+        n += 1
         if not isinstance(part, BodyPartReader):
             raise InvalidRequest("nested multipart bodies are not accepted")
+        encoding = part.headers.get("Content-Transfer-Encoding", "").strip().lower()
+        if encoding not in _AS_THEY_ARE:
+            raise InvalidRequest(
+                f"form part {n}: Content-Transfer-Encoding {encoding[:40]!r} is not supported",
+                hint="send each part's bytes as they are, without a Content-Transfer-Encoding",
+            )
         if part.filename is not None and len(part.filename) > MAX_FILENAME:
             raise InvalidRequest(f"a file part's filename is longer than {MAX_FILENAME} characters")
         if part.filename is None:
@@ -86,7 +96,7 @@ async def _read_parts(request: web.Request, cap: int, limits: Limits) -> tuple[d
                     f"unknown form field {part.name!r}: text fields are source, route and session; "
                     "each image is a file part (with a filename)"
                 )
-            value = await part.read(decode=True)
+            value = await part.read()
             total += len(value)
             if len(value) > _MAX_TEXT_FIELD:
                 raise InvalidRequest(f"form field {part.name!r} is too long")
