@@ -71,6 +71,10 @@ class Admission(_Section, frozen=True):
             max_animation_pixels=max(limits.max_animation_pixels, self.fit_max_pixels),
         )
 
+    def upload_limits(self, limits: Limits) -> Limits:
+        """What an upload is checked against before it is decoded: `fit`'s source bounds, else `limits`."""
+        return self.fit_limits(limits) if self.oversize == "fit" else limits
+
     @property
     def decode_timeout_seconds(self) -> float:
         return duration_seconds(self.decode_timeout)

@@ -47,9 +47,7 @@ async def admit(request: web.Request) -> web.Response:
         fields: dict[str, str | None] = {"source": body.source, "route": body.route, "session": body.session}
         uploads = [Upload.of_base64(i.data, i.media_type, i.name) for i in body.images]
     elif request.content_type == "multipart/form-data":
-        text_fields, uploads = await read_multipart(
-            request, cap, config.limits, config.http.read_timeout_seconds
-        )
+        text_fields, uploads = await read_multipart(request, config)
         fields = {k: text_fields.get(k) or None for k in ("source", "route", "session")}
     else:
         raise UnsupportedMediaType(

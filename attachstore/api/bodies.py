@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from aiohttp import BodyPartReader, web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from ..config import Limits
+from ..config import Config
 from ..errors import InvalidRequest, PayloadTooLarge, RequestTimeout
 from ..service import Upload
 
@@ -56,23 +56,25 @@ async def read_capped(request: web.Request, cap: int, within: float, hint: str =
     return bytes(buf)
 
 
-async def read_multipart(
-    request: web.Request, cap: int, limits: Limits, within: float
-) -> tuple[dict[str, str], list[Upload]]:
-    """Text fields `source`, `route`, `session`, and one image per file part, in order.
+async def read_multipart(request: web.Request, config: Config) -> tuple[dict[str, str], list[Upload]]:
+    """Text fields `source`, `route`, `session`, and one image per file part, in order, under the
+    configured body cap and `read_timeout`.
 
-    A part over `max_image_bytes` is counted to its end but not kept: the gate rejects it by its size, and
+    A part is kept up to the most the gate takes in (`max_image_bytes`, or with oversize = "fit" its source
+    bound); a larger one is counted to its end and only its head kept: the gate rejects it by its size, and
     the batch checks still see the true total."""
+    cap = config.http.body_cap(config.limits)
     if request.content_length is not None and request.content_length > cap:
         raise _too_large(cap)
+    keep = config.admission.upload_limits(config.limits).max_image_bytes
     try:
-        async with _within(within):
-            return await _read_parts(request, cap, limits)
+        async with _within(config.http.read_timeout_seconds):
+            return await _read_parts(request, cap, keep)
     except (ValueError, AssertionError, HttpProcessingError) as e:  # aiohttp's words for "not multipart"
         raise InvalidRequest(f"malformed multipart body: {e}") from None
 
 
-async def _read_parts(request: web.Request, cap: int, limits: Limits) -> tuple[dict[str, str], list[Upload]]:
+async def _read_parts(request: web.Request, cap: int, keep: int) -> tuple[dict[str, str], list[Upload]]:
     fields: dict[str, str] = {}
     uploads: list[Upload] = []
     total = 0
@@ -112,7 +114,7 @@ async def _read_parts(request: web.Request, cap: int, limits: Limits) -> tuple[d
             total += len(chunk)
             if total > cap:
                 raise _too_large(cap)
-            if size <= limits.max_image_bytes:
+            if size <= keep:
                 kept += chunk
             elif len(kept) > 64:
                 del kept[64:]  # keep the head for the type checks; the size check decides anyway

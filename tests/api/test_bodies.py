@@ -1,4 +1,5 @@
-"""Request bodies under their caps (api/bodies.py): a multipart body's bytes taken as they are."""
+"""Request bodies under their caps (api/bodies.py): a multipart body's bytes taken as they are and kept up
+to the gate's bound."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from collections.abc import AsyncIterator, Iterable
 import aiohttp
 import pytest
 
-from tests.support.http import Client, error_of
+from tests.conftest import MakeClient
+from tests.support.http import Client, admit_ok, error_of
 from tests.support.images import png
 
 BOUNDARY = "test-boundary"
@@ -61,3 +63,14 @@ async def test_the_identity_transfer_encodings_are_taken(client: Client, encodin
     body = field("source", b"user", header) + file(png(2, 2), header) + END
     response = await post_form(client, body)
     assert response.status == 201, await response.text()
+
+
+async def test_fit_takes_the_same_bytes_by_multipart_as_by_json(make_client: MakeClient) -> None:
+    client = await make_client(limits={"max_image_bytes": 400_000}, admission={"oversize": "fit"})
+    noisy = png(1000, 1000)  # noise: about 3 MB as PNG, over the limit and within fit's source bound
+    [by_json] = await admit_ok(client, noisy)
+    response = await post_form(client, field("source", b"user") + file(noisy) + END)
+    assert response.status == 201, await response.text()  # it was INVALID_IMAGE: the part was cut short
+    [by_form] = (await response.json())["attachments"]
+    assert by_form == {**by_json, "name": "x.png"}
+    assert by_form["normalized"]["original"]["bytes"] == len(noisy)
