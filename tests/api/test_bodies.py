@@ -1,14 +1,17 @@
-"""Request bodies under their caps (api/bodies.py): a multipart body's bytes taken as they are and kept up
-to the gate's bound."""
+"""Request bodies under their caps (api/bodies.py): every byte of a multipart body counted, its parts
+bounded by what an admission can have, its bytes taken as they are and kept up to the gate's bound."""
 
 from __future__ import annotations
 
 import io
+import logging
 from collections.abc import AsyncIterator, Iterable
+from typing import Any
 
 import aiohttp
 import pytest
 
+from attachstore.logs import FIELDS
 from tests.conftest import MakeClient
 from tests.support.http import Client, admit_ok, error_of
 from tests.support.images import png
@@ -33,9 +36,82 @@ def file(content: bytes, *extra: str, filename: str = "x.png") -> bytes:
 END = f"--{BOUNDARY}--\r\n".encode()
 
 
+async def chunked(body: bytes) -> AsyncIterator[bytes]:
+    """The body with no declared length, as a client streaming it sends it."""
+    for at in range(0, len(body), 8192):
+        yield body[at : at + 8192]
+
+
+def access_lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
+    return [getattr(r, FIELDS) for r in caplog.records if r.name == "attachstore.access"]
+
+
 async def post_form(client: Client, body: bytes | AsyncIterator[bytes]) -> aiohttp.ClientResponse:
     data = io.BytesIO(body) if isinstance(body, bytes) else body
     return await client.post("/v1/attachments", data=data, headers=FORM)
+
+
+# -- every byte counts ------------------------------------------------------------------------------------
+
+
+async def test_every_byte_of_a_multipart_body_counts_against_the_cap(make_client: MakeClient) -> None:
+    client = await make_client(http={"max_body_bytes": 64 * 1024})
+    # The images are a byte each; their parts' headers make the body twice the cap.
+    padding = [f"X-Padding-{i}: {'p' * 4000}" for i in range(10)]
+    body = field("source", b"user") + b"".join(file(b"x", *padding) for _ in range(4)) + END
+    assert len(body) > 2 * 64 * 1024
+    response = await post_form(client, chunked(body))
+    assert (response.status, (await error_of(response))["code"]) == (413, "PAYLOAD_TOO_LARGE")
+
+
+async def test_a_body_is_refused_at_the_first_part_no_admission_has(
+    make_client: MakeClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="attachstore.access")
+    client = await make_client(limits={"max_batch_images": 2})
+    body = field("source", b"user") + file(b"", filename="n" * 4000) * 1000 + END
+    response = await post_form(client, chunked(body))
+    error = await error_of(response)
+    assert (response.status, error["code"]) == (422, "TOO_MANY_IMAGES")
+    assert "more than 2 images" in error["message"]
+    [line] = access_lines(caplog)
+    assert line["parts"] == 2 + 3 + 1  # two images, the three text fields, and the one too many
+    assert line["body_bytes"] < 7 * 4200
+
+
+async def test_within_the_parts_an_admission_has_the_gate_decides(make_client: MakeClient) -> None:
+    client = await make_client(routes={"vision": {"input_modalities": ["text", "image"]}})
+    # 17 images and two text fields: within the 19 parts an admission can have, so the gate answers, as it
+    # does for the same batch in JSON: for a tool, a soft rejection with a diagnostic per image.
+    body = field("source", b"tool") + field("route", b"vision") + file(png(2, 2)) * 17 + END
+    response = await post_form(client, body)
+    assert response.status == 200
+    answer = await response.json()
+    assert answer["degraded"] is True
+    assert {d["code"] for d in answer["diagnostics"]} == {"TOO_MANY_IMAGES"}
+    assert len(answer["diagnostics"]) == 17
+
+
+async def test_a_preamble_of_many_lines_is_refused(client: Client) -> None:
+    body = b"\r\n" * 10_000 + field("source", b"user") + file(png(2, 2)) + END
+    response = await post_form(client, chunked(body))
+    error = await error_of(response)
+    assert (response.status, error["code"]) == (400, "INVALID_REQUEST")
+    assert "lines between two parts" in error["message"]
+
+
+async def test_a_part_with_too_many_header_fields_is_refused(client: Client) -> None:
+    body = field("source", b"user") + file(png(2, 2), *(f"X-{i}: y" for i in range(20))) + END
+    response = await post_form(client, body)
+    assert (response.status, (await error_of(response))["code"]) == (400, "INVALID_REQUEST")
+
+
+async def test_a_text_field_given_twice_is_refused(client: Client) -> None:
+    body = field("source", b"user") + field("source", b"tool") + file(png(2, 2)) + END
+    response = await post_form(client, body)
+    error = await error_of(response)
+    assert (response.status, error["code"]) == (400, "INVALID_REQUEST")
+    assert "given twice" in error["message"]
 
 
 # -- bytes as they are ------------------------------------------------------------------------------------
