@@ -1,11 +1,15 @@
-"""Reading request bodies under a cap, without buffering past it: every byte of a body that is read counts."""
+"""Reading request bodies under a cap, without buffering past it.
+
+Every byte of a body that is read counts: against the endpoint's cap, and through `hold` against the
+budget of the admission that reads it (the service's `Slot`), so that what bodies hold in memory is bounded
+by the configuration before a byte is decoded."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import warnings
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import cast
 
 from aiohttp import BodyPartReader, MultipartReader, StreamReader, web
@@ -31,6 +35,13 @@ _LINES_BETWEEN = 2 + _PART_HEADERS + 4
 BODY_BYTES = web.RequestKey("body_bytes", int)
 PARTS = web.RequestKey("parts", int)
 
+Hold = Callable[[int], None]  # told the bytes read so far; raises to refuse the rest
+
+
+def _nothing(size: int) -> None:
+    pass
+
+
 IMAGES_HINT = "send fewer or smaller images per request"
 
 
@@ -52,10 +63,15 @@ async def _within(seconds: float) -> AsyncIterator[None]:
         ) from None
 
 
-async def read_capped(request: web.Request, cap: int, within: float, hint: str = IMAGES_HINT) -> bytes:
+async def read_capped(
+    request: web.Request, cap: int, within: float, hint: str = IMAGES_HINT, hold: Hold | None = None
+) -> bytearray:
     """The whole body, refused with 413 as soon as it is known to exceed `cap`."""
-    if request.content_length is not None and request.content_length > cap:
-        raise _too_large(cap, hint)
+    hold = hold or _nothing
+    if request.content_length is not None:
+        if request.content_length > cap:
+            raise _too_large(cap, hint)
+        hold(request.content_length)
     buf = bytearray()
     async with _within(within):
         async for chunk in request.content.iter_chunked(_CHUNK):
@@ -63,19 +79,21 @@ async def read_capped(request: web.Request, cap: int, within: float, hint: str =
             request[BODY_BYTES] = len(buf)
             if len(buf) > cap:
                 raise _too_large(cap, hint)
-    return bytes(buf)
+            hold(len(buf))
+    return buf
 
 
 class _Metered:
     """The body as the multipart reader takes it: every byte it consumes (preamble, boundaries, part headers,
-    contents, epilogue) counts against the cap; between two parts' contents it may read only a few lines, so
-    that no run of tiny lines or empty parts costs the event loop more than the parts an admission can
-    have."""
+    contents, epilogue) counts against the cap and is told to `hold`; between two parts' contents it may
+    read only a few lines, so that no run of tiny lines or empty parts costs the event loop more than the
+    parts an admission can have."""
 
-    def __init__(self, request: web.Request, cap: int) -> None:
+    def __init__(self, request: web.Request, cap: int, hold: Hold) -> None:
         self._request = request
         self._stream = request.content
         self._cap = cap
+        self._hold = hold
         self.consumed = 0
         self._lines = 0
         self._between = False
@@ -92,6 +110,7 @@ class _Metered:
         self._request[BODY_BYTES] = self.consumed
         if self.consumed > self._cap:
             raise _too_large(self._cap)
+        self._hold(self.consumed)
         return data
 
     async def readline(self, *, max_line_length: int | None = None) -> bytes:
@@ -117,7 +136,9 @@ class _Metered:
         return self._stream.at_eof()
 
 
-async def read_multipart(request: web.Request, config: Config) -> tuple[dict[str, str], list[Upload]]:
+async def read_multipart(
+    request: web.Request, config: Config, hold: Hold | None = None
+) -> tuple[dict[str, str], list[Upload]]:
     """Text fields `source`, `route`, `session`, and one image per file part, in order, under the
     configured body cap and `read_timeout`.
 
@@ -126,9 +147,12 @@ async def read_multipart(request: web.Request, config: Config) -> tuple[dict[str
     the batch checks still see the true total. A body with more parts than an admission has (its
     `max_batch_images` images and the three text fields) is refused at the first part too many."""
     cap = config.http.body_cap(config.limits)
-    if request.content_length is not None and request.content_length > cap:
-        raise _too_large(cap)
-    stream = _Metered(request, cap)
+    hold = hold or _nothing
+    if request.content_length is not None:
+        if request.content_length > cap:
+            raise _too_large(cap)
+        hold(request.content_length)
+    stream = _Metered(request, cap, hold)
     keep = config.admission.upload_limits(config.limits).max_image_bytes
     try:
         async with _within(config.http.read_timeout_seconds):

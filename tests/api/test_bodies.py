@@ -1,9 +1,12 @@
 """Request bodies under their caps (api/bodies.py): every byte of a multipart body counted, its parts
-bounded by what an admission can have, its bytes taken as they are and kept up to the gate's bound."""
+bounded by what an admission can have, its bytes taken as they are and kept up to the gate's bound; and the
+admission's place, taken before its body is read (service/slots.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import io
+import json
 import logging
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
@@ -11,13 +14,15 @@ from typing import Any
 import aiohttp
 import pytest
 
+from attachstore.api.common import STORE
 from attachstore.logs import FIELDS
 from tests.conftest import MakeClient
-from tests.support.http import Client, admit_ok, error_of
+from tests.support.http import Client, admit, admit_ok, b64, error_of
 from tests.support.images import png
 
 BOUNDARY = "test-boundary"
 FORM = {"Content-Type": f"multipart/form-data; boundary={BOUNDARY}"}
+JSON = {"Content-Type": "application/json"}
 
 
 def part(headers: Iterable[str], content: bytes = b"") -> bytes:
@@ -150,3 +155,78 @@ async def test_fit_takes_the_same_bytes_by_multipart_as_by_json(make_client: Mak
     [by_form] = (await response.json())["attachments"]
     assert by_form == {**by_json, "name": "x.png"}
     assert by_form["normalized"]["original"]["bytes"] == len(noisy)
+
+
+# -- the admission's place, before its body ---------------------------------------------------------------
+
+
+class Trickle:
+    """A body that sends its first piece, then waits for `go` before the rest."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        self.go = asyncio.Event()
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        yield self.body[:10]
+        await self.go.wait()
+        yield self.body[10:]
+
+
+def admission(*images: bytes) -> bytes:
+    return json.dumps({"source": "user", "images": [{"data": b64(i)} for i in images]}).encode()
+
+
+async def started(client: Client, body: Trickle, declared: bool = False) -> asyncio.Task[Any]:
+    """An admission whose body has begun to arrive, and holds its place."""
+    headers = dict(JSON)
+    if declared:
+        headers["Content-Length"] = str(len(body.body))
+    task = asyncio.create_task(client.post("/v1/attachments", data=body, headers=headers))
+    while client.app[STORE].admissions.slots.taken == 0:  # noqa: ASYNC110 - the server's state, polled
+        await asyncio.sleep(0.01)
+    return task
+
+
+async def test_a_place_is_taken_before_the_body_is_read(
+    make_client: MakeClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="attachstore.access")
+    client = await make_client(admission={"max_concurrent": 1})
+    slow = Trickle(admission(png(3, 3)))
+    first = await started(client, slow)
+    busy = await admit(client, png(4, 4))
+    assert (busy.status, (await error_of(busy))["code"]) == (503, "SERVER_BUSY")
+    assert busy.headers["Retry-After"] == "1"
+    slow.go.set()
+    assert (await first).status == 201
+    assert (await admit(client, png(4, 4))).status == 201
+    refused = [line for line in access_lines(caplog) if line["status"] == 503]
+    assert [line.get("body_bytes") for line in refused] == [None]  # not a byte of it was read
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["declared", "chunked"])
+async def test_the_bodies_held_at_once_are_bounded_by_the_budget(
+    make_client: MakeClient, declared: bool
+) -> None:
+    client = await make_client(admission={"max_buffered_bytes": 500_000})
+    slots = client.app[STORE].admissions.slots
+    body = admission(png(300, 300))  # some 360 KB of JSON
+    slow = Trickle(body)
+    first = await started(client, slow, declared=True)  # holds its declared length from the start
+    assert slots.held == len(body)
+    second = await client.post(
+        "/v1/attachments",
+        data=io.BytesIO(body) if declared else chunked(body),
+        headers=JSON,
+    )
+    error = await error_of(second)
+    assert (second.status, error["code"]) == (503, "SERVER_BUSY")
+    assert "500,000" in error["message"]
+    slow.go.set()
+    assert (await first).status == 201
+    assert (slots.taken, slots.held) == (0, 0)
+    # Alone, an admission may hold a whole body, larger than the budget.
+    alone = admission(png(300, 300, seed=1), png(300, 300, seed=2))
+    assert len(alone) > 500_000
+    assert (await client.post("/v1/attachments", data=chunked(alone), headers=JSON)).status == 201
