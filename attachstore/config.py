@@ -53,7 +53,11 @@ class Admission(_Section, frozen=True):
     # "reject": refuse bytes after the image's end marker (a polyglot's payload); "allow" keeps them.
     trailing_data: Literal["allow", "reject"] = "allow"
     # Admissions in progress at once (the rest get 503 SERVER_BUSY with Retry-After); reads are not counted.
+    # An admission takes its place before its body is read.
     max_concurrent: Positive = 64
+    # Bytes of body the admissions in progress hold at once (past it, 503 SERVER_BUSY; one admission alone
+    # may always hold a whole body). Default: twice the admission body cap ([http] max_body_bytes).
+    max_buffered_bytes: Positive | None = None
     # "fit": an image over the side, pixel or byte limit is normalized to fit them (docs/normalization.md)
     # instead of being rejected; images within the limits are stored byte-identical.
     oversize: Literal["reject", "fit"] = "reject"
@@ -72,6 +76,13 @@ class Admission(_Section, frozen=True):
             max_pixels=max(limits.max_pixels, self.fit_max_pixels),
             max_animation_pixels=max(limits.max_animation_pixels, self.fit_max_pixels),
         )
+
+    def upload_limits(self, limits: Limits) -> Limits:
+        """What an upload is checked against before it is decoded: `fit`'s source bounds, else `limits`."""
+        return self.fit_limits(limits) if self.oversize == "fit" else limits
+
+    def buffered_bytes(self, body_cap: int) -> int:
+        return self.max_buffered_bytes if self.max_buffered_bytes is not None else 2 * body_cap
 
     @property
     def decode_timeout_seconds(self) -> float:

@@ -173,10 +173,12 @@ def _supervise(config: Config, sock: socket.socket, workers: int) -> int:
     """Several processes accept on one socket, each with its own event loop, index connections and decode
     pool (the cores are shared out). SIGTERM/SIGINT are passed on; if one worker dies, all stop."""
     # The decoders and the admission cap are the daemon's, shared out among its workers.
+    body_cap = config.http.body_cap(config.limits)
     admission = msgspec.structs.replace(
         config.admission,
         decode_workers=max(1, config.admission.workers // workers),
         max_concurrent=max(1, config.admission.max_concurrent // workers),
+        max_buffered_bytes=max(1, config.admission.buffered_bytes(body_cap) // workers),
     )
     child_config = msgspec.structs.replace(config, admission=admission)
     # Each worker keeps its metric samples in files here, so /metrics on any worker reports them all.

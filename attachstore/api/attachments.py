@@ -42,28 +42,34 @@ def admit_answer(result: Admission) -> web.Response:
 
 async def admit(request: web.Request) -> web.Response:
     store, config = request.app[STORE], request.app[CONFIG]
-    cap = config.http.body_cap(config.limits)
-    if request.content_type == "application/json":
-        body = await read_json(request, admit_decoder, cap, IMAGES_HINT)
-        fields: dict[str, str | None] = {"source": body.source, "route": body.route, "session": body.session}
-        uploads = [Upload.of_base64(i.data, i.media_type, i.name) for i in body.images]
-    elif request.content_type == "multipart/form-data":
-        text_fields, uploads = await read_multipart(
-            request, cap, config.limits, config.http.read_timeout_seconds
-        )
-        fields = {k: text_fields.get(k) or None for k in ("source", "route", "session")}
-    else:
+    if request.content_type not in ("application/json", "multipart/form-data"):
         raise UnsupportedMediaType(
             "POST /v1/attachments takes application/json or multipart/form-data, "
             f"not {request.content_type!r}"
         )
-    result = await store.admit(
-        uploads,
-        fields["source"] or "",
-        route=fields["route"],
-        session=fields["session"],
-        tenant=tenant_of(request),
-    )
+    # The place is taken before a byte of the body is read, and holds the body's bytes as they come: what
+    # admissions hold in memory is bounded by max_concurrent and max_buffered_bytes, not by the clients.
+    with store.admission_slot() as slot:
+        if request.content_type == "application/json":
+            cap = config.http.body_cap(config.limits)
+            body = await read_json(request, admit_decoder, cap, IMAGES_HINT, slot.hold)
+            fields: dict[str, str | None] = {
+                "source": body.source,
+                "route": body.route,
+                "session": body.session,
+            }
+            uploads = [Upload.of_base64(i.data, i.media_type, i.name) for i in body.images]
+        else:
+            text_fields, uploads = await read_multipart(request, config, slot.hold)
+            fields = {k: text_fields.get(k) or None for k in ("source", "route", "session")}
+        result = await store.admit(
+            uploads,
+            fields["source"] or "",
+            route=fields["route"],
+            session=fields["session"],
+            tenant=tenant_of(request),
+            slot=slot,
+        )
     return admit_answer(result)
 
 
@@ -95,5 +101,6 @@ async def meta(request: web.Request) -> web.Response:
 def add_routes(router: web.UrlDispatcher) -> None:
     router.add_post("/v1/attachments", admit)
     router.add_get("/v1/attachments/{ref:[^/]+}/meta", meta)
-    # Any tail, slashes included, reaches the handler so that a malformed ref gets INVALID_ATTACHMENT_REF.
-    router.add_get("/v1/attachments/{ref:.+}", read)
+    # Any tail, empty or with slashes or newlines, reaches the handler: a malformed ref is
+    # INVALID_ATTACHMENT_REF, never the generic 404 of a path no route matches.
+    router.add_get("/v1/attachments/{ref:(?s:.*)}", read)

@@ -1,16 +1,22 @@
-"""Reading request bodies under a cap, without buffering past it."""
+"""Reading request bodies under a cap, without buffering past it.
+
+Every byte of a body that is read counts: against the endpoint's cap, and through `hold` against the
+budget of the admission that reads it (the service's `Slot`), so that what bodies hold in memory is bounded
+by the configuration before a byte is decoded."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import warnings
+from collections.abc import AsyncIterator, Callable
+from typing import cast
 
-from aiohttp import BodyPartReader, web
+from aiohttp import BodyPartReader, MultipartReader, StreamReader, web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from ..config import Limits
-from ..errors import InvalidRequest, PayloadTooLarge, RequestTimeout
+from ..config import Config
+from ..errors import InvalidRequest, PayloadTooLarge, Rejected, RequestTimeout
 from ..service import Upload
 
 _CHUNK = 1 << 16
@@ -18,6 +24,22 @@ _TEXT_FIELDS = ("source", "route", "session")
 _MAX_TEXT_FIELD = 1024
 MAX_FILENAME = 4096  # as a JSON image's name
 UNDECLARED = ("", "application/octet-stream")
+# A part's bytes are taken as they are; no transfer encoding is undone (RFC 7578 section 4.7 deprecates them).
+_AS_THEY_ARE = ("", "7bit", "8bit", "binary")
+_PART_HEADERS = 16  # header fields of one part; a form part needs two or three
+# Lines from the end of one part's content to the start of the next: the boundary, the header fields, the
+# blank line (and before the first part, any preamble; after the last, the epilogue).
+_LINES_BETWEEN = 2 + _PART_HEADERS + 4
+
+# For the log line: how much of the body was read, and how many multipart parts were begun.
+BODY_BYTES = web.RequestKey("body_bytes", int)
+PARTS = web.RequestKey("parts", int)
+
+Hold = Callable[[int], None]  # told the bytes read so far; raises to refuse the rest
+
+
+def _nothing(size: int) -> None:
+    pass
 
 
 IMAGES_HINT = "send fewer or smaller images per request"
@@ -41,78 +63,182 @@ async def _within(seconds: float) -> AsyncIterator[None]:
         ) from None
 
 
-async def read_capped(request: web.Request, cap: int, within: float, hint: str = IMAGES_HINT) -> bytes:
+async def read_capped(
+    request: web.Request, cap: int, within: float, hint: str = IMAGES_HINT, hold: Hold | None = None
+) -> bytearray:
     """The whole body, refused with 413 as soon as it is known to exceed `cap`."""
-    if request.content_length is not None and request.content_length > cap:
-        raise _too_large(cap, hint)
+    hold = hold or _nothing
+    if request.content_length is not None:
+        if request.content_length > cap:
+            raise _too_large(cap, hint)
+        hold(request.content_length)
     buf = bytearray()
     async with _within(within):
         async for chunk in request.content.iter_chunked(_CHUNK):
             buf += chunk
+            request[BODY_BYTES] = len(buf)
             if len(buf) > cap:
                 raise _too_large(cap, hint)
-    return bytes(buf)
+            hold(len(buf))
+    return buf
+
+
+class _Metered:
+    """The body as the multipart reader takes it: every byte it consumes (preamble, boundaries, part headers,
+    contents, epilogue) counts against the cap and is told to `hold`; between two parts' contents it may
+    read only a few lines, so that no run of tiny lines or empty parts costs the event loop more than the
+    parts an admission can have."""
+
+    def __init__(self, request: web.Request, cap: int, hold: Hold) -> None:
+        self._request = request
+        self._stream = request.content
+        self._cap = cap
+        self._hold = hold
+        self.consumed = 0
+        self._lines = 0
+        self._between = False
+
+    def between_parts(self) -> None:
+        """From here to the start of the next part's content, lines are counted."""
+        self._between, self._lines = True, 0
+
+    def in_part(self) -> None:
+        self._between = False
+
+    def _took(self, data: bytes) -> bytes:
+        self.consumed += len(data)
+        self._request[BODY_BYTES] = self.consumed
+        if self.consumed > self._cap:
+            raise _too_large(self._cap)
+        self._hold(self.consumed)
+        return data
+
+    async def readline(self, *, max_line_length: int | None = None) -> bytes:
+        if self._between:
+            self._lines += 1
+        if self._lines > _LINES_BETWEEN:
+            raise InvalidRequest(
+                f"malformed multipart body: more than {_LINES_BETWEEN} lines between two parts "
+                f"(a part has at most {_PART_HEADERS} header fields, and a form no preamble)"
+            )
+        return self._took(await self._stream.readline(max_line_length=max_line_length))
+
+    async def read(self, n: int = -1) -> bytes:
+        return self._took(await self._stream.read(n))
+
+    def unread_data(self, data: bytes) -> None:
+        with warnings.catch_warnings():  # deprecated, and the multipart reader's own way to look ahead
+            warnings.simplefilter("ignore", DeprecationWarning)
+            self._stream.unread_data(data)
+        self.consumed -= len(data)
+
+    def at_eof(self) -> bool:
+        return self._stream.at_eof()
 
 
 async def read_multipart(
-    request: web.Request, cap: int, limits: Limits, within: float
+    request: web.Request, config: Config, hold: Hold | None = None
 ) -> tuple[dict[str, str], list[Upload]]:
-    """Text fields `source`, `route`, `session`, and one image per file part, in order.
+    """Text fields `source`, `route`, `session`, and one image per file part, in order, under the
+    configured body cap and `read_timeout`.
 
-    A part over `max_image_bytes` is counted to its end but not kept: the gate rejects it by its size, and
-    the batch checks still see the true total."""
-    if request.content_length is not None and request.content_length > cap:
-        raise _too_large(cap)
+    A part is kept up to the most the gate takes in (`max_image_bytes`, or with oversize = "fit" its source
+    bound); a larger one is counted to its end and only its head kept: the gate rejects it by its size, and
+    the batch checks still see the true total. A body with more parts than an admission has (its
+    `max_batch_images` images and the three text fields) is refused at the first part too many."""
+    cap = config.http.body_cap(config.limits)
+    hold = hold or _nothing
+    if request.content_length is not None:
+        if request.content_length > cap:
+            raise _too_large(cap)
+        hold(request.content_length)
+    stream = _Metered(request, cap, hold)
+    keep = config.admission.upload_limits(config.limits).max_image_bytes
     try:
-        async with _within(within):
-            return await _read_parts(request, cap, limits)
+        async with _within(config.http.read_timeout_seconds):
+            reader = MultipartReader(
+                request.headers,
+                cast(StreamReader, stream),
+                max_field_size=config.http.max_header_bytes,
+                max_headers=_PART_HEADERS,
+            )
+            return await _read_parts(request, reader, stream, keep, config.limits.max_batch_images)
     except (ValueError, AssertionError, HttpProcessingError) as e:  # aiohttp's words for "not multipart"
         raise InvalidRequest(f"malformed multipart body: {e}") from None
 
 
-async def _read_parts(request: web.Request, cap: int, limits: Limits) -> tuple[dict[str, str], list[Upload]]:
+async def _read_parts(
+    request: web.Request, reader: MultipartReader, stream: _Metered, keep: int, max_images: int
+) -> tuple[dict[str, str], list[Upload]]:
     fields: dict[str, str] = {}
     uploads: list[Upload] = []
-    total = 0
-    reader = await request.multipart()
-    while (part := await reader.next()) is not None:
+    n = 0
+    while True:
+        stream.between_parts()
+        part = await reader.next()
+        stream.in_part()
+        if part is None:
+            return fields, uploads
+        n += 1
+        request[PARTS] = n
+        if n > max_images + len(_TEXT_FIELDS):
+            raise Rejected(
+                "TOO_MANY_IMAGES",
+                f"more than {max_images} images in one request: the body has more parts than its images "
+                f"and the text fields {', '.join(_TEXT_FIELDS)}",
+                hint=f"send at most {max_images} images per request",
+            )
         if not isinstance(part, BodyPartReader):
             raise InvalidRequest("nested multipart bodies are not accepted")
+        encoding = part.headers.get("Content-Transfer-Encoding", "").strip().lower()
+        if encoding not in _AS_THEY_ARE:
+            raise InvalidRequest(
+                f"form part {n}: Content-Transfer-Encoding {encoding[:40]!r} is not supported",
+                hint="send each part's bytes as they are, without a Content-Transfer-Encoding",
+            )
         if part.filename is not None and len(part.filename) > MAX_FILENAME:
             raise InvalidRequest(f"a file part's filename is longer than {MAX_FILENAME} characters")
         if part.filename is None:
-            if part.name not in _TEXT_FIELDS:
-                raise InvalidRequest(
-                    f"unknown form field {part.name!r}: text fields are source, route and session; "
-                    "each image is a file part (with a filename)"
-                )
-            value = await part.read(decode=True)
-            total += len(value)
-            if len(value) > _MAX_TEXT_FIELD:
-                raise InvalidRequest(f"form field {part.name!r} is too long")
+            name = _text_field(part, fields)
+            value, size = await _content(part, _MAX_TEXT_FIELD)
+            if size > _MAX_TEXT_FIELD:
+                raise InvalidRequest(f"form field {name!r} is too long")
             try:
-                fields[part.name] = value.decode("utf-8")
+                fields[name] = value.decode("utf-8")
             except UnicodeDecodeError:
-                raise InvalidRequest(f"form field {part.name!r} is not UTF-8") from None
+                raise InvalidRequest(f"form field {name!r} is not UTF-8") from None
             continue
-        kept = bytearray()
-        size = 0
-        while chunk := await part.read_chunk(_CHUNK):
-            size += len(chunk)
-            total += len(chunk)
-            if total > cap:
-                raise _too_large(cap)
-            if size <= limits.max_image_bytes:
-                kept += chunk
-            elif len(kept) > 64:
-                del kept[64:]  # keep the head for the type checks; the size check decides anyway
+        kept, size = await _content(part, keep)
         declared = part.headers.get("Content-Type", "")
         uploads.append(
             Upload(
-                bytes(kept),
+                kept,
                 size,
                 None if declared.split(";")[0].strip().lower() in UNDECLARED else declared,
                 part.filename,
             )
         )
-    return fields, uploads
+
+
+async def _content(part: BodyPartReader, keep: int) -> tuple[bytes, int]:
+    """A part's content read to its end, its first `keep` bytes kept (only the first 64 of a larger one,
+    for the type checks: the size check decides), and its size."""
+    kept = bytearray()
+    size = 0
+    while chunk := await part.read_chunk(_CHUNK):
+        size += len(chunk)
+        kept += chunk
+        if size > keep:
+            del kept[64:]
+    return bytes(kept), size
+
+
+def _text_field(part: BodyPartReader, fields: dict[str, str]) -> str:
+    if part.name not in _TEXT_FIELDS:
+        raise InvalidRequest(
+            f"unknown form field {part.name!r}: text fields are source, route and session; "
+            "each image is a file part (with a filename)"
+        )
+    if part.name in fields:
+        raise InvalidRequest(f"form field {part.name!r} is given twice")
+    return part.name

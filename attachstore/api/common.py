@@ -11,7 +11,7 @@ from ..config import Config
 from ..errors import AttachstoreError, InvalidRequest, UnsupportedMediaType
 from ..service import Store
 from . import wire
-from .bodies import read_capped
+from .bodies import Hold, read_capped
 
 STORE = web.AppKey("store", Store)
 CONFIG = web.AppKey("config", Config)
@@ -48,15 +48,26 @@ def decode_error(e: msgspec.DecodeError) -> InvalidRequest:
 
 
 async def read_json(
-    request: web.Request, decoder: msgspec.json.Decoder[T], cap: int = SMALL_BODY, hint: str | None = None
+    request: web.Request,
+    decoder: msgspec.json.Decoder[T],
+    cap: int = SMALL_BODY,
+    hint: str | None = None,
+    hold: Hold | None = None,
 ) -> T:
+    """Every JSON body is decoded here. `hold` is told the body's size as it is read (an admission's slot)."""
     if request.content_type != "application/json":
         raise UnsupportedMediaType(
             f"{request.method} {request.path} takes application/json, not {request.content_type!r}"
         )
+    within = request.app[CONFIG].http.read_timeout_seconds
+    hint = hint or "this request is larger than any valid one"
+    body = await read_capped(request, cap, within, hint, hold)
     try:
-        within = request.app[CONFIG].http.read_timeout_seconds
-        body = await read_capped(request, cap, within, hint or "this request is larger than any valid one")
         return decoder.decode(body)
     except msgspec.DecodeError as e:
         raise decode_error(e) from None
+    except RecursionError:  # msgspec recurses once per level of nesting, up to the interpreter's limit
+        raise InvalidRequest(
+            "malformed JSON: nested too deeply to decode",
+            hint="nest JSON values at most a few dozen levels deep",
+        ) from None

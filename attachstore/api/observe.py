@@ -15,6 +15,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from ..logs import fields
+from .bodies import BODY_BYTES, PARTS
 from .common import STORE, TENANT
 
 log = logging.getLogger("attachstore.access")
@@ -64,6 +65,8 @@ async def access(request: web.Request, handler: Handler) -> web.StreamResponse:
                 duration_ms=round(elapsed * 1000, 3),
                 tenant=request.get(TENANT),
                 ref=request.match_info.get("ref", "")[:140] or None,
+                body_bytes=request.get(BODY_BYTES),
+                parts=request.get(PARTS),
             ),
         )
 

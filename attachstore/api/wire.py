@@ -12,7 +12,7 @@ from ..service import SESSION_ID_PATTERN
 Source = Literal["user", "tool", "mcp", "command"]
 SessionId = Annotated[str, Meta(pattern=SESSION_ID_PATTERN)]
 RouteId = Annotated[str, Meta(min_length=1, max_length=256)]
-RefText = Annotated[str, Meta(max_length=128)]
+RefText = str  # any string: the service's Ref.parse refuses what is not a ref, as INVALID_ATTACHMENT_REF
 
 
 class _In(msgspec.Struct, forbid_unknown_fields=True, frozen=True):

@@ -12,6 +12,9 @@ from ..errors import InvalidRequest, UnsupportedContent
 from ..service import SESSION_ID_PATTERN
 
 Detail = Literal["auto", "low", "high"]
+# Free-form JSON (a tool call's arguments) nests at most this deep: msgspec recurses once per level to decode
+# it and again to encode it into the answer, and the interpreter's limit is some 900 levels further down.
+MAX_NESTING = 64
 
 
 class _In(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -23,7 +26,7 @@ class TextBlock(_In, frozen=True, tag_field="type", tag="text"):
 
 
 class ImageBlock(_In, frozen=True, tag_field="type", tag="image"):
-    ref: Annotated[str, Meta(max_length=128)]
+    ref: str  # any string: render's Ref.parse refuses what is not a ref, as INVALID_ATTACHMENT_REF
     path: Annotated[str, Meta(max_length=4096)] | None = None  # where the image came from, for re-reading
     detail: Detail | None = None
 
@@ -77,3 +80,23 @@ def check(request: RenderRequest) -> None:
             raise InvalidRequest(f"invalid request at {where}.tool_call_id: a tool message needs it")
         if m.role != "tool" and (m.tool_call_id or m.name):
             raise InvalidRequest(f"invalid request at {where}: tool_call_id and name belong to tool messages")
+        for k, call in enumerate(m.tool_calls or ()):
+            if _nested_deeper(call.arguments, MAX_NESTING):
+                raise InvalidRequest(
+                    f"invalid request at {where}.tool_calls[{k}].arguments: nested more than {MAX_NESTING} "
+                    "levels deep"
+                )
+
+
+def _nested_deeper(value: object, levels: int) -> bool:
+    """Whether objects and arrays nest more than `levels` deep in `value` (itself the first level)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        if depth > levels:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False

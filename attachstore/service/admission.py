@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from .. import gate
 from ..config import Config
-from ..errors import AttachstoreError, InvalidRequest, Rejected, ServerBusy
+from ..errors import AttachstoreError, InvalidRequest, Rejected
 from ..gate import DecodePool, Passed
 from ..index import Hold, Index, ObjectRow
 from ..metrics import Metrics
@@ -23,6 +23,7 @@ from .model import ImageRef, Normalization
 from .policy import Diagnostic
 from .publish import Check, Publisher
 from .sessions import Sessions
+from .slots import Slot, Slots
 
 if TYPE_CHECKING:
     from ..index.postgres import PgIndex
@@ -156,7 +157,7 @@ class Admissions:
         self.sessions = sessions
         self.publisher = publisher
         self.metrics = metrics
-        self._admitting = 0
+        self.slots = Slots(config, metrics)
         self._storing: set[asyncio.Task[None]] = set()
 
     async def close(self) -> None:
@@ -171,21 +172,22 @@ class Admissions:
         route: str | None = None,
         session: str | None = None,
         tenant: str = "",
+        slot: Slot | None = None,
     ) -> Admission:
         """Validate every member, then store every member, then publish all rows (and the session's holds)
-        in one transaction. A rejection raises for `user`/`command` and degrades for `tool`/`mcp`."""
+        in one transaction. A rejection raises for `user`/`command` and degrades for `tool`/`mcp`.
+
+        `slot` is the place an edge took before it read the uploads; without one, the admission takes its
+        own."""
         if source not in SOURCES:
             raise InvalidRequest(f"source: must be one of {', '.join(SOURCES)}, not {source!r}")
         if not uploads:
             raise InvalidRequest("images: at least one image is required")
-        if self._admitting >= self.config.admission.max_concurrent:
-            # Past the cap, admissions wait outside rather than queue for the decoders; reads keep flowing.
-            self.metrics.admissions.labels(source, ServerBusy.code).inc()
-            raise ServerBusy(
-                f"{self._admitting} admissions are in progress, the most this daemon takes at once",
-                hint="retry after the Retry-After delay",
-            )
-        self._admitting += 1
+        if slot is None:
+            with self.slots.take(source) as taken:
+                return await self.admit(
+                    uploads, source, route=route, session=session, tenant=tenant, slot=taken
+                )
         result = "admitted"
         try:
             admission = await self._admit(uploads, source, route, session, tenant)
@@ -199,7 +201,6 @@ class Admissions:
             result = "cancelled"
             raise
         finally:
-            self._admitting -= 1
             self.metrics.admissions.labels(source, result).inc()
 
     async def _admit(

@@ -44,6 +44,7 @@ class Store:
         self.variants = Variants(config, index, pool, self.reads.verified, publisher, self.metrics)
         # What the edges call.
         self.admit = self.admissions.admit
+        self.admission_slot = self.admissions.slots.take
         self.scope = self.reads.scope
         self.meta = self.reads.meta
         self.read = self.reads.read

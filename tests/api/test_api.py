@@ -196,6 +196,10 @@ async def test_a_missing_object_is_reported_and_heals(client: Client, data_dir: 
         "sha256:" + "A" * 64,
         "md5:" + "a" * 64,
         "sha256:" + "a" * 64 + "%00",
+        "sha256:" + "a" * 64 + "%0A",  # no route's pattern matched a newline: it was the generic 404
+        "%0Asha256:" + "a" * 64,
+        "sha256:" + "a" * 32 + "%0D%0A" + "a" * 32,
+        "",  # no ref at all: /v1/attachments/ and /v1/attachments//meta
     ],
 )
 async def test_malformed_refs_are_refused_before_any_file_access(
@@ -205,10 +209,24 @@ async def test_malformed_refs_are_refused_before_any_file_access(
     real = LocalBlobStore.path
     monkeypatch.setattr(LocalBlobStore, "path", lambda self, ref: touched.append(str(ref)) or real(self, ref))
     for suffix in ("", "/meta"):
-        response = await client.get(URL(f"/v1/attachments/{text}{suffix}", encoded=True))
-        assert response.status == 400, (text, suffix)
-        assert (await error_of(response))["code"] == "INVALID_ATTACHMENT_REF"
+        for method in ("GET", "HEAD"):
+            url = URL(f"/v1/attachments/{text}{suffix}", encoded=True)
+            response = await client.request(method, url)
+            assert response.status == 400, (text, suffix, method)
+            if method == "GET":
+                assert (await error_of(response))["code"] == "INVALID_ATTACHMENT_REF"
     assert touched == []
+
+
+@pytest.mark.parametrize("text", ["sha256:" + "a" * 64 + "\n", "sha256:" + "a" * 200, "x" * 5000])
+async def test_malformed_refs_in_bodies_are_invalid_refs(client: Client, text: str) -> None:
+    assert (await client.put("/v1/sessions/s", json={})).status == 201
+    held = await client.post("/v1/sessions/s/holds", json={"refs": [text]})
+    # A string longer than a ref was INVALID_REQUEST, where every malformed ref is INVALID_ATTACHMENT_REF.
+    assert (held.status, (await error_of(held))["code"]) == (400, "INVALID_ATTACHMENT_REF")
+    image = {"role": "user", "content": [{"type": "image", "ref": text}]}
+    rendered = await client.post("/v1/render", json={"provider": "anthropic", "messages": [image]})
+    assert (rendered.status, (await error_of(rendered))["code"]) == (400, "INVALID_ATTACHMENT_REF")
 
 
 async def test_unknown_ref_is_not_found(client: Client) -> None:

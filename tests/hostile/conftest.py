@@ -6,13 +6,18 @@ on wall-clock thresholds."""
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import hashlib
+import http.client
+import json
 import os
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +26,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.daemon import free_port, wait_ready
+from tests.support.images import png
 
 TOKENS = {"mallory": "mallory-token", "alice": "alice-token"}
 
@@ -61,6 +67,57 @@ class Daemon:
             for sample in family.samples
             if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items())
         )
+
+    def post(
+        self, tenant: str, path: str, body: bytes | Iterable[bytes], content_type: str = "application/json"
+    ) -> tuple[int, Any]:
+        """POST `body` as `tenant` (an iterable is sent chunked, with no declared length): status and JSON."""
+        return self.request(tenant, "POST", path, body, content_type)
+
+    def request(
+        self,
+        tenant: str,
+        method: str,
+        path: str,
+        body: bytes | Iterable[bytes] = b"",
+        content_type: str = "application/json",
+    ) -> tuple[int, Any]:
+        """Any request as `tenant`; `path` is sent as it is (percent-escapes and all). Status and JSON."""
+        host, port = self.url.removeprefix("http://").rsplit(":", 1)
+        connection = http.client.HTTPConnection(host, int(port), timeout=120)
+        try:
+            headers = {**self.headers(tenant), "Content-Type": content_type}
+            # The daemon may answer, and close, before the whole body is sent.
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                connection.request(method, path, body, headers, encode_chunked=not isinstance(body, bytes))
+            answer = connection.getresponse()
+            return answer.status, json.loads(answer.read() or b"null")
+        finally:
+            connection.close()
+
+    def access(self, endpoint: str, count: int = 1) -> list[dict[str, Any]]:
+        """The access log lines of `endpoint`, once there are `count` (the log is written a moment late)."""
+        deadline = time.monotonic() + 10
+        while True:
+            lines = [json.loads(line) for line in self.log.read_text().splitlines() if line.startswith("{")]
+            found = [x for x in lines if x.get("msg") == "request" and x.get("endpoint") == endpoint]
+            if len(found) >= count or time.monotonic() > deadline:
+                return found
+            time.sleep(0.05)
+
+    def assert_alice_is_served(self) -> None:
+        """An ordinary admission and read of alice's still work."""
+        image = png(16, 16)
+        body = json.dumps({"source": "user", "images": [{"data": base64.b64encode(image).decode()}]})
+        status, answer = self.post("alice", "/v1/attachments", body.encode())
+        assert status == 201, answer
+        with urllib.request.urlopen(
+            urllib.request.Request(
+                f"{self.url}/v1/attachments/{answer['attachments'][0]['ref']}", headers=self.headers("alice")
+            ),
+            timeout=30,
+        ) as read:
+            assert read.read() == image
 
 
 def _toml(value: Any) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import io
 import json
 from typing import Any
 
@@ -18,6 +19,7 @@ from attachstore.refs import Ref
 from attachstore.render import MessageIn, Rendered, RenderRequest, Summary, assemble, tokens
 from attachstore.render import render as render_in_process
 from attachstore.render.model import Image, Text, Turn
+from attachstore.render.neutral import MAX_NESTING
 from attachstore.render.providers import render_body
 from attachstore.service import Store
 from tests.conftest import MakeClient
@@ -383,6 +385,42 @@ async def test_an_image_that_fails_its_read_gives_its_budget_back(client: Client
 async def test_an_empty_conversation_is_a_bad_request(client: Client) -> None:
     response = await post_json(client, "/v1/render", {"route": "vision", "messages": []})
     assert (response.status, (await error_of(response))["code"]) == (400, "INVALID_REQUEST")
+
+
+def with_arguments(levels: int) -> list[dict[str, Any]]:
+    """A conversation whose one tool call has arguments nested `levels` deep."""
+    arguments: Any = 1
+    for _ in range(levels):
+        arguments = {"a": arguments}
+    call = {"id": "c1", "name": "f", "arguments": arguments}
+    return [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "", "tool_calls": [call]}]
+
+
+@pytest.mark.parametrize("provider", ["openai-chat", "anthropic", "gemini"])
+async def test_tool_call_arguments_nest_at_most_so_deep(client: Client, provider: str) -> None:
+    fine = await post_json(
+        client, "/v1/render", {"provider": provider, "messages": with_arguments(MAX_NESTING)}
+    )
+    assert fine.status == 200
+    deep = {"provider": provider, "messages": with_arguments(MAX_NESTING + 1)}
+    refused = await post_json(client, "/v1/render", deep)
+    error = await error_of(refused)
+    # Arguments some 940 levels deep were decoded, then failed in the answer's encoder: a 500.
+    assert (refused.status, error["code"]) == (400, "INVALID_REQUEST")
+    assert "$.messages[1].tool_calls[0].arguments: nested more than 64 levels deep" in error["message"]
+
+
+async def test_json_too_deep_to_decode_is_a_bad_request(client: Client) -> None:
+    levels = 100_000
+    body = (
+        '{"provider": "anthropic", "messages": [{"role": "assistant", "content": "", "tool_calls": '
+        '[{"id": "1", "name": "f", "arguments": ' + '{"a":' * levels + "1" + "}" * levels + "}]}]}"
+    )
+    headers = {"Content-Type": "application/json"}
+    response = await client.post("/v1/render", data=io.BytesIO(body.encode()), headers=headers)
+    error = await error_of(response)
+    assert (response.status, error["code"]) == (400, "INVALID_REQUEST")  # it was a 500 from the decoder
+    assert "nested too deeply" in error["message"]
 
 
 @pytest.mark.parametrize("provider", ["openai-chat", "openai-responses", "anthropic", "gemini"])

@@ -1,0 +1,232 @@
+"""Request bodies under their caps (api/bodies.py): every byte of a multipart body counted, its parts
+bounded by what an admission can have, its bytes taken as they are and kept up to the gate's bound; and the
+admission's place, taken before its body is read (service/slots.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+import aiohttp
+import pytest
+
+from attachstore.api.common import STORE
+from attachstore.logs import FIELDS
+from tests.conftest import MakeClient
+from tests.support.http import Client, admit, admit_ok, b64, error_of
+from tests.support.images import png
+
+BOUNDARY = "test-boundary"
+FORM = {"Content-Type": f"multipart/form-data; boundary={BOUNDARY}"}
+JSON = {"Content-Type": "application/json"}
+
+
+def part(headers: Iterable[str], content: bytes = b"") -> bytes:
+    head = f"--{BOUNDARY}\r\n" + "".join(f"{h}\r\n" for h in headers) + "\r\n"
+    return head.encode() + content + b"\r\n"
+
+
+def field(name: str, value: bytes, *extra: str) -> bytes:
+    return part([f'Content-Disposition: form-data; name="{name}"', *extra], value)
+
+
+def file(content: bytes, *extra: str, filename: str = "x.png") -> bytes:
+    return part([f'Content-Disposition: form-data; name="f"; filename="{filename}"', *extra], content)
+
+
+END = f"--{BOUNDARY}--\r\n".encode()
+
+
+async def chunked(body: bytes) -> AsyncIterator[bytes]:
+    """The body with no declared length, as a client streaming it sends it."""
+    for at in range(0, len(body), 8192):
+        yield body[at : at + 8192]
+
+
+def access_lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
+    return [getattr(r, FIELDS) for r in caplog.records if r.name == "attachstore.access"]
+
+
+async def post_form(client: Client, body: bytes | AsyncIterator[bytes]) -> aiohttp.ClientResponse:
+    data = io.BytesIO(body) if isinstance(body, bytes) else body
+    return await client.post("/v1/attachments", data=data, headers=FORM)
+
+
+# -- every byte counts ------------------------------------------------------------------------------------
+
+
+async def test_every_byte_of_a_multipart_body_counts_against_the_cap(make_client: MakeClient) -> None:
+    client = await make_client(http={"max_body_bytes": 64 * 1024})
+    # The images are a byte each; their parts' headers make the body twice the cap.
+    padding = [f"X-Padding-{i}: {'p' * 4000}" for i in range(10)]
+    body = field("source", b"user") + b"".join(file(b"x", *padding) for _ in range(4)) + END
+    assert len(body) > 2 * 64 * 1024
+    response = await post_form(client, chunked(body))
+    assert (response.status, (await error_of(response))["code"]) == (413, "PAYLOAD_TOO_LARGE")
+
+
+async def test_a_body_is_refused_at_the_first_part_no_admission_has(
+    make_client: MakeClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="attachstore.access")
+    client = await make_client(limits={"max_batch_images": 2})
+    body = field("source", b"user") + file(b"", filename="n" * 4000) * 1000 + END
+    response = await post_form(client, chunked(body))
+    error = await error_of(response)
+    assert (response.status, error["code"]) == (422, "TOO_MANY_IMAGES")
+    assert "more than 2 images" in error["message"]
+    [line] = access_lines(caplog)
+    assert line["parts"] == 2 + 3 + 1  # two images, the three text fields, and the one too many
+    assert line["body_bytes"] < 7 * 4200
+
+
+async def test_within_the_parts_an_admission_has_the_gate_decides(make_client: MakeClient) -> None:
+    client = await make_client(routes={"vision": {"input_modalities": ["text", "image"]}})
+    # 17 images and two text fields: within the 19 parts an admission can have, so the gate answers, as it
+    # does for the same batch in JSON: for a tool, a soft rejection with a diagnostic per image.
+    body = field("source", b"tool") + field("route", b"vision") + file(png(2, 2)) * 17 + END
+    response = await post_form(client, body)
+    assert response.status == 200
+    answer = await response.json()
+    assert answer["degraded"] is True
+    assert {d["code"] for d in answer["diagnostics"]} == {"TOO_MANY_IMAGES"}
+    assert len(answer["diagnostics"]) == 17
+
+
+async def test_a_preamble_of_many_lines_is_refused(client: Client) -> None:
+    body = b"\r\n" * 10_000 + field("source", b"user") + file(png(2, 2)) + END
+    response = await post_form(client, chunked(body))
+    error = await error_of(response)
+    assert (response.status, error["code"]) == (400, "INVALID_REQUEST")
+    assert "lines between two parts" in error["message"]
+
+
+async def test_a_part_with_too_many_header_fields_is_refused(client: Client) -> None:
+    body = field("source", b"user") + file(png(2, 2), *(f"X-{i}: y" for i in range(20))) + END
+    response = await post_form(client, body)
+    assert (response.status, (await error_of(response))["code"]) == (400, "INVALID_REQUEST")
+
+
+async def test_a_text_field_given_twice_is_refused(client: Client) -> None:
+    body = field("source", b"user") + field("source", b"tool") + file(png(2, 2)) + END
+    response = await post_form(client, body)
+    error = await error_of(response)
+    assert (response.status, error["code"]) == (400, "INVALID_REQUEST")
+    assert "given twice" in error["message"]
+
+
+# -- bytes as they are ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("encoding", ["x-unknown", "base64", "quoted-printable"])
+@pytest.mark.parametrize("where", ["text field", "file part"])
+async def test_a_part_with_a_transfer_encoding_is_a_bad_request(
+    client: Client, encoding: str, where: str
+) -> None:
+    header = f"Content-Transfer-Encoding: {encoding}"
+    if where == "text field":
+        body = field("source", b"user", header) + file(png(2, 2)) + END
+    else:
+        body = field("source", b"user") + file(png(2, 2), header) + END
+    response = await post_form(client, body)
+    error = await error_of(response)
+    assert (response.status, error["code"]) == (400, "INVALID_REQUEST")  # it was a 500 for a text field
+    assert encoding in error["message"]
+
+
+@pytest.mark.parametrize("encoding", ["binary", "8bit", "7BIT"])
+async def test_the_identity_transfer_encodings_are_taken(client: Client, encoding: str) -> None:
+    header = f"Content-Transfer-Encoding: {encoding}"
+    body = field("source", b"user", header) + file(png(2, 2), header) + END
+    response = await post_form(client, body)
+    assert response.status == 201, await response.text()
+
+
+async def test_fit_takes_the_same_bytes_by_multipart_as_by_json(make_client: MakeClient) -> None:
+    client = await make_client(limits={"max_image_bytes": 400_000}, admission={"oversize": "fit"})
+    noisy = png(1000, 1000)  # noise: about 3 MB as PNG, over the limit and within fit's source bound
+    [by_json] = await admit_ok(client, noisy)
+    response = await post_form(client, field("source", b"user") + file(noisy) + END)
+    assert response.status == 201, await response.text()  # it was INVALID_IMAGE: the part was cut short
+    [by_form] = (await response.json())["attachments"]
+    assert by_form == {**by_json, "name": "x.png"}
+    assert by_form["normalized"]["original"]["bytes"] == len(noisy)
+
+
+# -- the admission's place, before its body ---------------------------------------------------------------
+
+
+class Trickle:
+    """A body that sends its first piece, then waits for `go` before the rest."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        self.go = asyncio.Event()
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        yield self.body[:10]
+        await self.go.wait()
+        yield self.body[10:]
+
+
+def admission(*images: bytes) -> bytes:
+    return json.dumps({"source": "user", "images": [{"data": b64(i)} for i in images]}).encode()
+
+
+async def started(client: Client, body: Trickle, declared: bool = False) -> asyncio.Task[Any]:
+    """An admission whose body has begun to arrive, and holds its place."""
+    headers = dict(JSON)
+    if declared:
+        headers["Content-Length"] = str(len(body.body))
+    task = asyncio.create_task(client.post("/v1/attachments", data=body, headers=headers))
+    while client.app[STORE].admissions.slots.taken == 0:  # noqa: ASYNC110 - the server's state, polled
+        await asyncio.sleep(0.01)
+    return task
+
+
+async def test_a_place_is_taken_before_the_body_is_read(
+    make_client: MakeClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="attachstore.access")
+    client = await make_client(admission={"max_concurrent": 1})
+    slow = Trickle(admission(png(3, 3)))
+    first = await started(client, slow)
+    busy = await admit(client, png(4, 4))
+    assert (busy.status, (await error_of(busy))["code"]) == (503, "SERVER_BUSY")
+    assert busy.headers["Retry-After"] == "1"
+    slow.go.set()
+    assert (await first).status == 201
+    assert (await admit(client, png(4, 4))).status == 201
+    refused = [line for line in access_lines(caplog) if line["status"] == 503]
+    assert [line.get("body_bytes") for line in refused] == [None]  # not a byte of it was read
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["declared", "chunked"])
+async def test_the_bodies_held_at_once_are_bounded_by_the_budget(
+    make_client: MakeClient, declared: bool
+) -> None:
+    client = await make_client(admission={"max_buffered_bytes": 500_000})
+    slots = client.app[STORE].admissions.slots
+    body = admission(png(300, 300))  # some 360 KB of JSON
+    slow = Trickle(body)
+    first = await started(client, slow, declared=True)  # holds its declared length from the start
+    assert slots.held == len(body)
+    second = await client.post(
+        "/v1/attachments",
+        data=io.BytesIO(body) if declared else chunked(body),
+        headers=JSON,
+    )
+    error = await error_of(second)
+    assert (second.status, error["code"]) == (503, "SERVER_BUSY")
+    assert "500,000" in error["message"]
+    slow.go.set()
+    assert (await first).status == 201
+    assert (slots.taken, slots.held) == (0, 0)
+    # Alone, an admission may hold a whole body, larger than the budget.
+    alone = admission(png(300, 300, seed=1), png(300, 300, seed=2))
+    assert len(alone) > 500_000
+    assert (await client.post("/v1/attachments", data=chunked(alone), headers=JSON)).status == 201
