@@ -88,6 +88,10 @@ class Operations(ABC):
     async def ping(self) -> None:
         await self._reads.fetch("SELECT 1")
 
+    async def ready(self) -> None:
+        """The index answers and can take an admission's writes (for /readyz); StorageUnavailable if not."""
+        await self.ping()
+
     # -- objects ---------------------------------------------------------------------------------------------
 
     async def get(self, ref: str, tenant: str | None = None) -> ObjectRow | None:
