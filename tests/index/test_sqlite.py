@@ -52,10 +52,12 @@ async def test_publish_renew_and_state(tmp_path: Path) -> None:
         got = await index.get(row().ref)
         assert got is not None
         assert (got.name, got.lease_at) == ("a.png", 300.0)
-        # A finding made on a row that has changed since (renewed by an admission) is stale: ignored.
-        await index.set_state(row(at=200.0), "quarantined")
-        assert (await index.get(row().ref)).state == "ok"  # type: ignore[union-attr]
-        await index.set_state(got, "quarantined")
+
+        # A read's finding, settled under the ref's lock, gives the row the state it decides.
+        async def quarantined(found: ObjectRow) -> tuple[str, str]:
+            return "quarantined", found.state
+
+        assert await index.settle(row().ref, None, quarantined) == "ok"
         assert (await index.get(row().ref)).state == "quarantined"  # type: ignore[union-attr]
     finally:
         await index.close()

@@ -163,12 +163,15 @@ async def test_an_object_collected_meanwhile_is_not_found(store: Store) -> None:
 async def test_an_object_quarantined_by_another_process_answers_as_quarantined(store: Store) -> None:
     ref = await put(store, png(7, 3))
     await remembered(store, ref)
-    # What the audit does from its own process: move the file aside, then mark the row.
+    # What the audit does from its own process: under the ref's lock, move the file aside and mark the row.
     assert store.local is not None
-    os.rename(path_of(store, ref), store.local.quarantine_dir / "moved")
-    row = await store.index.get(ref, None)
-    assert row is not None
-    await store.index.set_state(row, "quarantined")
+    quarantine = store.local.quarantine_dir
+
+    async def move(row: Any) -> tuple[str, None]:
+        os.rename(path_of(store, ref), quarantine / "moved")
+        return "quarantined", None
+
+    await store.index.settle(ref, None, move)
     with pytest.raises(Corrupt, match="quarantined"):
         await store.read(ref)
 
