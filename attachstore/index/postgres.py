@@ -12,7 +12,7 @@ names (protocol.py says which and why) are taken for real, each held until its t
   after it see every transaction that held the lock before as committed. Unlike a row lock, it covers refs
   that have no row yet.
 - A session's lock is its row's (`SELECT ... FOR UPDATE`); object rows that a statement updates by the batch
-  are locked in ref order (`FOR NO KEY UPDATE`), and `confirm_missing` locks its row so.
+  are locked in ref order (`FOR NO KEY UPDATE`).
 - A deadlock or serialization failure that happens anyway is retried (the whole transaction, callbacks
   included: they re-check under the locks, and removing a removed file is a no-op).
 - `sweeping()` holds a session-level advisory lock for a whole GC run, so that only one GC sweeps at a time

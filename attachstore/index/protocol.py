@@ -8,16 +8,19 @@ so under the lock of its ref, and only when no row publishes it (or, in `collect
 
 The locks. Each transaction first locks what it is about to read and change, and holds it until it ends:
 
-- Every transaction that publishes, renews, collects, discards, confirms (`published_now`, `confirm_missing`)
-  or links variants of a ref takes the ref's lock (`Tx.lock_refs`, sorted), which covers refs that have no
-  row yet. So:
+- Every transaction that publishes, renews, collects, discards, confirms (`published_now`, `confirm_missing`),
+  settles a read's finding (`settle`) or links variants of a ref takes the ref's lock (`Tx.lock_refs`,
+  sorted), which covers refs that have no row yet. So:
   1. an admission's renewal and a GC sweep of the same ref happen one after the other; a sweep that comes
      second sees the fresh lease and skips the object, an admission that comes second finds no row and
      writes the bytes again;
   2. a sweep re-checks each candidate (no hold, not a linked variant, lease older than the cutoff), removes
      the file and deletes the row without anyone publishing, holding or linking that ref in between;
   3. `publish` runs its check that the files are still there, and `discard_unpublished` removes a file only
-     where no row publishes it, each under the locks of its refs: one of them sees the other's outcome.
+     where no row publishes it, each under the locks of its refs: one of them sees the other's outcome;
+  4. a read that found a file missing or damaged settles it (`settle`: looks again, moves it aside, marks the
+     row) between publishes and sweeps: it finds no row once gc has collected one, and its mark never lands
+     after the publish of an admission that healed the file since.
 - Every transaction that changes a session or its holds (create, route, fork, holds, delete, and a publish
   that holds) locks the session row before it reads the holds and runs the guard; the holds are read in a
   later statement, so they include whatever the previous lock holder committed.
@@ -42,7 +45,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TypeVar
 
 from . import sessions
-from .dialect import CallbackFailed, Reads, Tx, call, guard, locked
+from .dialect import CallbackFailed, Reads, Tx, call, guard
 from .objects import OBJECT_COLUMNS, object_row, renew, rows_of
 from .rows import COLUMNS, Hold, ObjectRow, SessionKey, SessionRow
 
@@ -87,6 +90,10 @@ class Operations(ABC):
 
     async def ping(self) -> None:
         await self._reads.fetch("SELECT 1")
+
+    async def ready(self) -> None:
+        """The index answers and can take an admission's writes (for /readyz); StorageUnavailable if not."""
+        await self.ping()
 
     # -- objects ---------------------------------------------------------------------------------------------
 
@@ -173,34 +180,41 @@ class Operations(ABC):
 
         return await self._write(work)
 
+    async def settle(
+        self, ref: str, scope: str | None, decide: Callable[[ObjectRow], Awaitable[tuple[str, T]]]
+    ) -> T | None:
+        """What a read (or the audit) found wrong with the file of `ref`, settled under the ref's lock:
+        `decide(row)` gets the row as `scope` may see it now, looks at the file again (moves it aside, say)
+        and returns the state the row is to have and what to answer. None, without calling `decide`, when
+        `scope` sees no row: gc collected it meanwhile (it removes the file, then the row, under this lock).
+
+        Under the lock nobody publishes the ref (a publish sets the state back to 'ok') nor collects it, so
+        what `decide` finds is what the row records: a finding made before an admission healed the file is
+        not recorded after that admission published (docs/design.md, "Verified reads")."""
+
+        async def work(tx: Tx) -> T | None:
+            await tx.lock_refs([ref])
+            found = await rows_of(tx, [ref], scope)
+            if not found:
+                return None
+            row = found[0]
+            state, answer = await call(decide, row)
+            if state != row.state:
+                await tx.execute("UPDATE objects SET state = $1 WHERE ref = $2", state, ref)
+            return answer
+
+        return await self._write(work)
+
     async def confirm_missing(self, ref: str, gone: Callable[[], Awaitable[bool]], mark: bool) -> str | None:
         """Under the ref's lock: the row's state if the row is still there and `gone()` confirms its object
         is absent, else None. With `mark`, a row in state 'ok' becomes 'missing' (and 'ok' is returned)."""
 
-        async def work(tx: Tx) -> str | None:
-            await tx.lock_refs([ref])
-            # The row lock keeps set_state (which takes no ref lock) out until this transaction ends.
-            sql = f"SELECT state FROM objects WHERE ref = $1{locked(tx, 'NO KEY UPDATE')}"
-            found = await tx.fetch(sql, ref)
-            if not found or not await call(gone):
-                return None
-            state = str(found[0][0])
-            if mark and state == "ok":
-                await tx.execute("UPDATE objects SET state = 'missing' WHERE ref = $1", ref)
-            return state
+        async def decide(row: ObjectRow) -> tuple[str, str | None]:
+            if not await gone():
+                return row.state, None
+            return ("missing" if mark and row.state == "ok" else row.state), row.state
 
-        return await self._write(work)
-
-    async def set_state(self, row: ObjectRow, state: str) -> None:
-        """Record what a read found, unless the row changed since it was read (a concurrent admission renewed
-        it, perhaps healing the object): then the finding is stale and the admission's row stands."""
-
-        async def work(tx: Tx) -> None:
-            await tx.execute(
-                "UPDATE objects SET state = $1 WHERE ref = $2 AND lease_at = $3", state, row.ref, row.lease_at
-            )
-
-        await self._write(work)
+        return await self.settle(ref, None, decide)
 
     # -- garbage collection ----------------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
@@ -21,6 +22,7 @@ from typing import TypeVar
 import aiosqlite
 
 from ..errors import AttachstoreError, StorageFull, StorageUnavailable
+from ..progress import human_bytes
 from .dialect import Row, Tx
 from .protocol import Operations
 from .rows import COLUMNS, ObjectRow
@@ -29,6 +31,9 @@ from .schema import migrate
 BUSY_TIMEOUT_MS = 30_000
 _IN_CHUNK = 4096  # refs per IN (...) list in rows_in, well under SQLite's limit on variables
 _REFS_PER_STATEMENT = 500  # refs per IN (...) list of the index's own statements
+# The room /readyz asks of the index's file system: the WAL grows up to its checkpoint (SQLite's default,
+# 1000 pages of 4 KiB) before it is copied into the database, which may grow by as much.
+READY_ROOM = 8 << 20
 
 T = TypeVar("T")
 
@@ -124,6 +129,19 @@ class Index(Operations):
     async def close(self) -> None:
         await self._r.close()
         await self._w.close()
+
+    async def ready(self) -> None:
+        """Also room to grow: a full file system fails every write transaction (STORAGE_FULL)."""
+        await super().ready()
+        fs = await asyncio.to_thread(os.statvfs, self.path.parent)
+        free = fs.f_bavail * fs.f_frsize
+        if fs.f_flag & os.ST_RDONLY:
+            raise StorageUnavailable(f"the file system of {self.path} is read-only")
+        if free < READY_ROOM:
+            raise StorageUnavailable(
+                f"the file system of {self.path} has {human_bytes(free)} free, less than the index may need "
+                f"to grow by ({human_bytes(READY_ROOM)})"
+            )
 
     @asynccontextmanager
     async def write(self) -> AsyncIterator[aiosqlite.Connection]:

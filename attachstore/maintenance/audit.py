@@ -282,7 +282,7 @@ class Audit:
         if row is None:
             await self._stray(ref, f, look.data, look.intact, report)
         elif not look.intact:
-            done = await self._quarantine(ref, row) if self.repair else None
+            done = await self._quarantine(ref) if self.repair else None
             report.findings.append(
                 Finding(Kind.CORRUPT, str(ref), path, "the bytes do not hash to the object's name", done)
             )
@@ -347,11 +347,13 @@ class Audit:
 
     # -- repairs ---------------------------------------------------------------------------------------
 
-    async def _quarantine(self, ref: Ref, row: ObjectRow) -> str:
-        found = await self.store.blobs.quarantine(ref)
+    async def _quarantine(self, ref: Ref) -> str:
+        # As a read does: moved and marked under the ref's lock, so no heal's publish comes in between.
+        found = await self.store.reads.quarantine(ref)
+        if found is None:
+            return "collected meanwhile"
         if found == "intact":
             return "healed meanwhile; left in place"
-        await self.store.index.set_state(row, found)
         return "quarantined" if found == "quarantined" else "marked missing"
 
     async def _quarantine_path(self, path: Path) -> str:

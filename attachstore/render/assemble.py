@@ -16,7 +16,7 @@ from enum import Enum
 from typing import Any, get_args
 
 from ..config import Placeholders, Provider, Route
-from ..errors import AttachstoreError, Corrupt, InvalidRequest, Missing, Rejected
+from ..errors import AttachstoreError, Corrupt, InvalidRequest, Missing, NotFound, Rejected
 from ..index import ObjectRow
 from ..refs import Ref
 from ..service import Store, VariantSpec, accepts_images
@@ -130,7 +130,8 @@ async def render(
         wanted = sorted(sent - data.keys())
         if claim is not None and wanted:
             claim(sum(_stored_size(rows[ref], variants.get(ref)) for ref in wanted))
-        read = await asyncio.gather(*(_read(store, rows[ref], variants.get(ref), spec) for ref in wanted))
+        reads = (_read(store, rows[ref], variants.get(ref), spec, scope) for ref in wanted)
+        read = await asyncio.gather(*reads)
         failed = {ref for ref, d in zip(wanted, read, strict=True) if d is None}
         data |= {ref: d for ref, d in zip(wanted, read, strict=True) if d is not None}
         if not failed:
@@ -243,24 +244,30 @@ def _budget(request: RenderRequest, route: Route | None) -> tuple[int, int | Non
 
 
 async def _read(
-    store: Store, row: ObjectRow | None, variant: ObjectRow | None, spec: VariantSpec | None
+    store: Store,
+    row: ObjectRow | None,
+    variant: ObjectRow | None,
+    spec: VariantSpec | None,
+    scope: str | None,
 ) -> bytes | None:
-    """Verified bytes, or None: one bad object never fails the request. The row was looked up
-    (and its visibility checked) with all the others, in one statement. A variant whose bytes fail their
-    read is derived again (the same bytes, which heals it) and read once more."""
+    """Verified bytes, or None: one bad object never fails the request. The row was looked up under
+    `scope` (its visibility checked) with all the others, in one statement; an object collected since reads
+    as NOT_FOUND and is unavailable like one that had no row. A variant (which no tenant holds a grant to)
+    whose bytes fail their read, or that was collected since, is derived again (the same bytes, which heals
+    it) and read once more."""
     if row is None:
         return None
     try:
         if variant is None:
-            _, data = await store.verified(Ref.parse(row.ref), row)
+            _, data = await store.verified(Ref.parse(row.ref), row, scope)
         else:
             try:
-                _, data = await store.verified(Ref.parse(variant.ref), variant)
-            except (Corrupt, Missing):
+                _, data = await store.verified(Ref.parse(variant.ref), variant, None)
+            except (Corrupt, Missing, NotFound):
                 if spec is None:  # pragma: no cover - a variant exists only under a spec
                     raise
                 again = await store.variant(row, spec, again=True)
-                _, data = await store.verified(Ref.parse(again.ref), again)
+                _, data = await store.verified(Ref.parse(again.ref), again, None)
     except AttachstoreError:
         return None
     return data

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -30,7 +31,17 @@ if TYPE_CHECKING:
 
 SOURCES = ("user", "tool", "mcp", "command")
 MAX_NAME_LENGTH = 255
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# What a display name may not carry, since it is shown to people: control characters (Cc), format characters
+# (Cf: the bidi controls that reorder what is shown, as in "evil\u202egnp.exe", zero-width spaces, the BOM,
+# soft hyphens, tags), surrogates (Cs) and line or paragraph separators (Zl, Zp); also the letters and
+# joiners that show as nothing (Hangul fillers, Khmer inherent vowels, the combining grapheme joiner). ZWJ
+# and ZWNJ stay: Persian and the Indic scripts spell with them, emoji sequences join with them, and neither
+# reorders nor hides anything. Every other space becomes one plain space, so that no run of them pushes an
+# extension out of sight.
+_DROPPED = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+_KEPT = frozenset("\u200c\u200d")
+_INVISIBLE = frozenset("\u034f\u115f\u1160\u17b4\u17b5\u3164\uffa0")
+_SPACES = re.compile(r"\s+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,11 +90,16 @@ class _Admitted:
 
 
 def display_name(name: str | None) -> str | None:
-    """Keep only the last path component, without control characters, at most 255 characters."""
+    """Keep only the last path component, without control, format or invisible characters, each run of
+    spaces as one space, at most 255 characters."""
     if name is None:
         return None
-    base = _CONTROL.sub("", name.replace("\\", "/").rsplit("/", 1)[-1]).strip()
-    return base[:MAX_NAME_LENGTH] or None
+    base = name.replace("\\", "/").rsplit("/", 1)[-1]
+    if not base.isprintable() or not _INVISIBLE.isdisjoint(base):  # else nothing to drop (the usual case)
+        base = "".join(
+            c for c in base if c in _KEPT or (c not in _INVISIBLE and unicodedata.category(c) not in _DROPPED)
+        )
+    return _SPACES.sub(" ", base).strip()[:MAX_NAME_LENGTH].rstrip() or None
 
 
 def _degraded(

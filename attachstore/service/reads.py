@@ -5,10 +5,11 @@ scope (SPEC section 11); any other ref answers exactly like a missing one, befor
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from ..config import Config
-from ..errors import Corrupt, Missing, NotFound
+from ..errors import Corrupt, Missing, NotFound, StorageUnavailable
 from ..gate import Header, HeaderTooDeep, probe_header
 from ..index import Index, ObjectRow
 from ..metrics import Metrics
@@ -18,6 +19,10 @@ from .model import ImageRef, image_ref
 
 if TYPE_CHECKING:
     from ..index.postgres import PgIndex
+
+# Reads of one object by one request when its file changes under them (healed, or collected and admitted
+# again between the read and the look under the lock).
+_ATTEMPTS = 3
 
 
 class Reads:
@@ -54,7 +59,7 @@ class Reads:
         if row is None:
             raise NotFound(f"no attachment {ref}")
         if row.state == "quarantined":
-            raise Corrupt(f"the stored bytes of {ref} failed verification and were quarantined")
+            raise Corrupt(_QUARANTINED.format(ref))
         return ref, row
 
     async def meta(self, text: str, tenant: str | None = None) -> ImageRef:
@@ -85,13 +90,16 @@ class Reads:
                 resident.remember(row, scope, found[1])
                 self.metrics.reads_ok.inc()
                 return image_ref(row), found[0]
-        return await self.verified(ref, row)
+        return await self.verified(ref, row, scope)
 
-    async def verified(self, ref: Ref, row: ObjectRow) -> tuple[ImageRef, bytes]:
-        """The bytes of an object whose row the caller has already looked up (and may see): re-hashed in
-        full and their header checked against the row, like every read."""
+    async def verified(self, ref: Ref, row: ObjectRow, scope: str | None) -> tuple[ImageRef, bytes]:
+        """The bytes of an object whose row the caller has already looked up under `scope` (and may see):
+        re-hashed in full and their header checked against the row, like every read."""
         try:
-            found = await self._verified(ref, row)
+            found = await self._verified(ref, row, scope)
+        except NotFound:  # collected since the row was looked up
+            self.metrics.reads.labels("not_found").inc()
+            raise
         except (Corrupt, Missing) as e:
             kind = "corrupt" if isinstance(e, Corrupt) else "missing"
             self.metrics.reads.labels(kind).inc()
@@ -100,33 +108,78 @@ class Reads:
         self.metrics.reads_ok.inc()
         return found
 
-    async def _verified(self, ref: Ref, row: ObjectRow) -> tuple[ImageRef, bytes]:
-        try:
-            # A row marked missing or quarantined is only set right by the store's own copy, not a cached one.
-            data = await self.blobs.read(ref, row.bytes, fresh=row.state != "ok")
-        except Missing:
-            await self._set_state(row, "missing")
-            raise
-        except Corrupt:
-            found = await self.blobs.quarantine(ref)
-            if found != "intact":
-                await self._set_state(row, found)
-                if found == "missing":
-                    raise Missing(f"the bytes of {ref} are missing from the store") from None
-                raise
-            data = await self.blobs.read(ref, row.bytes)  # healed meanwhile
-        if row.state != "ok":
-            await self._set_state(row, "ok")  # the file is back (restored, or healed by another process)
-        if not await self._header_fits(row, data):
-            # The bytes are the admitted ones (the hash matched), so the row is what is wrong: do not serve,
-            # do not quarantine good bytes; admitting them again rewrites the row.
-            raise Corrupt(f"the index entry of {ref} does not match its bytes")
-        return image_ref(row), data
+    async def _verified(self, ref: Ref, row: ObjectRow, scope: str | None) -> tuple[ImageRef, bytes]:
+        for _ in range(_ATTEMPTS):
+            error: Missing | Corrupt
+            try:
+                # A row marked missing is only set right by the store's own copy, not a cached one.
+                data = await self.blobs.read(ref, row.bytes, fresh=row.state != "ok")
+            except Missing as e:
+                error, settled = e, await self._settle(ref, scope, self._absent(ref))
+            except Corrupt as e:
+                error, settled = e, await self._settle(ref, scope, self._damaged(ref))
+            else:
+                if row.state != "ok":  # the file is back (restored, or healed by another process)
+                    await self._settle(ref, scope, self._back(ref))
+                if not await self._header_fits(row, data):
+                    # The bytes are the admitted ones (the hash matched), so the row is what is wrong: do not
+                    # serve, do not quarantine good bytes; admitting them again rewrites the row.
+                    raise Corrupt(f"the index entry of {ref} does not match its bytes")
+                return image_ref(row), data
+            if settled is None:
+                raise NotFound(f"no attachment {ref}") from None  # gc collected it meanwhile
+            found, row = settled
+            if found == "quarantined":
+                raise error if isinstance(error, Corrupt) else Corrupt(_QUARANTINED.format(ref)) from None
+            if found == "missing":
+                raise error if isinstance(error, Missing) else Missing(_MISSING.format(ref)) from None
+            # "intact": a file is in place again (healed, or collected and admitted again): read it again.
+        raise StorageUnavailable(f"the file of {ref} kept changing while it was read")
 
-    async def _set_state(self, row: ObjectRow, state: str) -> None:
+    async def quarantine(self, ref: Ref) -> str | None:
+        """The audit's repair of a damaged file: moved aside and its row marked, as a read does; what was
+        found ("intact", "quarantined" or "missing"), or None when the row is gone."""
+        settled = await self._settle(ref, None, self._damaged(ref))
+        return None if settled is None else settled[0]
+
+    # What a read found wrong is settled under the lock of the ref (Index.settle), where no admission
+    # publishes and no gc collects: each decision looks at the file again there, and says the row's state
+    # and what was found.
+
+    async def _settle(self, ref: Ref, scope: str | None, decide: _Decide) -> tuple[str, ObjectRow] | None:
         if self.resident is not None:
-            self.resident.forget(row.ref)
-        await self.index.set_state(row, state)
+            self.resident.forget(str(ref))
+        return await self.index.settle(str(ref), scope, decide)
+
+    def _absent(self, ref: Ref) -> _Decide:
+        """The read found no file: is there still none?"""
+
+        async def decide(row: ObjectRow) -> tuple[str, tuple[str, ObjectRow]]:
+            return _finding(row, "missing" if await self.blobs.stat(ref) is None else "intact")
+
+        return decide
+
+    def _damaged(self, ref: Ref) -> _Decide:
+        """The read found bytes that do not verify: moved aside, unless a heal has replaced them meanwhile."""
+        # PostgreSQL may run a transaction twice (after a deadlock): what the first run moved aside stands.
+        moved = False
+
+        async def decide(row: ObjectRow) -> tuple[str, tuple[str, ObjectRow]]:
+            nonlocal moved
+            found = await self.blobs.quarantine(ref)
+            moved = moved or found == "quarantined"
+            return _finding(row, "quarantined" if moved else found)
+
+        return decide
+
+    def _back(self, ref: Ref) -> _Decide:
+        """The bytes of a row marked missing verified: the row is 'ok' again if the file is still there."""
+
+        async def decide(row: ObjectRow) -> tuple[str, tuple[str, ObjectRow]]:
+            back = row.state == "missing" and await self.blobs.stat(ref) is not None
+            return ("ok" if back else row.state), ("intact", row)
+
+        return decide
 
     async def _header_fits(self, row: ObjectRow, data: bytes | bytearray) -> bool:
         """The verified bytes' header says what the row says: type and dimensions. Probed on the loop, at
@@ -162,6 +215,19 @@ class Reads:
 
 
 _DEEP_KEPT = 1024
+_QUARANTINED = "the stored bytes of {} failed verification and were quarantined"
+_MISSING = "the bytes of {} are missing from the store"
+# What a decision gives Index.settle: the row's new state, and what was found with the row as it now is.
+_Decide = Callable[[ObjectRow], Awaitable[tuple[str, tuple[str, ObjectRow]]]]
+
+
+def _finding(row: ObjectRow, found: str) -> tuple[str, tuple[str, ObjectRow]]:
+    """The row's state after `found` ("intact": a file to read again; "quarantined"; "missing"), and what to
+    answer. A quarantined row whose file is gone stays quarantined: the read that moved its bytes said so."""
+    if found == "missing" and row.state == "quarantined":
+        found = "quarantined"
+    state = row.state if found == "intact" else found
+    return state, (found, row._replace(state=state))
 
 
 def _fits(row: ObjectRow, header: Header | None) -> bool:

@@ -87,8 +87,11 @@ class Store:
         await self.blobs.close()
 
     async def ready(self) -> None:
-        await self.index.ping()
-        await self.blobs.probe_writable()
+        """Whether an admission can be written now (/readyz): the index answers and has room to grow, and the
+        blob store takes a write and has room for the largest batch the limits admit."""
+        limits = self.config.limits
+        await self.index.ready()
+        await self.blobs.probe_writable(limits.max_batch_bytes, limits.max_batch_images)
 
 
 def _blob_store(config: Config, ops: FileOps | None) -> BlobStore:

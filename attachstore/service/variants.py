@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 _UNFIT_SECONDS = 600.0
 _UNFIT_KEPT = 10_000
 
-Verified = Callable[[Ref, ObjectRow], Awaitable[tuple[ImageRef, bytes]]]
+Verified = Callable[[Ref, ObjectRow, str | None], Awaitable[tuple[ImageRef, bytes]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +110,8 @@ class Variants:
             raise
 
     async def _derive(self, source: ObjectRow, spec: VariantSpec) -> ObjectRow:
-        _, data = await self.verified(Ref.parse(source.ref), source)
+        # For every tenant that may see the source: the caller has looked its row up under its own scope.
+        _, data = await self.verified(Ref.parse(source.ref), source, None)
         limits = self.config.limits
         target = msgspec.structs.replace(
             limits, max_side=spec.max_side, max_pixels=spec.max_pixels, max_image_bytes=spec.max_bytes

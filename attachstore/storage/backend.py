@@ -70,8 +70,9 @@ class BlobStore(Protocol):
 
     async def discard(self, ref: Ref) -> None: ...
 
-    async def probe_writable(self) -> None:
-        """Prove that an object can be written now (for /readyz); raise StorageUnavailable if not."""
+    async def probe_writable(self, room: int = 0, objects: int = 0) -> None:
+        """Prove that an object can be written now, and (where the backend can tell) that there is room for
+        `objects` new objects of `room` bytes in all: for /readyz. Raise StorageUnavailable if not."""
 
     async def fetch(self, key: str) -> bytes | None:
         """The bytes at `key` (a StoredObject's) as they are, unverified, for the audit; None if gone."""
@@ -129,9 +130,9 @@ class LocalBackend:
     async def discard(self, ref: Ref) -> None:
         await asyncio.to_thread(self.blobs.discard_sync, ref)
 
-    async def probe_writable(self) -> None:
+    async def probe_writable(self, room: int = 0, objects: int = 0) -> None:
         try:
-            await asyncio.to_thread(self.blobs.probe_writable)
+            await asyncio.to_thread(self.blobs.probe_writable, room, objects)
         except OSError as e:
             raise StorageUnavailable(f"the data dir is not writable: {e.strerror or e}") from e
 

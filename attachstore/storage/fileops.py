@@ -53,6 +53,9 @@ class FileOps:
     def unlink(self, path: Path) -> None:
         os.unlink(path)
 
+    def statvfs(self, path: Path) -> os.statvfs_result:
+        return os.statvfs(path)
+
 
 # How an object file is opened to be read: non-blocking, so that a FIFO planted at its path cannot hold the
 # caller until a writer comes (O_NONBLOCK means nothing to a regular file's reads).

@@ -20,9 +20,10 @@ from collections.abc import Iterator
 from enum import Enum
 from pathlib import Path
 
-from ..errors import Corrupt, Missing
+from ..errors import Corrupt, Missing, StorageUnavailable
+from ..progress import human_bytes
 from ..refs import Ref, hasher
-from .fileops import OBJECT_MODE, STAGING_MODE, FileOps, NotRegular, open_regular, storage_error
+from .fileops import OBJECT_MODE, FileOps, NotRegular, open_regular, storage_error
 from .layout import object_name
 from .listing import Listing, StoredFile, listings, sorted_entries, stored
 
@@ -31,6 +32,8 @@ _READ_CHUNK = 1 << 20
 # (between its write and its commit). The GC and the audit leave such files alone whatever the grace.
 IN_FLIGHT = 60.0
 _PLACE_ATTEMPTS = 3
+_PROBE_BLOCK = 4096  # what the readiness probe writes: one block of the file system
+_INODES_PER_OBJECT = 4  # a new object's file, and up to three new bucket directories
 
 
 class Put(Enum):
@@ -269,11 +272,25 @@ class LocalBlobStore:
             raise storage_error(e, "removing an unpublished object") from e
         self._sync_after_removal(path.parent)
 
-    def probe_writable(self) -> None:
-        path = self.staging / f"ready-{secrets.token_hex(8)}.tmp"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, STAGING_MODE)
-        os.close(fd)
-        os.unlink(path)
+    def probe_writable(self, room: int = 0, objects: int = 0) -> None:
+        """Readiness: the file system has room for `objects` new objects of `room` bytes in all (blocks free
+        to an unprivileged writer, and inodes), and takes a block written and fsynced in tmp/. Creating an
+        empty file proves little: it succeeds on a full disk. The write goes where a full disk, a quota, a
+        read-only remount or a failing device says no (with delayed allocation, often only at the fsync);
+        its bytes are random, so that a compressing file system still has to store them."""
+        fs = self.ops.statvfs(self.staging)
+        free = fs.f_bavail * fs.f_frsize
+        if free < room:
+            raise StorageUnavailable(
+                f"the data dir has {human_bytes(free)} free, less than one admission may need "
+                f"({human_bytes(room)})"
+            )
+        inodes = objects * _INODES_PER_OBJECT
+        if fs.f_files and fs.f_favail < inodes:  # f_files is 0 where a file system has no fixed number
+            raise StorageUnavailable(
+                f"the data dir has {fs.f_favail} inodes free, fewer than one admission may need ({inodes})"
+            )
+        self._remove_quietly(self._stage(os.urandom(_PROBE_BLOCK)))
 
     # -- walking, for the GC and the audit -----------------------------------------------------------------
 

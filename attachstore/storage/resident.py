@@ -18,6 +18,15 @@ healed or restored is another file, so the remembered row no longer applies and 
 A remembered row is dropped when this process changes its state, on any failure, and when it is older than
 `ttl` seconds, which bounds what a change made by another process could go unseen for; the audit's moves
 and the GC's unlinks are seen at once, as a file that is gone.
+
+Why the change time tells a successor apart, and what that takes (docs/design.md, "Remembered rows"): a
+file that takes a freed inode number is made after the remembered file was freed, which is after its read
+(the read holds it open), and the kernel stamps every change time from its wall clock, truncated to the
+file system's granularity. So a file whose change time is at least `SETTLED_NS` before the read (more than
+a second, the coarsest granularity of a file system the resident reads run on, and a clock tick) can have
+no successor with the same change time, unless the wall clock goes back that far: a younger file is served
+but not remembered, and remembered rows are dropped when the wall clock has gone back by more than `STEP_NS`
+against the monotonic clock since.
 """
 
 from __future__ import annotations
@@ -34,9 +43,16 @@ from .fileops import OPEN_READ
 from .local import LocalBlobStore
 
 RESIDENT_MAX = 1 << 20  # hashing 1 MiB takes under a millisecond here: about what a thread hop costs
+SETTLED_NS = 2_000_000_000  # a file changed more recently than this before its read is not remembered
+STEP_NS = 500_000_000  # a wall clock set back by more than this since a row was remembered drops it
 _NOWAIT = getattr(os, "RWF_NOWAIT", 0)
 
 FileId = tuple[int, int, int]  # st_dev, st_ino, st_ctime_ns: which file, not just which name
+
+
+def wall_ns() -> int:
+    """The wall clock, which the kernel stamps change times from."""
+    return time.time_ns()
 
 
 class Row(Protocol):
@@ -55,7 +71,8 @@ R = TypeVar("R", bound=Row)
 class _Remembered(NamedTuple, Generic[R]):
     row: R
     file: FileId
-    until: float
+    until: float  # monotonic seconds
+    offset: int  # the wall clock less the monotonic clock, in ns, when remembered
 
 
 class Resident(Generic[R]):
@@ -66,10 +83,10 @@ class Resident(Generic[R]):
         self._rows: OrderedDict[tuple[str, str | None], _Remembered[R]] = OrderedDict()
         self.enabled = bool(_NOWAIT)
 
-    def read(self, ref: Ref, size: int, file: FileId | None = None) -> tuple[bytearray, FileId] | None:
+    def read(self, ref: Ref, size: int, file: FileId | None = None) -> tuple[bytearray, FileId | None] | None:
         """The object's bytes and which file they came from, if it is a regular file of exactly `size`
         bytes (and, given `file`, that very file), all of them are in the page cache, and they hash to
-        `ref`."""
+        `ref`. The file is None when it changed too recently to be told apart from a successor."""
         if not self.enabled or size > RESIDENT_MAX:
             return None
         try:
@@ -81,6 +98,8 @@ class Resident(Generic[R]):
             found = (st.st_dev, st.st_ino, st.st_ctime_ns)
             if st.st_size != size or not stat.S_ISREG(st.st_mode) or file not in (None, found):
                 return None
+            # Asked while the file is open, so before any successor can take its inode number.
+            settled = st.st_ctime_ns < wall_ns() - SETTLED_NS
             data = bytearray(size)
             if size and os.preadv(fd, [data], 0, _NOWAIT) != size:
                 return None
@@ -92,12 +111,16 @@ class Resident(Generic[R]):
             os.close(fd)
         if not ref.matches(data):
             return None
-        return data, found
+        return data, found if settled else None
 
-    def remember(self, row: R, scope: str | None, file: FileId) -> None:
-        """`row`, just looked up under `scope`, was served from `file`: skip the look-up next time."""
+    def remember(self, row: R, scope: str | None, file: FileId | None) -> None:
+        """`row`, just looked up under `scope`, was served from `file`: skip the look-up next time (unless the
+        file is None: too young to be known by its identity)."""
+        if file is None:
+            return
         key = (row.ref, scope)
-        self._rows[key] = _Remembered(row, file, time.monotonic() + self.ttl)
+        now = time.monotonic_ns()
+        self._rows[key] = _Remembered(row, file, now / 1e9 + self.ttl, wall_ns() - now)
         self._rows.move_to_end(key)
         if len(self._rows) > self.entries:
             self._rows.popitem(last=False)
@@ -109,7 +132,9 @@ class Resident(Generic[R]):
         got = self._rows.get(key)
         if got is None:
             return None
-        found = self.read(ref, got.row.bytes, got.file) if time.monotonic() < got.until else None
+        now = time.monotonic_ns()
+        current = now / 1e9 < got.until and wall_ns() - now > got.offset - STEP_NS
+        found = self.read(ref, got.row.bytes, got.file) if current else None
         if found is None:
             del self._rows[key]
             return None

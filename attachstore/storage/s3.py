@@ -49,6 +49,7 @@ from .local import Put
 
 # Hashing less than this inline costs less than the hop to a thread.
 _INLINE_HASH = 1 << 16
+_PROBE_BLOCK = 4096  # what the readiness probe writes
 # Rounds of put and quarantine when the object changes under them (a concurrent writer, remover or healer).
 _ATTEMPTS = 4
 _MISSING_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
@@ -257,12 +258,19 @@ class S3BlobStore:
             await self._call("setting an entry aside", "delete_object", Key=key)
         return f"moved to {target}"
 
-    async def probe_writable(self) -> None:
-        """A PUT and a DELETE: a HEAD of the bucket would not notice read-only credentials or a full quota."""
+    async def probe_writable(self, room: int = 0, objects: int = 0) -> None:
+        """A block written as an object's first write is (a conditional create with Content-MD5, its ETag
+        checked), then deleted: a HEAD of the bucket would not notice read-only credentials, a full quota, or
+        a gateway that refuses conditional writes. S3 has no free space to ask about: `room` and `objects`
+        are not checked, and a quota with less than one admission left shows only when that admission is
+        refused (STORAGE_FULL)."""
+        key = f"{self._probe_key}-{secrets.token_hex(4)}"  # new each time: the create is conditional
+        block = secrets.token_bytes(_PROBE_BLOCK)
         try:
-            await self._call("probing", "put_object", Key=self._probe_key, Body=b"ready")
+            if not await self._create(key, block, _md5(block)):
+                raise StorageUnavailable(f"the {self._where()} refused the create of a new probe key")
             with contextlib.suppress(_KeyMissing):
-                await self._call("probing", "delete_object", Key=self._probe_key)
+                await self._call("probing", "delete_object", Key=key)
         except StorageFull as e:
             raise StorageUnavailable(e.message) from e
 

@@ -14,7 +14,7 @@ from attachstore.api.common import STORE
 from attachstore.refs import Ref
 from attachstore.storage import LocalBlobStore
 from tests.conftest import MakeClient
-from tests.support.faults import flip_byte
+from tests.support.faults import Filling, flip_byte
 from tests.support.http import Client, admit, admit_ok, b64, error_of, object_path, post_json
 from tests.support.images import apng, gif, gif_animated, jpeg, png, webp, webp_animated
 
@@ -360,3 +360,17 @@ async def test_health_and_readiness(client: Client, data_dir: Path) -> None:
     (data_dir / "tmp").write_bytes(b"")
     not_ready = await client.get("/readyz")
     assert (not_ready.status, (await error_of(not_ready))["code"]) == (503, "STORAGE_UNAVAILABLE")
+
+
+async def test_not_ready_when_one_admission_would_not_fit(make_client: MakeClient) -> None:
+    """A disk too full for the largest batch the limits admit: a load balancer should send admissions
+    elsewhere, not to a daemon that answers each of them 507."""
+    disk = Filling(free=3 << 20)
+    client = await make_client(file_ops=disk, limits={"max_batch_bytes": 4 << 20})
+    disk.log.clear()  # the layout's fsyncs at start-up
+    not_ready = await client.get("/readyz")
+    assert (not_ready.status, (await error_of(not_ready))["code"]) == (503, "STORAGE_UNAVAILABLE")
+    assert disk.log == []  # refused before anything was written
+    disk.free = 4 << 20
+    assert (await client.get("/readyz")).status == 200
+    assert disk.log == ["open", "write", "fsync", "fchmod", "close", "unlink"]

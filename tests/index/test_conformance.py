@@ -419,12 +419,23 @@ async def test_confirm_missing(index: AnyIndex) -> None:
     assert await index.confirm_missing(A, gone, mark=True) == "missing"
 
 
-async def test_set_state_ignores_a_stale_finding(index: AnyIndex) -> None:
-    await index.publish([row(at=100.0)], nothing)
-    await index.publish([row(at=200.0)], nothing)  # an admission renewed (perhaps healed) it meanwhile
-    await index.set_state(row(at=100.0), "quarantined")
-    assert (await index.get(A)).state == "ok"  # type: ignore[union-attr]
-    await index.set_state(row(at=200.0), "quarantined")
+async def test_settle_records_what_the_decision_found_under_the_refs_lock(index: AnyIndex) -> None:
+    seen: list[ObjectRow] = []
+
+    def deciding(state: str) -> Callable[[ObjectRow], Awaitable[tuple[str, str]]]:
+        async def decide(found: ObjectRow) -> tuple[str, str]:
+            seen.append(found)
+            return state, f"was {found.state}"
+
+        return decide
+
+    assert await index.settle(A, None, deciding("missing")) is None  # no row: not even asked
+    await index.publish([row()], nothing, tenant="t1")
+    assert await index.settle(A, "t2", deciding("missing")) is None  # a row t2 may not see is no row
+    assert seen == []
+    assert await index.settle(A, "t1", deciding("quarantined")) == "was ok"
+    assert await index.settle(A, None, deciding("quarantined")) == "was quarantined"  # unchanged: no write
+    assert [s.state for s in seen] == ["ok", "quarantined"]
     assert (await index.get(A)).state == "quarantined"  # type: ignore[union-attr]
     await index.publish([row(at=300.0)], nothing)  # the same bytes admitted again
     assert (await index.get(A)).state == "ok"  # type: ignore[union-attr]
@@ -771,6 +782,45 @@ async def test_collect_then_renew(pg: PostgresStore) -> None:
     assert await collecting == [(A, 10)]
     assert await renewing == {}  # no row: the admission writes the bytes again
     assert await admission.get(A) is None
+
+
+async def test_a_reads_finding_waits_for_a_sweep_and_finds_no_row(pg: PostgresStore) -> None:
+    """A read that found the file gone (gc removed it) settles after the sweep: no row, nothing marked."""
+    gc, read = await pg.open(), await pg.open()
+    await gc.publish([row(at=100.0)], nothing)
+    gate = Gate()
+    collecting = asyncio.create_task(gc.collect([A], 150.0, gate))
+    await gate.entered.wait()  # the file is gone, the row not yet
+    decided: list[ObjectRow] = []
+
+    async def missing(found: ObjectRow) -> tuple[str, str]:
+        decided.append(found)
+        return "missing", "missing"
+
+    settling = asyncio.create_task(read.settle(A, None, missing))
+    await pg.until_waiting(settling)
+    gate.open()
+    assert await collecting == [(A, 10)]
+    assert await settling is None
+    assert decided == []
+
+
+async def test_a_reads_finding_waits_for_a_publish_and_sees_its_row(pg: PostgresStore) -> None:
+    """A heal's publish and a read's mark of the same ref happen one after the other, never interleaved."""
+    admission, read = await pg.open(), await pg.open()
+    await admission.publish([row(at=100.0)], nothing)
+    gate = Gate()
+    publishing = asyncio.create_task(admission.publish([row(at=200.0)], gate))
+    await gate.entered.wait()  # the admission checks its (healed) files under the lock
+
+    async def quarantined(found: ObjectRow) -> tuple[str, float]:
+        return "quarantined", found.lease_at
+
+    settling = asyncio.create_task(read.settle(A, None, quarantined))
+    await pg.until_waiting(settling)
+    gate.open()
+    await publishing
+    assert await settling == 200.0  # decided on the published row, after the publish
 
 
 async def test_an_admission_first_keeps_its_object(pg: PostgresStore) -> None:

@@ -1,3 +1,4 @@
+import os
 import sqlite3
 from pathlib import Path
 
@@ -5,6 +6,7 @@ import pytest
 
 from attachstore.errors import StorageFull, StorageUnavailable
 from attachstore.index import Index, ObjectRow, rows_in
+from attachstore.index import sqlite as sqlite_index
 from attachstore.index.schema import SCHEMA_VERSION, IndexUnusable
 
 
@@ -50,10 +52,12 @@ async def test_publish_renew_and_state(tmp_path: Path) -> None:
         got = await index.get(row().ref)
         assert got is not None
         assert (got.name, got.lease_at) == ("a.png", 300.0)
-        # A finding made on a row that has changed since (renewed by an admission) is stale: ignored.
-        await index.set_state(row(at=200.0), "quarantined")
-        assert (await index.get(row().ref)).state == "ok"  # type: ignore[union-attr]
-        await index.set_state(got, "quarantined")
+
+        # A read's finding, settled under the ref's lock, gives the row the state it decides.
+        async def quarantined(found: ObjectRow) -> tuple[str, str]:
+            return "quarantined", found.state
+
+        assert await index.settle(row().ref, None, quarantined) == "ok"
         assert (await index.get(row().ref)).state == "quarantined"  # type: ignore[union-attr]
     finally:
         await index.close()
@@ -121,3 +125,27 @@ async def test_rows_in_gives_the_rows_that_exist_by_ref(tmp_path: Path) -> None:
     finally:
         db.close()
     assert found == {r.ref: r for r in rows[::2]}
+
+
+def _statvfs(free: int, flag: int = 0) -> os.statvfs_result:
+    return os.statvfs_result((4096, 4096, 1 << 20, free // 4096, free // 4096, 0, 0, 0, flag, 255))
+
+
+@pytest.mark.parametrize(
+    ("free", "flag", "why"),
+    [(1 << 20, 0, r"1\.0 MiB free, less than the index may need"), (1 << 30, os.ST_RDONLY, "read-only")],
+)
+async def test_an_index_that_cannot_grow_is_not_ready(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, free: int, flag: int, why: str
+) -> None:
+    """A full file system fails every write transaction (STORAGE_FULL): /readyz must say so first."""
+    index = await Index.open(tmp_path / "index.sqlite3")
+    try:
+        await index.ready()
+        monkeypatch.setattr(sqlite_index.os, "statvfs", lambda path: _statvfs(free, flag))
+        with pytest.raises(StorageUnavailable, match=why):
+            await index.ready()
+        monkeypatch.setattr(sqlite_index.os, "statvfs", lambda path: _statvfs(sqlite_index.READY_ROOM))
+        await index.ready()
+    finally:
+        await index.close()

@@ -9,7 +9,7 @@ from attachstore.errors import Corrupt, Missing, StorageFull, StorageUnavailable
 from attachstore.refs import Ref
 from attachstore.storage import LocalBlobStore, Put
 from attachstore.storage.backend import LocalBackend
-from tests.support.faults import RecordingOps, flip_byte
+from tests.support.faults import Filling, RecordingOps, flip_byte
 
 DATA = b"some object bytes " * 100
 
@@ -230,3 +230,37 @@ async def test_setting_a_stray_aside_fails_as_storage_unavailable_and_moves_noth
     assert stray.exists()
     assert (await backend.set_aside(str(stray))).startswith("moved to ")
     assert not stray.exists()
+
+
+def test_the_readiness_probe_writes_and_fsyncs_a_block(store: LocalBlobStore, ops: RecordingOps) -> None:
+    """Creating an empty file succeeds on a full disk: the probe writes for real."""
+    store.probe_writable(1 << 20, 16)
+    assert ops.log == ["open", "write", "fsync", "fchmod", "close", "unlink"]
+    assert leftovers(store) == []
+
+
+@pytest.mark.parametrize("step", ["write", "fsync"])
+async def test_a_file_system_that_refuses_the_block_is_not_ready(
+    store: LocalBlobStore, ops: RecordingOps, step: str
+) -> None:
+    ops.fail_at, ops.fail_errno = step, errno.ENOSPC  # delayed allocation: often only the fsync says so
+    with pytest.raises(StorageUnavailable, match="not writable"):
+        await LocalBackend(store).probe_writable()
+    assert leftovers(store) == []
+
+
+@pytest.mark.parametrize(
+    ("free", "inodes", "why"),
+    [
+        (1 << 20, 1 << 20, r"1\.0 MiB free, less than one admission may need \(32\.0 MiB\)"),
+        (1 << 30, 63, "63 inodes"),
+    ],
+)
+async def test_a_file_system_without_room_for_one_admission_is_not_ready(
+    tmp_path: Path, free: int, inodes: int, why: str
+) -> None:
+    store = LocalBlobStore(tmp_path / "data", Filling(free, inodes))
+    store.create_layout()
+    with pytest.raises(StorageUnavailable, match=why):
+        await LocalBackend(store).probe_writable(32 << 20, 16)
+    await LocalBackend(store).probe_writable(free, inodes // 4)  # just enough

@@ -9,6 +9,9 @@ import errno
 import hashlib
 import os
 import shutil
+import stat
+import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +27,16 @@ from tests.support.images import jpeg, png
 from tests.support.store import age
 
 TENANTS = [{"name": n, "token_sha256": hashlib.sha256(n.encode()).hexdigest()} for n in ("alpha", "beta")]
+
+
+HOUR = 3600 * 10**9
+
+
+@pytest.fixture(autouse=True)
+def settled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wall clock an hour ahead: every file looks settled, so that a row is remembered unless the test
+    is about why not (its file changed too recently to be told apart from a successor)."""
+    monkeypatch.setattr(resident, "wall_ns", lambda: time.time_ns() + HOUR)
 
 
 async def put(store: Store, image: bytes, tenant: str = "") -> str:
@@ -163,12 +176,15 @@ async def test_an_object_collected_meanwhile_is_not_found(store: Store) -> None:
 async def test_an_object_quarantined_by_another_process_answers_as_quarantined(store: Store) -> None:
     ref = await put(store, png(7, 3))
     await remembered(store, ref)
-    # What the audit does from its own process: move the file aside, then mark the row.
+    # What the audit does from its own process: under the ref's lock, move the file aside and mark the row.
     assert store.local is not None
-    os.rename(path_of(store, ref), store.local.quarantine_dir / "moved")
-    row = await store.index.get(ref, None)
-    assert row is not None
-    await store.index.set_state(row, "quarantined")
+    quarantine = store.local.quarantine_dir
+
+    async def move(row: Any) -> tuple[str, None]:
+        os.rename(path_of(store, ref), quarantine / "moved")
+        return "quarantined", None
+
+    await store.index.settle(ref, None, move)
     with pytest.raises(Corrupt, match="quarantined"):
         await store.read(ref)
 
@@ -284,3 +300,81 @@ async def test_a_longer_file_is_never_served_from_the_page_cache(store: Store) -
     overwrite(path, len(image), b"trailing")
     with pytest.raises(Corrupt):
         await store.read(ref)
+
+
+async def test_a_file_changed_in_the_last_seconds_is_served_but_not_remembered(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(resident, "wall_ns", time.time_ns)
+    image = png(5, 6, seed=7)
+    ref = await put(store, image)
+    gets = CountingGets(store)
+    for _ in range(2):
+        assert bytes((await store.read(ref))[1]) == image
+    assert gets.calls == 2
+    # Once it has settled, it is.
+    monkeypatch.setattr(resident, "wall_ns", lambda: time.time_ns() + resident.SETTLED_NS)
+    for _ in range(2):
+        await store.read(ref)
+    assert gets.calls == 3
+
+
+class Reusing:
+    """`os` for resident.py on a file system that gives the file next made at an object's path the inode
+    number and change time of the one before it: ext4 hands a freed inode number out again at once, and a
+    coarse clock (or a granularity of a second) stamps both files alike when they change within one tick."""
+
+    def __init__(self) -> None:
+        self.first: dict[str, tuple[int, int]] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(os, name)
+
+    def fstat(self, fd: int) -> Any:
+        st = os.fstat(fd)
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if not stat.S_ISREG(st.st_mode):
+            return st
+        ino, ctime = self.first.setdefault(path, (st.st_ino, st.st_ctime_ns))
+        return types.SimpleNamespace(
+            st_dev=st.st_dev, st_ino=ino, st_ctime_ns=ctime, st_size=st.st_size, st_mode=st.st_mode
+        )
+
+
+async def test_a_successor_in_the_same_inode_and_tick_is_not_taken_for_the_file(
+    make_config: MakeConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Collected and admitted again by another tenant within one tick of the change time: the new file
+    has the old one's device, inode and change time. The old file was too young to be remembered, so the
+    first tenant's read asks the index, which no longer grants it."""
+    monkeypatch.setattr(resident, "wall_ns", time.time_ns)
+    monkeypatch.setattr(resident, "os", Reusing())
+    store = await Store.open(make_config(tenants=TENANTS))
+    try:
+        image = png(6, 6, seed=11)
+        ref = await put(store, image, tenant="alpha")
+        for _ in range(2):
+            await store.read(ref, "alpha")
+        assert store.resident is not None
+        if not store.resident.enabled:
+            pytest.skip("the file system of the temporary directory does not support RWF_NOWAIT")
+        await age(store, 3600)
+        assert ref in (await gc.execute(store, await gc.plan(store, grace=600, roots=[]))).collected
+        assert await put(store, image, tenant="beta") == ref
+        with pytest.raises(NotFound):
+            await store.read(ref, "alpha")
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize(("back", "asks"), [(resident.STEP_NS // 5, 0), (2 * resident.STEP_NS, 1)])
+async def test_a_wall_clock_set_back_forgets_the_remembered_rows(
+    store: Store, monkeypatch: pytest.MonkeyPatch, back: int, asks: int
+) -> None:
+    """Set back far enough, the clock could stamp a successor with a remembered file's change time."""
+    ref = await put(store, png(7, 7, seed=12))
+    await remembered(store, ref)
+    monkeypatch.setattr(resident, "wall_ns", lambda: time.time_ns() + HOUR - back)
+    gets = CountingGets(store)
+    await store.read(ref)
+    assert gets.calls == asks

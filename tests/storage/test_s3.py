@@ -295,6 +295,37 @@ async def test_a_put_is_a_conditional_create_checked_both_ways(
     assert headers["Content-MD5"] == base64.b64encode(hashlib.md5(DATA).digest()).decode()
 
 
+async def test_the_readiness_probe_writes_as_an_admission_does(
+    gateway: Callable[[Handler], Awaitable[S3BlobStore]],
+) -> None:
+    """A conditional create with Content-MD5, as an object's first write, then a DELETE: a gateway that
+    takes a plain PUT but refuses what admissions send is not ready."""
+    seen: list[tuple[str, str, dict[str, str], bytes]] = []
+    conditional = True
+
+    async def gateway_(request: web.Request) -> web.Response:
+        body = await request.read()
+        seen.append((request.method, request.path, dict(request.headers), body))
+        if request.method == "PUT" and "If-None-Match" in request.headers and not conditional:
+            return s3_error(501, "NotImplemented")
+        if request.method == "DELETE":
+            return web.Response(status=204)
+        return web.Response(headers={"ETag": f'"{hashlib.md5(body).hexdigest()}"'})
+
+    async with opened(await gateway(gateway_)) as store:
+        await store.probe_writable(1 << 40, 16)  # S3 has no free space to ask about
+        [(put, key, headers, block), (delete, deleted, _, _)] = seen
+        assert (put, delete, deleted) == ("PUT", "DELETE", key)
+        assert key.startswith("/b/p/probe/")
+        assert len(block) == 4096
+        assert headers["If-None-Match"] == "*"
+        assert headers["Content-MD5"] == base64.b64encode(hashlib.md5(block).digest()).decode()
+        conditional = False
+        with pytest.raises(StorageUnavailable, match="NotImplemented"):
+            await store.probe_writable()
+        assert seen[2][1] != key  # a new key each time
+
+
 async def test_a_body_cut_short_is_unavailable_storage_not_corrupt(
     gateway: Callable[[Handler], Awaitable[S3BlobStore]],
 ) -> None:

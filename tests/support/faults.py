@@ -63,6 +63,21 @@ class RecordingOps(FileOps):
         super().unlink(path)
 
 
+class Filling(RecordingOps):
+    """A file system with `free` bytes and `inodes` inodes left, as statvfs reports them."""
+
+    def __init__(self, free: int, inodes: int = 1 << 20) -> None:
+        super().__init__()
+        self.free, self.inodes = free, inodes
+
+    def statvfs(self, path: Path) -> os.statvfs_result:
+        real = super().statvfs(path)
+        blocks = self.free // real.f_frsize
+        free = (real.f_bsize, real.f_frsize, real.f_blocks, blocks, blocks)
+        inodes = (max(real.f_files, self.inodes), self.inodes, self.inodes)
+        return os.statvfs_result((*free, *inodes, real.f_flag, real.f_namemax))
+
+
 def flip_byte(path: Path, offset: int = -1) -> None:
     """Damage an object file in place (objects are read-only, as a disk fault would not care)."""
     os.chmod(path, 0o644)
