@@ -55,6 +55,10 @@ class Admission(_Section, frozen=True):
     # Admissions in progress at once (the rest get 503 SERVER_BUSY with Retry-After); reads are not counted.
     # An admission takes its place before its body is read.
     max_concurrent: Positive = 64
+    # Of those places, how many one tenant may hold at once (and the same share of max_buffered_bytes), so
+    # that one client cannot take them all from the others. 0: three quarters of max_concurrent when more
+    # than one tenant is configured, else all of them.
+    max_concurrent_per_tenant: Annotated[int, Meta(ge=0)] = 0
     # Bytes of body the admissions in progress hold at once (past it, 503 SERVER_BUSY; one admission alone
     # may always hold a whole body). Default: twice the admission body cap ([http] max_body_bytes).
     max_buffered_bytes: Positive | None = None
@@ -80,6 +84,12 @@ class Admission(_Section, frozen=True):
     def upload_limits(self, limits: Limits) -> Limits:
         """What an upload is checked against before it is decoded: `fit`'s source bounds, else `limits`."""
         return self.fit_limits(limits) if self.oversize == "fit" else limits
+
+    def tenant_places(self, tenants: int) -> int:
+        """How many of the max_concurrent places one tenant may hold, with `tenants` configured."""
+        if self.max_concurrent_per_tenant:
+            return min(self.max_concurrent_per_tenant, self.max_concurrent)
+        return max(1, self.max_concurrent * 3 // 4) if tenants > 1 else self.max_concurrent
 
     def buffered_bytes(self, body_cap: int) -> int:
         return self.max_buffered_bytes if self.max_buffered_bytes is not None else 2 * body_cap

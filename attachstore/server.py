@@ -178,6 +178,9 @@ def _supervise(config: Config, sock: socket.socket, workers: int) -> int:
         config.admission,
         decode_workers=max(1, config.admission.workers // workers),
         max_concurrent=max(1, config.admission.max_concurrent // workers),
+        max_concurrent_per_tenant=max(1, config.admission.max_concurrent_per_tenant // workers)
+        if config.admission.max_concurrent_per_tenant
+        else 0,
         max_buffered_bytes=max(1, config.admission.buffered_bytes(body_cap) // workers),
     )
     child_config = msgspec.structs.replace(config, admission=admission)

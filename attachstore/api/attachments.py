@@ -49,7 +49,7 @@ async def admit(request: web.Request) -> web.Response:
         )
     # The place is taken before a byte of the body is read, and holds the body's bytes as they come: what
     # admissions hold in memory is bounded by max_concurrent and max_buffered_bytes, not by the clients.
-    with store.admission_slot() as slot:
+    with store.admission_slot(tenant_of(request)) as slot:
         if request.content_type == "application/json":
             cap = config.http.body_cap(config.limits)
             body = await read_json(request, admit_decoder, cap, IMAGES_HINT, slot.hold)

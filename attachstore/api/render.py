@@ -19,12 +19,14 @@ _CUT = b"\0"  # never in msgspec's JSON, which escapes every control character i
 
 
 async def handle(request: web.Request) -> web.Response:
-    body = await read_json(request, render_decoder, RENDER_BODY, "send a shorter conversation")
-    share = sending(request)
-    rendered = await render(
-        request.app[STORE], body, tenant=tenant_of(request), embed=ImageSlot, claim=share.claim
-    )
-    answer = Answer(rendered)
+    store, tenant = request.app[STORE], tenant_of(request)
+    # The body counts against the bytes request bodies may hold at once (with the admissions'), for as long
+    # as the render runs: it is decoded and kept until the answer is made.
+    with store.body_slot(tenant) as slot:
+        body = await read_json(request, render_decoder, RENDER_BODY, "send a shorter conversation", slot.hold)
+        share = sending(request)
+        rendered = await render(store, body, tenant=tenant, embed=ImageSlot, claim=share.claim)
+        answer = Answer(rendered)
     share.claim(answer.memory)  # the images' bytes were claimed before they were read
     return web.Response(body=answer)
 

@@ -200,7 +200,7 @@ class Admissions:
         if not uploads:
             raise InvalidRequest("images: at least one image is required")
         if slot is None:
-            with self.slots.take(source) as taken:
+            with self.slots.take(tenant, source) as taken:
                 return await self.admit(
                     uploads, source, route=route, session=session, tenant=tenant, slot=taken
                 )

@@ -45,6 +45,7 @@ class Store:
         # What the edges call.
         self.admit = self.admissions.admit
         self.admission_slot = self.admissions.slots.take
+        self.body_slot = self.admissions.slots.body
         self.scope = self.reads.scope
         self.meta = self.reads.meta
         self.read = self.reads.read
