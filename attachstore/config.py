@@ -38,7 +38,7 @@ class Limits(_Section, frozen=True):
     max_pixels: Positive = 4_000_000
     max_frames: Positive = 64
     max_animation_pixels: Positive = 50_000_000
-    max_batch_images: Positive = 16
+    max_batch_images: Annotated[int, Meta(gt=0, le=1024)] = 16  # at most api.wire.MAX_IMAGES
     max_batch_bytes: Positive = 33_554_432
 
 

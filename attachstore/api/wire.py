@@ -25,9 +25,14 @@ class ImageIn(_In, frozen=True):
     name: Annotated[str, Meta(max_length=4096)] | None = None
 
 
+# More images than this in one body are refused as it is decoded: each costs a struct and, for a tool's
+# batch over max_batch_images, a diagnostic in the answer (config.Limits caps max_batch_images below it).
+MAX_IMAGES = 1024
+
+
 class AdmitRequest(_In, frozen=True):
     source: Source
-    images: list[ImageIn]
+    images: Annotated[list[ImageIn], Meta(max_length=MAX_IMAGES)]
     route: RouteId | None = None
     session: SessionId | None = None
 

@@ -71,3 +71,17 @@ def test_an_unknown_transfer_encoding_is_a_bad_request(start_daemon: Any) -> Non
     assert "Traceback" not in daemon.log.read_text()
     assert daemon.peak_rss() - before < 2 * CAP
     daemon.assert_alice_is_served()
+
+
+def test_a_json_body_of_a_million_empty_images_is_refused_as_it_is_decoded(start_daemon: Any) -> None:
+    """Under the body cap, 45 MB of `{"data": ""}` is two million images: each a struct, and for a tool's
+    batch a diagnostic in the answer. Past 1,024 the body is refused while it is decoded."""
+    daemon = start_daemon()
+    images = b",".join([b'{"data":""}'] * 2_000_000)
+    body = b'{"source":"tool","route":"gpt-4o","images":[' + images + b"]}"
+    before = daemon.rss()
+    status, answer = daemon.post("mallory", "/v1/attachments", body)
+    assert (status, answer["error"]["code"]) == (400, "INVALID_REQUEST")
+    assert "$.images" in answer["error"]["message"]
+    assert daemon.rss() - before < 3 * len(body)  # the body and its decoding, no struct per image
+    daemon.assert_alice_is_served()
