@@ -2,35 +2,46 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed
+# One environment, two stamps: `make run` installs what serving needs (the package and its dependencies);
+# the other targets add the dev extras to the same environment, so `make run` then `make test` installs only
+# the extras, and `make test` then `make run` installs nothing.
+BASE   := $(VENV)/.installed-base
+DEV    := $(VENV)/.installed-dev
 
-.PHONY: run test lint bench fuzz venv clean
+.PHONY: run test docs lint bench fuzz venv clean
 
-$(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+$(BASE): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(BASE)
+
+$(DEV): $(BASE)
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	touch $(DEV)
 
-venv: $(STAMP)
+venv: $(DEV)
 
-run: $(STAMP)  ## start the daemon on 127.0.0.1:8731 with the default data dir
+run: $(BASE)  ## start the daemon on 127.0.0.1:8731 with the default data dir
 	$(BIN)/attachstore serve $(ARGS)
 
-test: $(STAMP)  ## the whole test suite
+test: $(DEV)  ## the whole test suite
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-lint: $(STAMP)  ## format check, lint, strict typing, the import contracts between layers
+docs: $(DEV)  ## run the README and the docs' console examples against a live daemon, rewrite their outputs
+	$(BIN)/python -m tests.docs --update $(ARGS)
+
+lint: $(DEV)  ## format check, lint, strict typing, the import contracts between layers
 	$(BIN)/ruff format --check attachstore tests
 	$(BIN)/ruff check attachstore tests
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-bench: $(STAMP)  ## throughput and latency against baselines measured in the same run
+bench: $(DEV)  ## throughput and latency against baselines measured in the same run
 	$(BIN)/python -m tests.bench $(ARGS)
 
 FUZZ_SECONDS ?= 60
-fuzz: $(STAMP)  ## fuzz the admission gate for FUZZ_SECONDS (default 60); inputs that crash it go to build/fuzz
+fuzz: $(DEV)  ## fuzz the admission gate for FUZZ_SECONDS (default 60); inputs that crash it go to build/fuzz
 	$(BIN)/python -m pip install --quiet -e '.[fuzz]'
 	$(BIN)/python -m tests.gate.fuzz -max_total_time=$(FUZZ_SECONDS) -timeout=30 \
 		-artifact_prefix=build/fuzz/ build/fuzz/corpus
