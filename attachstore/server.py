@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
 import ipaddress
 import logging
@@ -72,6 +73,39 @@ def _clear_stale_socket(path: str) -> None:
     raise ConfigError(f"unix_socket: another daemon is already serving on {path}")
 
 
+class ListenError(OSError):
+    """The TCP address cannot be had: which one, why, and how to choose another."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def _cannot_listen(config: Config, e: OSError) -> ListenError:
+    host, port = config.host_port
+    other = f"[{host}]" if ":" in host else host
+    other += f":{port + 1 if port < 65535 else port - 1}"
+    why = (
+        "it is already in use (another attachstore, or another program, listens there)"
+        if e.errno == errno.EADDRINUSE
+        else e.strerror
+    )
+    return ListenError(
+        e.errno,
+        f"cannot listen on {config.listen}: {why}. Stop the other program, or choose another address with "
+        f'--listen HOST:PORT: `attachstore serve --listen {other}` (`make run ARGS="--listen {other}"`)',
+    )
+
+
+def _taken(host: str, port: int) -> bool:
+    """Whether a daemon answers on the address: binding with SO_REUSEPORT succeeds beside another process of
+    the same user that bound it so too (another `serve --workers N`), and the two would share the port."""
+    try:
+        socket.create_connection((host, port), timeout=1).close()
+    except OSError:
+        return False
+    return True
+
+
 def bind(config: Config, *, listen: bool = True, reuse_port: bool = False) -> socket.socket:
     """The listening socket. A Unix socket is made once and shared by every worker process. For TCP with
     several workers each binds its own with SO_REUSEPORT, so that the kernel spreads connections across
@@ -86,9 +120,13 @@ def bind(config: Config, *, listen: bool = True, reuse_port: bool = False) -> so
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if reuse_port:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.bind((host, port))
+        try:
+            if reuse_port:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            sock.bind((host, port))
+        except OSError as e:
+            sock.close()
+            raise _cannot_listen(config, e) from None
     if listen:
         sock.listen(1024)
     sock.set_inheritable(True)
@@ -99,6 +137,8 @@ def run(config: Config, workers: int = 1) -> int:
     """`attachstore serve`: check, bind, then serve in this process or in `workers` processes."""
     check_open_mode(config)
     spread = workers > 1 and not config.unix_socket
+    if spread and _taken(*config.host_port):
+        raise _cannot_listen(config, OSError(errno.EADDRINUSE, os.strerror(errno.EADDRINUSE)))
     sock = bind(config, listen=not spread, reuse_port=spread)
     where = f"unix:{config.unix_socket}" if config.unix_socket else f"http://{config.listen}"
     log.info("attachstore serving %s on %s with %d worker(s)", config.data_dir, where, workers)

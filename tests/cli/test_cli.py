@@ -243,3 +243,37 @@ def test_serve_with_two_worker_processes(tmp_path: Path) -> None:
         _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert b"with 2 worker(s)" in err
+
+
+def _serve_on_a_held_port(tmp_path: Path, *flags: str, reuse_port: bool = False) -> tuple[int, str]:
+    with socket.socket() as other:
+        if reuse_port:
+            other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        env = {**os.environ, "ATTACHSTORE_DATA_DIR": str(tmp_path / "data")}
+        done = subprocess.run(
+            [sys.executable, "-m", "attachstore", "serve", "--listen", f"127.0.0.1:{port}", *flags],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    return port, done.stderr if done.returncode == 1 else f"exit {done.returncode}: {done.stderr}"
+
+
+def test_serve_on_a_busy_port_names_the_address_and_how_to_choose_another(tmp_path: Path) -> None:
+    port, err = _serve_on_a_held_port(tmp_path)
+    assert err == (
+        f"attachstore: cannot listen on 127.0.0.1:{port}: it is already in use (another attachstore, or "
+        "another program, listens there). Stop the other program, or choose another address with "
+        f"--listen HOST:PORT: `attachstore serve --listen 127.0.0.1:{port + 1}` "
+        f'(`make run ARGS="--listen 127.0.0.1:{port + 1}"`)\n'
+    )
+
+
+def test_serve_with_workers_does_not_share_a_port_another_daemon_serves(tmp_path: Path) -> None:
+    """SO_REUSEPORT would let the workers bind beside another `serve --workers` of the same user."""
+    port, err = _serve_on_a_held_port(tmp_path, "--workers", "2", reuse_port=True)
+    assert f"cannot listen on 127.0.0.1:{port}: it is already in use" in err
