@@ -4,6 +4,7 @@ connections are reused from call to call."""
 from __future__ import annotations
 
 import io
+import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
@@ -36,6 +37,7 @@ from .models import (
 
 T = TypeVar("T")
 DEFAULT_URL = "http://127.0.0.1:8731"
+URL_ENV, TOKEN_ENV = "ATTACHSTORE_URL", "ATTACHSTORE_TOKEN"  # what the client reads when not given them
 # The client drops an idle connection well before the daemon's keepalive_timeout (15 s by default) would:
 # a POST sent on a connection the daemon is closing at that moment fails and is not retried.
 KEEPALIVE_SECONDS = 5.0
@@ -97,12 +99,13 @@ def _verified(ref: str, data: bytes) -> bool:
 
 class AsyncClient:
     """A client of one attachstore daemon. Use it as `async with AsyncClient() as c:`, or call `close()`.
+    Without `base_url` it reads $ATTACHSTORE_URL (else DEFAULT_URL), without `token` $ATTACHSTORE_TOKEN.
 
     The aiohttp session is made at the first call (or `__aenter__`) and belongs to that event loop."""
 
     def __init__(
         self,
-        base_url: str = DEFAULT_URL,
+        base_url: str | None = None,
         *,
         token: str | None = None,
         unix_socket: str | None = None,
@@ -110,15 +113,22 @@ class AsyncClient:
         headers: Mapping[str, str] | None = None,
         verify_reads: bool = True,
     ) -> None:
+        if base_url is None:
+            base_url = os.environ.get(URL_ENV) or DEFAULT_URL
+            given = f"${URL_ENV}"
+        else:
+            given = "base_url"
+        if token is None:
+            token = os.environ.get(TOKEN_ENV)
         url = URL(base_url)
         if url.scheme not in ("http", "https") or not url.host:
-            raise ValueError(f"base_url must be an http:// or https:// URL, not {base_url!r}")
+            raise ValueError(f"{given} must be an http:// or https:// URL, not {base_url!r}")
         self.base_url = str(url).rstrip("/")
         self.unix_socket = unix_socket
         self.timeout = timeout
         self.verify_reads = verify_reads
         self._headers = {"User-Agent": f"attachstore-client/{__version__}", **(headers or {})}
-        if token is not None:
+        if token:  # "" sends none, whatever the environment holds
             self._headers["Authorization"] = f"Bearer {token}"
         self._http: aiohttp.ClientSession | None = None
         self._closed = False

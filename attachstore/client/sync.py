@@ -15,7 +15,7 @@ from typing import Any, ParamSpec, TypeVar
 
 import msgspec
 
-from .aio import DEFAULT_URL, AsyncClient, Images
+from .aio import AsyncClient, Images
 from .models import Admission, Attachment, Blob, Provider, Rendered, RouteInfo, Session, Source, Status
 
 P = ParamSpec("P")
@@ -27,7 +27,7 @@ class Client:
 
     def __init__(
         self,
-        base_url: str = DEFAULT_URL,
+        base_url: str | None = None,
         *,
         token: str | None = None,
         unix_socket: str | None = None,

@@ -349,6 +349,28 @@ async def test_a_token_is_sent_and_its_absence_is_401(make_async: MakeAsync) -> 
         assert (await fails(wrong.get_session("mine"))).code == "UNAUTHORIZED"
 
 
+async def test_the_url_and_the_token_come_from_the_environment_when_not_given(
+    make_async: MakeAsync, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    served = await make_async(tenants=TENANTS)
+    monkeypatch.setenv("ATTACHSTORE_URL", served.base_url)
+    monkeypatch.setenv("ATTACHSTORE_TOKEN", TOKEN)
+    async with AsyncClient() as from_env:
+        assert from_env.base_url == served.base_url
+        assert [r.id for r in await from_env.routes()] == ["text-only", "vision"]
+    with Client() as blocking:  # the same AsyncClient inside (not called here: the app runs on this loop)
+        assert blocking.base_url == served.base_url
+    async with AsyncClient(served.base_url, token="") as without:  # given, even empty, beats the environment
+        assert (await fails(without.routes())).code == "UNAUTHORIZED"
+    async with AsyncClient(f"http://127.0.0.1:{free_port()}") as elsewhere:
+        assert isinstance(await fails(elsewhere.healthz()), ConnectionFailed)
+    monkeypatch.setenv("ATTACHSTORE_URL", "127.0.0.1:8731")
+    with pytest.raises(ValueError, match=r"\$ATTACHSTORE_URL must be an http:// or https:// URL"):
+        AsyncClient()
+    monkeypatch.delenv("ATTACHSTORE_URL")
+    assert AsyncClient().base_url == "http://127.0.0.1:8731"
+
+
 async def test_the_request_id_is_sent_and_comes_back_with_an_error(ac: AsyncClient) -> None:
     e = await fails(ac.get_session("absent", request_id="host-call-7"))
     assert e.request_id == "host-call-7"
