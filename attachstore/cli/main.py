@@ -16,7 +16,7 @@ from typing import TypeVar
 import msgspec
 
 from .. import __version__, logs
-from ..config import Config, load
+from ..config import Config, default_data_dir, load
 from ..errors import AttachstoreError, ConfigError, InvalidRequest
 from ..index import IndexUnusable, SessionRow
 from ..progress import rfc3339
@@ -28,61 +28,128 @@ TENANT_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 T = TypeVar("T")
 
 
+def _store_options(parser: argparse.ArgumentParser, default: object) -> argparse.ArgumentParser:
+    """--config and --data-dir, taken before the command and after it (the last one given wins): the
+    subcommands' copies default to SUPPRESS, so that they do not overwrite a value given before them.
+    The help shows the defaults as they resolve here."""
+
+    def now(var: str) -> str:
+        return f" (now {os.environ[var]})" if os.environ.get(var) else ""
+
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        default=default,
+        help=f"TOML configuration file (default: $ATTACHSTORE_CONFIG{now('ATTACHSTORE_CONFIG')}, else none: "
+        "every key has a default)",
+    )
+    parser.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        default=default,
+        help=f"the store's directory (default: $ATTACHSTORE_DATA_DIR{now('ATTACHSTORE_DATA_DIR')}, else the "
+        f"configuration's data_dir, else {default_data_dir(os.environ)} ($XDG_DATA_HOME/attachstore))",
+    )
+    return parser
+
+
 def _parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--config", metavar="FILE", help="TOML configuration file (else $ATTACHSTORE_CONFIG)")
-    common.add_argument("--data-dir", metavar="DIR", help="data directory (else $ATTACHSTORE_DATA_DIR)")
+    common = _store_options(argparse.ArgumentParser(add_help=False), argparse.SUPPRESS)
 
     p = argparse.ArgumentParser(
-        prog="attachstore", description="A verified attachment store for agent hosts."
+        prog="attachstore",
+        description="A verified attachment store for agent hosts. --config and --data-dir go before the "
+        "command or after it; `attachstore COMMAND -h` tells each command's options.",
     )
     p.add_argument("--version", action="version", version=f"attachstore {__version__}")
+    _store_options(p, None)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     s = sub.add_parser("serve", parents=[common], help="run the HTTP daemon")
-    s.add_argument("--listen", metavar="HOST:PORT", help="TCP address (default 127.0.0.1:8731)")
-    s.add_argument("--unix-socket", metavar="PATH", help="listen on a Unix socket instead of TCP")
-    s.add_argument("--workers", type=int, default=1, metavar="N", help="serve from N processes (default 1)")
+    s.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        help="TCP address (default: $ATTACHSTORE_LISTEN, else the configuration's listen, else "
+        "127.0.0.1:8731); IPv6 as [::1]:8731",
+    )
+    s.add_argument(
+        "--unix-socket", metavar="PATH", help="listen on this Unix socket instead of TCP (default: none)"
+    )
+    s.add_argument(
+        "--workers", type=int, default=1, metavar="N", help="serve from N processes (default: %(default)s)"
+    )
 
     s = sub.add_parser("put", parents=[common], help="admit image files, print their references")
-    s.add_argument("files", nargs="+", metavar="FILE", help="image files, admitted as one batch")
-    s.add_argument("--source", choices=SOURCES, default="user")
-    s.add_argument("--media-type", metavar="TYPE", help="declared type, checked against the bytes")
-    s.add_argument("--route", metavar="MODEL", help="the model the images are for (modality policy)")
-    s.add_argument("--session", metavar="ID", help="hold the images in this session")
     s.add_argument(
-        "--tenant", default="", metavar="NAME", help="admit for this tenant (default: the open one)"
+        "files", nargs="+", metavar="FILE", help="image files, admitted as one batch (all or none)"
     )
-    s.add_argument("--json", action="store_true", help="print the answer as JSON")
+    s.add_argument(
+        "--source",
+        choices=SOURCES,
+        default="user",
+        help="where the images come from (default: %(default)s); a rejection of tool and mcp images is soft",
+    )
+    s.add_argument(
+        "--media-type",
+        metavar="TYPE",
+        help="declared type of every file, checked against the bytes (default: found from the bytes)",
+    )
+    s.add_argument(
+        "--route",
+        metavar="MODEL",
+        help="the model the images are for, for the modality policy (default: the session's route)",
+    )
+    s.add_argument("--session", metavar="ID", help="hold the images in this session (default: none)")
+    s.add_argument(
+        "--tenant", default="", metavar="NAME", help="admit for this tenant (default: the open one, '')"
+    )
+    printed = s.add_mutually_exclusive_group()
+    printed.add_argument("--json", action="store_true", help="print the answer as JSON")
+    printed.add_argument(
+        "--ref-only", action="store_true", help="print only the refs, one a line: REF=$(attachstore put ...)"
+    )
 
     s = sub.add_parser("get", parents=[common], help="write an attachment's verified bytes")
-    s.add_argument("ref")
-    s.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
+    s.add_argument("ref", metavar="REF", help="the attachment's reference, sha256:<64 hex>")
+    s.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="write here, - for standard output (default: standard output, unless it is a terminal)",
+    )
 
     s = sub.add_parser("stat", parents=[common], help="print an attachment's metadata as JSON")
-    s.add_argument("ref")
+    s.add_argument("ref", metavar="REF", help="the attachment's reference, sha256:<64 hex>")
 
     maintenance.add_parsers(sub, common)
 
-    s = sub.add_parser("token", help="make bearer tokens for tenants")
-    s.add_argument("action", choices=["new"])
+    s = sub.add_parser("token", help="make bearer tokens for tenants (reads no configuration)")
+    s.add_argument("action", choices=["new"], help="new: make a token and print the lines to configure")
     s.add_argument("--tenant", required=True, metavar="NAME", help="the tenant the token belongs to")
 
-    s = sub.add_parser("session", help="create, show, fork, hold and delete sessions")
+    s = sub.add_parser("session", parents=[common], help="create, show, fork, hold and delete sessions")
     actions = s.add_subparsers(dest="action", required=True, metavar="ACTION")
+    meaning = {
+        "id": "the session's id: 1 to 128 of A-Z a-z 0-9 . _ : -",
+        "route": "the model to switch to",
+        "new_id": "the id of the copy",
+        "refs": "the attachments to hold, all or none",
+    }
 
     def action(name: str, help: str, *positionals: str) -> argparse.ArgumentParser:
         a = actions.add_parser(name, parents=[common], help=help)
-        a.add_argument("--tenant", default="", metavar="NAME", help="the tenant's sessions (default: open)")
+        a.add_argument(
+            "--tenant", default="", metavar="NAME", help="the tenant's sessions (default: the open one, '')"
+        )
         for positional in positionals:
             if positional == "refs":
-                a.add_argument(positional, nargs="+", metavar="REF")
+                a.add_argument(positional, nargs="+", metavar="REF", help=meaning[positional])
             else:
-                a.add_argument(positional)
+                a.add_argument(positional, metavar=positional.upper(), help=meaning[positional])
         return a
 
     action("create", "create a session (the same route again is a no-op)", "id").add_argument(
-        "--route", metavar="MODEL"
+        "--route", metavar="MODEL", help="the model the session is on (default: none)"
     )
     action("show", "print a session as JSON", "id")
     action("route", "switch the route (refused to a text-only one while it holds images)", "id", "route")
@@ -151,7 +218,7 @@ def _cmd_put(args: argparse.Namespace, config: Config) -> int:
     elif result.degraded:
         print(f"attachstore: nothing admitted (degraded): {result.text}", file=sys.stderr)
     for r in [] if args.json else result.attachments:
-        print(_line(r))
+        print(r.ref if args.ref_only else _line(r))
     return EXIT_FAILED if result.degraded else EXIT_OK
 
 

@@ -22,17 +22,41 @@ EXIT_OK, EXIT_FINDINGS, EXIT_COULD_NOT_RUN = 0, 1, 2
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     s = sub.add_parser("gc", parents=[common], help="remove unheld objects past their grace period")
-    s.add_argument("--grace", metavar="DURATION", help="e.g. 24h, 30m, 0s (default: [gc] grace)")
-    s.add_argument("--roots", nargs="+", metavar="FILE", default=[], help="files naming refs to keep")
+    s.add_argument(
+        "--grace",
+        metavar="DURATION",
+        help="keep unheld objects this long after their last admission or hold, e.g. 24h, 30m, 0s "
+        "(default: the configuration's [gc] grace, else 24h)",
+    )
+    s.add_argument(
+        "--roots",
+        nargs="+",
+        metavar="FILE",
+        default=[],
+        help="files, or directories walked recursively, whose text names refs to keep (default: none)",
+    )
     s.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     s.add_argument("--json", action="store_true", help="print the plan and result as JSON")
 
     s = sub.add_parser(
         "audit", parents=[common], help="re-hash every object, check the index against the files"
     )
-    s.add_argument("--repair", action="store_true", help="quarantine, re-index and mark what is found")
-    s.add_argument("--sample", type=float, default=1.0, metavar="FRACTION", help="check this share (0-1]")
-    s.add_argument("--max-rate", type=float, metavar="MIB_PER_S", help="read at most this fast")
+    s.add_argument(
+        "--repair", action="store_true", help="quarantine, re-index and mark what is found (default: report)"
+    )
+    s.add_argument(
+        "--sample",
+        type=float,
+        default=1.0,
+        metavar="FRACTION",
+        help="check this share of the objects, in (0, 1] (default: 1, every object)",
+    )
+    s.add_argument(
+        "--max-rate",
+        type=float,
+        metavar="MIB_PER_S",
+        help="read at most this many MiB per second, on one thread (default: as fast as the disk goes)",
+    )
     s.add_argument("--json", action="store_true", help="print the report as JSON")
 
     s = sub.add_parser(
