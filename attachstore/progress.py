@@ -24,8 +24,11 @@ def human_bytes(n: float) -> str:
 
 
 class Progress:
-    def __init__(self, label: str, objects: int, size: int, stream: TextIO | None = None) -> None:
+    def __init__(
+        self, label: str, objects: int, size: int, stream: TextIO | None = None, note: str = ""
+    ) -> None:
         self.label = label
+        self.note = note  # said after the rate, e.g. "throttled to 50.0 MiB/s"
         self.total_objects = objects
         self.total_bytes = size
         self.stream = stream or sys.stderr
@@ -54,7 +57,9 @@ class Progress:
             eta = "ETA -"
         return (
             f"{self.label}: {self.objects}/{self.total_objects} objects, "
-            f"{human_bytes(self.bytes)}/{human_bytes(self.total_bytes)}, {human_bytes(rate)}/s, {eta}"
+            f"{human_bytes(self.bytes)}/{human_bytes(self.total_bytes)}, {human_bytes(rate)}/s"
+            + (f" ({self.note})" if self.note else "")
+            + f", {eta}"
         )
 
     def finish(self) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
+import shlex
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -13,7 +15,7 @@ import msgspec
 
 from ..config import Config, Gc
 from ..errors import AttachstoreError, ConfigError
-from ..maintenance import Audit, AuditReport, gc, migrate
+from ..maintenance import Audit, AuditReport, Finding, Kind, gc, migrate
 from ..progress import Progress, human_bytes, rfc3339
 from ..service import Store
 
@@ -83,7 +85,8 @@ def run_gc(args: argparse.Namespace, config: Config) -> int:
     async def go() -> tuple[gc.GcPlan, gc.GcResult | None]:
         store = await Store.open(config, workers=1, read_cache=False)
         try:
-            plan = await gc.plan(store, grace, [Path(r) for r in args.roots])
+            planning = functools.partial(Progress, "gc plan")
+            plan = await gc.plan(store, grace, [Path(r) for r in args.roots], progress=planning)
             if args.dry_run:
                 return plan, None
             progress = Progress("gc", len(plan.garbage), plan.garbage_bytes)
@@ -102,17 +105,21 @@ def run_gc(args: argparse.Namespace, config: Config) -> int:
             print(f"would remove unindexed {u.key}")
         for f in plan.staging:
             print(f"would remove staging {f.path}")
+    objects = plan.held + plan.young + plan.rooted + len(plan.garbage)
     print(
-        f"gc plan (grace {args.grace or config.gc.grace}): {len(plan.garbage)} objects "
-        f"({human_bytes(plan.garbage_bytes)}) to collect, {plan.rooted} kept by roots; "
-        f"{len(plan.staging)} staging and {len(plan.unindexed)} unindexed files"
+        f"gc plan (grace {args.grace or config.gc.grace}): {_count(objects, 'object')}: {plan.held} held, "
+        f"{plan.young} within the grace period, {plan.rooted} kept by roots, {len(plan.garbage)} to collect "
+        f"({human_bytes(plan.garbage_bytes)}); {_count(len(plan.staging), 'staging file')} and "
+        f"{_count(len(plan.unindexed), 'unindexed file')} to remove"
     )
     if result is not None:
         print(
-            f"gc: collected {len(result.collected)} objects ({human_bytes(result.collected_bytes)}), "
+            f"gc: collected {_count(len(result.collected), 'object')} "
+            f"({human_bytes(result.collected_bytes)}), "
             f"{result.skipped} skipped (renewed, held or collected meanwhile); "
-            f"removed {result.staging_removed} staging files, {result.unindexed_removed} unindexed files, "
-            f"{result.empty_dirs_removed} empty directories"
+            f"removed {_count(result.staging_removed, 'staging file')}, "
+            f"{_count(result.unindexed_removed, 'unindexed file')}, "
+            f"{_count(result.empty_dirs_removed, 'empty directory', 'empty directories')}"
         )
     return EXIT_OK
 
@@ -131,6 +138,8 @@ def _gc_json(plan: gc.GcPlan, result: gc.GcResult | None, dry_run: bool) -> dict
         "plan": {
             "garbage": [r.ref for r in plan.garbage],
             "garbage_bytes": plan.garbage_bytes,
+            "held": plan.held,
+            "within_grace": plan.young,
             "kept_by_roots": plan.rooted,
             "staging": [str(f.path) for f in plan.staging],
             "unindexed": [u.key for u in plan.unindexed],
@@ -141,8 +150,8 @@ def _gc_json(plan: gc.GcPlan, result: gc.GcResult | None, dry_run: bool) -> dict
     return out
 
 
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+def _count(n: int, noun: str, plural: str = "") -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {plural or noun + 's'}"
 
 
 def run_audit(args: argparse.Namespace, config: Config) -> int:
@@ -152,6 +161,7 @@ def run_audit(args: argparse.Namespace, config: Config) -> int:
         raise ConfigError("--max-rate: MiB per second, more than 0")
     _require_store(config)
     max_rate = args.max_rate * 1024 * 1024 if args.max_rate else None
+    throttled = f"throttled to {human_bytes(max_rate)}/s" if max_rate else ""
 
     async def go() -> AuditReport:
         store = await Store.open(config, workers=1, read_cache=False)
@@ -161,7 +171,7 @@ def run_audit(args: argparse.Namespace, config: Config) -> int:
                 repair=args.repair,
                 sample=args.sample,
                 max_rate=max_rate,
-                progress=lambda n, size: Progress("audit", n, size),
+                progress=lambda n, size: Progress("audit", n, size, note=throttled),
             )
             return await audit.run()
         finally:
@@ -173,7 +183,7 @@ def run_audit(args: argparse.Namespace, config: Config) -> int:
         print(f"attachstore: audit could not run: {e}", file=sys.stderr)
         return EXIT_COULD_NOT_RUN
     if args.json:
-        print(msgspec.json.encode(report).decode())
+        print(msgspec.json.encode(msgspec.to_builtins(report) | {"clean": report.clean}).decode())
     else:
         for f in report.findings:
             repair = f"  [{f.repair}]" if f.repair else ""
@@ -182,13 +192,74 @@ def run_audit(args: argparse.Namespace, config: Config) -> int:
             f"{sum(1 for f in report.findings if f.kind == k)} {k}"
             for k in dict.fromkeys(f.kind for f in report.findings)
         )
-        sampled = f" (sample {report.sample:g})" if report.sample < 1 else ""
+        how = [f"sample {report.sample:g}"] if report.sample < 1 else []
+        how += [throttled] if throttled else []
         print(
-            f"audit{sampled}: {report.files} files ({human_bytes(report.bytes)}) re-hashed, "
-            f"{report.rows} rows checked; "
+            f"audit{' (' + ', '.join(how) + ')' if how else ''}: {_count(report.files, 'file')} "
+            f"({human_bytes(report.bytes)}) re-hashed, {_count(report.rows, 'row')} checked; "
             + (f"{_count(len(report.findings), 'finding')} ({kinds})" if report.findings else "clean")
         )
+        for step in _next_steps(report, args):
+            print(f"next: {step}")
+        if not report.clean:
+            print("every finding and what to do about it: docs/operations.md#the-audit")
     return EXIT_OK if report.clean else EXIT_FINDINGS
+
+
+# What --repair does to the kinds of finding that need it, for one and for n. Stray files are most often crash
+# leftovers, which gc removes: they get a line of their own.
+_REPAIRS = {
+    Kind.CORRUPT: ("quarantines the corrupt object", "quarantines the {n} corrupt objects"),
+    Kind.MISSING: ("marks the row whose file is gone", "marks the {n} rows whose files are gone"),
+    Kind.METADATA_MISMATCH: (
+        "rewrites the row that disagrees with its bytes",
+        "rewrites the {n} rows that disagree with their bytes",
+    ),
+}
+
+
+def _unreadable(f: Finding) -> bool:
+    return f.kind == Kind.CORRUPT and f.detail.startswith("cannot be read")
+
+
+def _next_steps(report: AuditReport, args: argparse.Namespace) -> list[str]:
+    """What to do about what the audit found, as commands a person can run from the same directory."""
+    if report.clean:
+        return []
+    again = "attachstore audit" + "".join(
+        f" {flag} {shlex.quote(value)}"
+        for flag, value in (("--config", args.config), ("--data-dir", args.data_dir))
+        if value
+    )
+    steps = []
+    repairable = []
+    for kind, (one, many) in _REPAIRS.items():
+        n = sum(1 for f in report.findings if f.kind == kind and not _unreadable(f))
+        if n:
+            repairable.append(one if n == 1 else many.format(n=n))
+    if repairable and not args.repair:
+        steps.append(f"`{again} --repair` {'; '.join(repairable)}")
+    if args.repair and any(f.repair for f in report.findings):
+        steps.append(f"`{again}` again shows that the repairs took")
+    strays = sum(1 for f in report.findings if f.kind == Kind.STRAY_FILE and not f.repair)
+    if strays:
+        steps.append(
+            "the stray file is most often left by a crash: gc removes it once it is older than the grace "
+            "period (`--repair` re-indexes it if its bytes verify as an image, else quarantines it)"
+            if strays == 1
+            else f"the {strays} stray files are most often left by a crash: gc removes them once they are "
+            "older than the grace period (`--repair` re-indexes those whose bytes verify as images, and "
+            "quarantines the others)"
+        )
+    if any(_unreadable(f) for f in report.findings):
+        steps.append("check the disk, and the owner and mode of the files that cannot be read")
+    kinds = {f.kind for f in report.findings}
+    if Kind.STRAY_ROW in kinds or (args.repair and kinds & {Kind.CORRUPT, Kind.MISSING}):
+        steps.append(
+            "a ref without bytes reads again once the same bytes are admitted again (`attachstore put "
+            "FILE`, from a backup, say); gc removes its row once nothing holds it"
+        )
+    return steps
 
 
 def run_migrate(args: argparse.Namespace, config: Config) -> int:

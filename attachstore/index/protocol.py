@@ -223,6 +223,15 @@ class Operations(ABC):
         sql = f"SELECT {COLUMNS} FROM objects WHERE lease_at < $1 AND {_UNHELD} ORDER BY ref"
         return [object_row(r) for r in await self._reads.fetch(sql, cutoff)]
 
+    async def kept(self, cutoff: float) -> tuple[int, int]:
+        """What GC keeps whatever the roots say: how many objects are held (by a session, or as a variant a
+        source links to), and how many others are within the grace period (lease at `cutoff` or later)."""
+        sql = f"""SELECT CAST(coalesce(sum(CASE WHEN {_UNHELD} THEN 0 ELSE 1 END), 0) AS bigint),
+            CAST(coalesce(sum(CASE WHEN {_UNHELD} AND lease_at >= $1 THEN 1 ELSE 0 END), 0) AS bigint)
+            FROM objects"""
+        [found] = await self._reads.fetch(sql, cutoff)
+        return int(found[0]), int(found[1])
+
     async def refs(self) -> set[str]:
         return {r[0] for r in await self._reads.fetch("SELECT ref FROM objects")}
 

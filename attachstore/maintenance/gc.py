@@ -12,7 +12,7 @@ import asyncio
 import os
 import re
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,6 +49,8 @@ class GcPlan:
     grace: float
     garbage: list[ObjectRow]
     rooted: int  # unheld objects past their grace that a root names
+    held: int  # by a session, or as a variant a source links to
+    young: int  # unheld, but within the grace period
     staging: list[StoredFile]  # the local backend's only: S3 has no staging area
     unindexed: list[StoredObject]
 
@@ -67,30 +69,46 @@ class GcResult:
     empty_dirs_removed: int = 0
 
 
-async def plan(store: Store, grace: float, roots: Sequence[Path] = (), now: float | None = None) -> GcPlan:
+async def plan(
+    store: Store,
+    grace: float,
+    roots: Sequence[Path] = (),
+    now: float | None = None,
+    progress: Callable[[int, int], Progress] | None = None,
+) -> GcPlan:
+    """What a sweep would remove. `progress(objects, bytes)` makes the line that follows the walk of the
+    objects, sized by the index's figures."""
     now = time.time() if now is None else now
     cutoff = now - grace
     named = await asyncio.to_thread(scan_roots, roots) if roots else set()
     candidates = await store.index.collectible(cutoff)
     garbage = [r for r in candidates if r.ref not in named]
+    held, young = await store.index.kept(cutoff)
     indexed = await store.index.refs()
+    bar = progress(*await store.index.stats()) if progress else None
 
     # Files without a row have no lease; their age is all there is, and a young one may be in flight.
     file_cutoff = min(cutoff, now - IN_FLIGHT)
 
-    unindexed = [
-        f
-        async for f in store.blobs.walk()
-        if f.ref is not None
-        and str(f.ref) not in indexed
-        and f.mtime < file_cutoff
-        and str(f.ref) not in named
-    ]
+    unindexed = []
+    async for f in store.blobs.walk():
+        if bar:
+            bar.advance(1, f.size)
+        if (
+            f.ref is not None
+            and str(f.ref) not in indexed
+            and f.mtime < file_cutoff
+            and str(f.ref) not in named
+        ):
+            unindexed.append(f)
+    if bar:
+        bar.finish()
     staging: list[StoredFile] = []
     if store.local is not None:
         local = store.local
         staging = await asyncio.to_thread(lambda: [f for f in local.walk_staging() if f.mtime < file_cutoff])
-    return GcPlan(cutoff, grace, garbage, len(candidates) - len(garbage), staging, unindexed)
+    rooted = len(candidates) - len(garbage)
+    return GcPlan(cutoff, grace, garbage, rooted, held, young, staging, unindexed)
 
 
 async def execute(store: Store, gc_plan: GcPlan, progress: Progress | None = None) -> GcResult:

@@ -507,6 +507,10 @@ async def test_collect_takes_variants_with_their_source_unless_kept(index: AnyIn
     assert await index.publish_variant(row(B, None), E, "other", nothing)
     assert await index.variant(A, "fit") == row(B, None)
     assert [r.ref for r in await index.collectible(200.0)] == [A, E]  # linked variants are not candidates
+    assert await index.kept(200.0) == (3, 0)  # B, C and D: linked (and D held)
+    await index.renew([E], now=250.0)
+    assert await index.kept(200.0) == (3, 1)  # E: within the grace period
+    await index.renew([E], now=100.0)
 
     assert await index.collect([A], 200.0, files.remove) == [(A, 10)]
     assert files.removed == [A]  # B stays: E still links it

@@ -151,7 +151,7 @@ def test_gc_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["gc", *data, "--grace", "0s", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert f"would collect {ref}" in out
-    assert "1 objects" in out
+    assert "1 object: 0 held, 0 within the grace period, 0 kept by roots, 1 to collect" in out
     assert main(["stat", *data, ref]) == 0
     capsys.readouterr()
 
