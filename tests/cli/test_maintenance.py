@@ -118,16 +118,26 @@ def _lease(data_dir: Path, ref: str) -> float:
     return float(lease)
 
 
-def test_gc_shows_progress_while_it_plans(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, images: list[Path]
-) -> None:
-    data = tmp_path / "data"
-    _put(capsys, data, *images)
-    terminal = Terminal()
-    monkeypatch.setattr(sys, "stderr", terminal)
-    assert main(["gc", "--data-dir", str(data), "--dry-run"]) == 0
-    assert "\rgc plan: 1/5 objects, " in terminal.getvalue()
-    assert terminal.getvalue().endswith("\r\x1b[K")  # the line is cleared before the plan is printed
+def terminal(monkeypatch: pytest.MonkeyPatch) -> Terminal:
+    """Standard error, as a terminal: where the progress lines go. Called in the test itself: pytest's
+    capture puts its own standard error back after each fixture."""
+    stream = Terminal()
+    monkeypatch.setattr(sys, "stderr", stream)
+    return stream
+
+
+@pytest.fixture
+def filled(capsys: pytest.CaptureFixture[str], tmp_path: Path, images: list[Path]) -> Path:
+    """A store holding the five images."""
+    _put(capsys, tmp_path / "data", *images)
+    return tmp_path / "data"
+
+
+def test_gc_shows_progress_while_it_plans(filled: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    stderr = terminal(monkeypatch)
+    assert main(["gc", "--data-dir", str(filled), "--dry-run"]) == 0
+    assert "\rgc plan: 1/5 objects, " in stderr.getvalue()
+    assert stderr.getvalue().endswith("\r\x1b[K")  # the line is cleared before the plan is printed
 
 
 def test_an_audit_with_findings_says_what_to_do_next(
@@ -188,14 +198,12 @@ def test_audit_json_says_whether_the_store_is_clean(
 
 
 def test_audit_with_max_rate_says_it_is_throttled(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, images: list[Path]
+    capsys: pytest.CaptureFixture[str], filled: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    data = tmp_path / "data"
-    _put(capsys, data, *images)
-    terminal = Terminal()
-    monkeypatch.setattr(sys, "stderr", terminal)
+    data = filled
+    stderr = terminal(monkeypatch)
     assert main(["audit", "--data-dir", str(data), "--max-rate", "1"]) == 0
-    assert "/s (throttled to 1.0 MiB/s), ETA" in terminal.getvalue()
+    assert "/s (throttled to 1.0 MiB/s), ETA" in stderr.getvalue()
     assert capsys.readouterr().out.startswith("audit (throttled to 1.0 MiB/s): 5 files (")
     assert main(["audit", "--data-dir", str(data), "--max-rate", "1", "--sample", "0.5"]) == 0
     assert capsys.readouterr().out.startswith("audit (sample 0.5, throttled to 1.0 MiB/s): ")
