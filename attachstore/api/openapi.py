@@ -9,7 +9,7 @@ import msgspec
 
 from .. import __version__
 from ..render import Rendered, RenderRequest
-from ..service import SESSION_ID_PATTERN
+from ..service import PREVIEW_SIZES, SESSION_ID_PATTERN
 from . import wire
 
 _SHAPES: list[Any] = [
@@ -133,6 +133,30 @@ def document() -> dict[str, Any]:
                 "get": _op(
                     "Metadata",
                     _answers({"200": {"description": "the ImageRef", **_json("Attachment")}}, 400, 404),
+                ),
+            },
+            "/v1/attachments/{ref}/preview": {
+                "parameters": _path_param("ref", REF),
+                "get": _op(
+                    "A small still rendition for host UIs, verified",
+                    _answers(
+                        {
+                            "200": {"description": "the preview's bytes", **image},
+                            "304": {"description": "unchanged"},
+                        },
+                        400,
+                        404,
+                        422,
+                    ),
+                    parameters=[
+                        {
+                            "name": "size",
+                            "in": "query",
+                            "required": True,
+                            "description": "the longer side's bound, in pixels",
+                            "schema": {"type": "integer", "enum": list(PREVIEW_SIZES)},
+                        }
+                    ],
                 ),
             },
             "/v1/render": {
