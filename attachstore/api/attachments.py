@@ -30,14 +30,16 @@ def attachment(r: ImageRef) -> wire.Attachment:
     return wire.Attachment(r.ref, r.media_type, r.bytes, r.width, r.height, r.frames, r.name, normalized)
 
 
+def diagnostics(result: Admission) -> list[wire.Diagnostic]:
+    return [
+        wire.Diagnostic(d.index, d.media_type, d.name, d.code, d.message, d.hint) for d in result.diagnostics
+    ]
+
+
 def admit_answer(result: Admission) -> web.Response:
     if result.degraded:
         # Soft rejection: the tool call still succeeds; the text tells the model what was dropped and why.
-        diagnostics = [
-            wire.Diagnostic(d.index, d.media_type, d.name, d.code, d.message, d.hint)
-            for d in result.diagnostics
-        ]
-        return json_response(wire.AdmitAnswer([], True, diagnostics, result.text), 200)
+        return json_response(wire.AdmitAnswer([], True, diagnostics(result), result.text), 200)
     return json_response(wire.AdmitAnswer([attachment(r) for r in result.attachments]), 201)
 
 

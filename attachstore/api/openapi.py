@@ -10,7 +10,7 @@ import msgspec
 from .. import __version__
 from ..render import Rendered, RenderRequest
 from ..service import PREVIEW_SIZES, SESSION_ID_PATTERN
-from . import wire
+from . import mcpschema, wire
 
 _SHAPES: list[Any] = [
     wire.AdmitRequest,
@@ -24,6 +24,8 @@ _SHAPES: list[Any] = [
     wire.Released,
     wire.Routes,
     wire.ErrorAnswer,
+    wire.McpResults,
+    wire.McpAnswer,
     RenderRequest,
     Rendered,
 ]
@@ -31,8 +33,12 @@ REF = {"type": "string", "maxLength": 256, "description": "sha256:<64 hex> or bl
 SESSION_ID = {"type": "string", "pattern": SESSION_ID_PATTERN}
 
 
+def _ref(name: str) -> dict[str, Any]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
 def _json(name: str) -> dict[str, Any]:
-    return {"content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{name}"}}}}
+    return {"content": {"application/json": {"schema": _ref(name)}}}
 
 
 def _answers(ok: dict[str, Any], *errors: int) -> dict[str, Any]:
@@ -56,6 +62,11 @@ def _path_param(name: str, schema: dict[str, Any]) -> list[dict[str, Any]]:
 
 def document() -> dict[str, Any]:
     _, components = msgspec.json.schema_components(_SHAPES, ref_template="#/components/schemas/{name}")
+    # MCP's shapes, which the handler takes and answers as free JSON.
+    components["CallToolResult"] = mcpschema.CALL_TOOL_RESULT
+    components["AdmittedResult"] = mcpschema.ADMITTED_RESULT
+    components["McpResults"]["properties"]["result"] = _ref("CallToolResult")
+    components["McpAnswer"]["properties"]["result"] = _ref("AdmittedResult")
     multipart = {
         "type": "object",
         "properties": {
@@ -158,6 +169,38 @@ def document() -> dict[str, Any]:
                         }
                     ],
                 ),
+            },
+            "/v1/mcp/results": {
+                "post": _op(
+                    "Admit the images of an MCP tool result; the result with refs in their place",
+                    _answers(
+                        {
+                            "201": {"description": "admitted: each image a ref", **_json("McpAnswer")},
+                            "200": {
+                                "description": "no image, or degraded: the images are the text for the model",
+                                **_json("McpAnswer"),
+                            },
+                        },
+                        400,
+                        404,
+                        408,
+                        413,
+                        415,
+                        507,
+                    ),
+                    parameters=[
+                        {"name": "route", "in": "query", "required": False, "schema": {"type": "string"}},
+                        {"name": "session", "in": "query", "required": False, "schema": SESSION_ID},
+                    ],
+                    requestBody={
+                        "required": True,
+                        "content": {
+                            "application/json": {
+                                "schema": {"anyOf": [_ref("McpResults"), _ref("CallToolResult")]}
+                            }
+                        },
+                    },
+                )
             },
             "/v1/render": {
                 "post": _op(
