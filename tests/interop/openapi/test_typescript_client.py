@@ -74,23 +74,55 @@ await api.POST("/v1/attachments", { body: { images: [{ data: "" }] } });
 """
 
 
-def test_a_call_the_document_does_not_allow_does_not_compile(node: nodejs.Node, generated: str) -> None:
-    """The types bind: a preview size off the ladder and an admission without its source are type errors."""
-    wrong = HERE / "build" / "wrong" / "misuse.ts"
-    wrong.parent.mkdir(parents=True, exist_ok=True)
-    wrong.write_text(MISUSE)
-    options = ["--noEmit", "--strict", "--target", "ES2022", "--module", "NodeNext"]
-    options += ["--moduleResolution", "NodeNext", "--types", "node", "--skipLibCheck"]
-    done = subprocess.run(
-        [node.node, TSC, *options, str(wrong)],
+def _check(node: nodejs.Node, source: Path) -> subprocess.CompletedProcess[str]:
+    """tsc on one file beside the generated types, as strict as tsconfig.json."""
+    options = ["--noEmit", "--strict", "--noUncheckedIndexedAccess", "--exactOptionalPropertyTypes"]
+    options += [
+        "--lib",
+        "ES2022",
+        "--target",
+        "ES2022",
+        "--module",
+        "NodeNext",
+        "--moduleResolution",
+        "NodeNext",
+    ]
+    options += ["--types", "node", "--skipLibCheck"]
+    return subprocess.run(
+        [node.node, TSC, *options, str(source)],
         cwd=HERE,
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
     )
+
+
+def test_a_call_the_document_does_not_allow_does_not_compile(node: nodejs.Node, generated: str) -> None:
+    """The types bind: a preview size off the ladder and an admission without its source are type errors."""
+    wrong = HERE / "build" / "wrong" / "misuse.ts"
+    wrong.parent.mkdir(parents=True, exist_ok=True)
+    wrong.write_text(MISUSE)
+    done = _check(node, wrong)
     assert done.returncode != 0, done.stdout
     errors = dict(re.findall(r"misuse\.ts\((\d+),\d+\): error (.*)", done.stdout))
     assert "'100' is not assignable" in errors.get("5", ""), done.stdout
     assert "6" in errors, done.stdout
     assert "Property 'source' is missing" in done.stdout, done.stdout
+
+
+def test_the_example_of_the_docs_compiles(node: nodejs.Node, generated: str) -> None:
+    """docs/clients.md's TypeScript, against the types of the document the daemon serves."""
+    [example] = re.findall(r"```ts\n(.*?)```", (HERE.parents[2] / "docs" / "clients.md").read_text(), re.S)
+    given = (
+        'import { readFileSync } from "node:fs";\n'
+        'import type { components } from "../../gen/schema.js";\n'
+        "declare const token: string, base64: string;\n"
+        'declare const callToolResult: components["schemas"]["CallToolResult"];\n'
+        'const png = readFileSync("shot.png");\n'
+    )
+    source = HERE / "build" / "docs" / "example.ts"
+    source.parent.mkdir(parents=True, exist_ok=True)
+    source.write_text(given + example.replace('"./gen/schema.js"', '"../../gen/schema.js"'))
+    done = _check(node, source)
+    assert done.returncode == 0, done.stdout
