@@ -74,20 +74,12 @@ class Admission(msgspec.Struct, frozen=True):
         return [a.ref for a in self.attachments]
 
 
-class McpResult(msgspec.Struct, frozen=True):
-    """The answer of `admit_mcp_result`: `result` is the CallToolResult with each image a `{"type": "image",
-    "ref"}` block, ready for the log and for render; `degraded`, nothing was stored and the images became
-    `text`, for the model."""
+class McpResult(Admission, frozen=True, kw_only=True):
+    """The answer of `admit_mcp_result`: the admission of the result's images (one attachment per image, in
+    content order), and `result`, the CallToolResult with each image a `{"type": "image", "ref"}` block,
+    ready for the log and for render; when `degraded`, the images became `text`, for the model."""
 
     result: dict[str, Any]
-    attachments: list[Attachment]  # one per image, in content order
-    degraded: bool = False
-    diagnostics: list[Diagnostic] = []
-    text: str | None = None
-
-    @property
-    def refs(self) -> list[str]:
-        return [a.ref for a in self.attachments]
 
 
 class Blob(msgspec.Struct, frozen=True):

@@ -5,18 +5,16 @@ reads, meta, a session with holds, render, a preview, an MCP tool result, errors
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support import node as nodejs
-from tests.support.daemon import free_port, wait_ready
+from tests.support.daemon import serving
 
 HERE = Path(__file__).parent
 TSC = "node_modules/typescript/bin/tsc"
@@ -30,23 +28,8 @@ def node() -> nodejs.Node:
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    root = tmp_path_factory.mktemp("interop-openapi")
-    (root / "attachstore.toml").write_text(CONFIG)
-    port = free_port()
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("ATTACHSTORE_")},
-        "ATTACHSTORE_DATA_DIR": str(root / "data"),
-        "ATTACHSTORE_CONFIG": str(root / "attachstore.toml"),
-    }
-    with open(root / "daemon.log", "wb") as log:  # the daemon's JSON lines, for a failure's story
-        serve = [sys.executable, "-m", "attachstore", "serve", "--listen", f"127.0.0.1:{port}"]
-        proc = subprocess.Popen(serve, env=env, stderr=log)
-        try:
-            wait_ready(f"http://127.0.0.1:{port}/readyz", proc)
-            yield f"http://127.0.0.1:{port}"
-        finally:
-            proc.terminate()
-            proc.wait(timeout=30)
+    with serving(tmp_path_factory.mktemp("interop-openapi"), CONFIG) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
