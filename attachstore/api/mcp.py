@@ -86,12 +86,25 @@ def _base64(block: dict[str, Any], key: str, where: str) -> str:
     return text
 
 
+# The fields of a CallToolResult besides its content, and what each must be when present.
+_FIELDS: dict[str, tuple[type, str]] = {
+    "structuredContent": (dict, "object"),
+    "isError": (bool, "bool"),
+    "_meta": (dict, "object"),
+}
+
+
 def images_of(result: dict[str, Any], where: str = "$") -> dict[int, Upload]:
     """The images of a CallToolResult by their position in `content`: every `image` block, and every
-    embedded `resource` whose blob has an image type (named by its uri)."""
+    embedded `resource` whose blob has an image type (named by its uri). Of the rest, only the result's
+    own fields are checked: the blocks are answered as they came."""
     content = result.get("content")
     if not isinstance(content, list):
         raise InvalidRequest(f"invalid request at {where}.content: a CallToolResult has a `content` array")
+    for key, (kind, name) in _FIELDS.items():
+        if key in result and not isinstance(result[key], kind):
+            got = type(result[key]).__name__
+            raise InvalidRequest(f"invalid request at {where}.{key}: Expected `{name}`, got `{got}`")
     if len(content) > MAX_BLOCKS:
         raise InvalidRequest(
             f"invalid request at {where}.content: {len(content)} content blocks, more than {MAX_BLOCKS}",

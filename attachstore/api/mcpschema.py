@@ -51,6 +51,15 @@ _EMBEDDED = _block(
     "resource", ["resource"], resource={"anyOf": [_resource(text=_STRING), _resource(blob=_BASE64)]}
 )
 _IMAGE = _block("image", ["data", "mimeType"], data=_BASE64, mimeType=_STRING)
+# What the endpoint does not look at comes back as it came: a block of a type this version does not know, or
+# a known one with fields of other shapes.
+_OTHER: dict[str, Any] = {
+    "type": "object",
+    "description": "any other block, answered as it came",
+    "properties": {"type": {"type": "string"}},
+    "required": ["type"],
+    "additionalProperties": True,
+}
 IMAGE_REF: dict[str, Any] = {
     "type": "object",
     "description": "an image of the result, admitted: render takes this block as it is",
@@ -76,11 +85,11 @@ def _result(blocks: list[dict[str, Any]], description: str) -> dict[str, Any]:
 
 
 CALL_TOOL_RESULT = _result(
-    [_TEXT, _IMAGE, _AUDIO, _LINK, _EMBEDDED],
+    [_TEXT, _IMAGE, _AUDIO, _LINK, _EMBEDDED, _OTHER],
     "an MCP CallToolResult as its server sent it (base64 may be broken into lines)",
 )
 ADMITTED_RESULT = _result(
-    [IMAGE_REF, _TEXT, _AUDIO, _LINK, _EMBEDDED],
+    [IMAGE_REF, _TEXT, _AUDIO, _LINK, _EMBEDDED, _OTHER],
     "the CallToolResult with each image and each embedded image resource a ref block (degraded: the first "
     "image's place holds the text for the model, and the other images are gone); all else as it came",
 )

@@ -191,6 +191,19 @@ async def test_a_result_without_images_comes_back_as_it_came(client: Client) -> 
     assert await results(client, {"content": []}) == (200, {"result": {"content": []}, "attachments": []})
 
 
+async def test_blocks_not_looked_at_come_back_as_they_came(client: Client) -> None:
+    sent = {
+        "content": [
+            {"type": "text", "text": 7, "annotations": [1]},  # not MCP's shape, and none of our business
+            {"type": "video/future", "frames": [1, 2]},
+            {"type": "resource", "resource": {"mimeType": "image/png", "text": "no blob"}, "_meta": None},
+        ],
+        "unknown": {"x": [None]},
+    }
+    status, answer = await results(client, copy.deepcopy(sent), "?route=vision")
+    assert (status, answer["result"]) == (200, sent)
+
+
 async def test_embedded_resources_are_admitted_only_with_an_image_type(client: Client) -> None:
     sent = {
         "content": [
@@ -242,6 +255,10 @@ async def test_too_many_images_for_a_batch_is_a_refusal(client: Client) -> None:
     [
         ([], "", "$"),
         ({"content": "no"}, "", "$.content"),
+        ({"content": [], "isError": "yes"}, "", "$.isError"),
+        ({"content": [], "isError": None}, "", "$.isError"),
+        ({"content": [], "structuredContent": [1]}, "", "$.structuredContent"),
+        ({"result": {"content": [], "_meta": 1}}, "", "$.result._meta"),
         ({"isError": True}, "", "$.content"),
         ({"content": [7]}, "", "$.content[0]"),
         ({"content": [{"text": "no type"}]}, "", "$.content[0]"),
