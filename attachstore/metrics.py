@@ -26,7 +26,7 @@ class Metrics:
         )
         self.variants = Counter(
             "attachstore_variants",
-            "Request variants used by render: found cached, or derived (image work done)",
+            "Request variants used by render, and previews: found cached, or derived (image work done)",
             ["result"],
             registry=r,
         )

@@ -1,12 +1,12 @@
-"""POST /v1/attachments, GET/HEAD /v1/attachments/{ref}, GET /v1/attachments/{ref}/meta."""
+"""POST /v1/attachments, GET/HEAD /v1/attachments/{ref}, GET /v1/attachments/{ref}/meta and /preview."""
 
 from __future__ import annotations
 
 import msgspec
 from aiohttp import web
 
-from ..errors import UnsupportedMediaType
-from ..service import Admission, ImageRef, Upload
+from ..errors import InvalidRequest, UnsupportedMediaType
+from ..service import PREVIEW_SIZES, PREVIEW_SIZES_HINT, Admission, ImageRef, Upload
 from . import wire
 from .bodies import IMAGES_HINT, read_multipart
 from .common import CONFIG, STORE, json_response, read_json, tenant_of
@@ -18,6 +18,7 @@ READ_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; sandbox",
 }
 admit_decoder = msgspec.json.Decoder(wire.AdmitRequest)
+_PREVIEW_SIZES = frozenset(map(str, PREVIEW_SIZES))  # exactly as written: not "064", "+64" or " 64"
 
 
 def attachment(r: ImageRef) -> wire.Attachment:
@@ -29,14 +30,16 @@ def attachment(r: ImageRef) -> wire.Attachment:
     return wire.Attachment(r.ref, r.media_type, r.bytes, r.width, r.height, r.frames, r.name, normalized)
 
 
+def diagnostics(result: Admission) -> list[wire.Diagnostic]:
+    return [
+        wire.Diagnostic(d.index, d.media_type, d.name, d.code, d.message, d.hint) for d in result.diagnostics
+    ]
+
+
 def admit_answer(result: Admission) -> web.Response:
     if result.degraded:
         # Soft rejection: the tool call still succeeds; the text tells the model what was dropped and why.
-        diagnostics = [
-            wire.Diagnostic(d.index, d.media_type, d.name, d.code, d.message, d.hint)
-            for d in result.diagnostics
-        ]
-        return json_response(wire.AdmitAnswer([], True, diagnostics, result.text), 200)
+        return json_response(wire.AdmitAnswer([], True, diagnostics(result), result.text), 200)
     return json_response(wire.AdmitAnswer([attachment(r) for r in result.attachments]), 201)
 
 
@@ -78,6 +81,17 @@ def _etag_matches(header: str, etag: str) -> bool:
     return "*" in tags or etag in tags
 
 
+def _not_modified(etag: str) -> web.Response:
+    return web.Response(status=304, headers={"ETag": etag, **READ_HEADERS})
+
+
+def _verified(request: web.Request, found: ImageRef, data: bytes | bytearray) -> web.Response:
+    """Verified bytes on their way out: their ref is their ETag, and they may be cached for good."""
+    sending(request).claim(len(data))
+    headers = {"Content-Type": found.media_type, "ETag": f'"{found.ref}"', **READ_HEADERS}
+    return web.Response(body=View(data, found.media_type), headers=headers)
+
+
 async def read(request: web.Request) -> web.Response:
     store = request.app[STORE]
     text = request.match_info["ref"]
@@ -86,11 +100,28 @@ async def read(request: web.Request) -> web.Response:
     if if_none_match and _etag_matches(if_none_match, etag):
         # The client holds these exact bytes already (the ETag is their hash): say so without reading them.
         await store.meta(text, tenant_of(request))
-        return web.Response(status=304, headers={"ETag": etag, **READ_HEADERS})
-    ref, data = await store.read(text, tenant_of(request))
-    sending(request).claim(len(data))
-    body = View(data, ref.media_type)
-    return web.Response(body=body, headers={"Content-Type": ref.media_type, "ETag": etag, **READ_HEADERS})
+        return _not_modified(etag)
+    return _verified(request, *await store.read(text, tenant_of(request)))
+
+
+def _preview_size(request: web.Request) -> int:
+    sizes = request.query.getall("size", [])
+    if len(sizes) != 1 or sizes[0] not in _PREVIEW_SIZES:
+        given = "no size" if not sizes else f"size={sizes[0][:20]!r}" if len(sizes) == 1 else "several sizes"
+        raise InvalidRequest(f"size: {given} is not a preview size", hint=PREVIEW_SIZES_HINT)
+    return int(sizes[0])
+
+
+async def preview(request: web.Request) -> web.Response:
+    """GET /v1/attachments/{ref}/preview?size=N: read as the bytes are, the preview's ref its ETag."""
+    store, tenant = request.app[STORE], tenant_of(request)
+    text, size = request.match_info["ref"], _preview_size(request)
+    if_none_match = request.headers.get("If-None-Match")
+    if if_none_match:
+        current = await store.preview_ref(text, size, tenant)
+        if current is not None and _etag_matches(if_none_match, f'"{current}"'):
+            return _not_modified(f'"{current}"')
+    return _verified(request, *await store.preview(text, size, tenant))
 
 
 async def meta(request: web.Request) -> web.Response:
@@ -101,6 +132,7 @@ async def meta(request: web.Request) -> web.Response:
 def add_routes(router: web.UrlDispatcher) -> None:
     router.add_post("/v1/attachments", admit)
     router.add_get("/v1/attachments/{ref:[^/]+}/meta", meta)
+    router.add_get("/v1/attachments/{ref:[^/]+}/preview", preview)
     # Any tail, empty or with slashes or newlines, reaches the handler: a malformed ref is
     # INVALID_ATTACHMENT_REF, never the generic 404 of a path no route matches.
     router.add_get("/v1/attachments/{ref:(?s:.*)}", read)

@@ -1,5 +1,6 @@
 """GET /openapi.json: the OpenAPI 3.1 description, generated from the structs that decode requests and encode
-answers (no hand-kept copy of a shape)."""
+answers (no hand-kept copy of a shape). tests/interop/openapi/ generates a TypeScript client from it and
+type-checks it under tsc --strict: what a generator needs to type the API right is said here."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from typing import Any
 import msgspec
 
 from .. import __version__
+from ..gate import MEDIA_TYPES
 from ..render import Rendered, RenderRequest
-from ..service import SESSION_ID_PATTERN
-from . import wire
+from ..service import PREVIEW_SIZES, SESSION_ID_PATTERN
+from . import mcpschema, wire
 
 _SHAPES: list[Any] = [
     wire.AdmitRequest,
@@ -24,15 +26,54 @@ _SHAPES: list[Any] = [
     wire.Released,
     wire.Routes,
     wire.ErrorAnswer,
+    wire.McpResults,
+    wire.McpAnswer,
     RenderRequest,
+    Rendered,
+]
+# The shapes of answers; those encoded without omit_defaults carry every field (see _always_present).
+_ANSWERS: list[Any] = [
+    wire.AdmitAnswer,
+    wire.Attachment,
+    wire.Session,
+    wire.Released,
+    wire.Routes,
+    wire.ErrorAnswer,
+    wire.McpAnswer,
     Rendered,
 ]
 REF = {"type": "string", "maxLength": 256, "description": "sha256:<64 hex> or blake3:<64 hex>"}
 SESSION_ID = {"type": "string", "pattern": SESSION_ID_PATTERN}
+BINARY = {"type": "string", "format": "binary", "contentMediaType": "application/octet-stream"}
+# Stable names for generated functions: a generator names them after these, not after the path.
+OPERATIONS = {
+    ("/v1/attachments", "post"): "admit",
+    ("/v1/attachments/{ref}", "get"): "readAttachment",
+    ("/v1/attachments/{ref}", "head"): "headAttachment",
+    ("/v1/attachments/{ref}/meta", "get"): "getMeta",
+    ("/v1/attachments/{ref}/preview", "get"): "getPreview",
+    ("/v1/mcp/results", "post"): "admitMcpResult",
+    ("/v1/render", "post"): "render",
+    ("/v1/sessions/{id}", "put"): "createSession",
+    ("/v1/sessions/{id}", "get"): "getSession",
+    ("/v1/sessions/{id}", "delete"): "deleteSession",
+    ("/v1/sessions/{id}/route", "post"): "switchRoute",
+    ("/v1/sessions/{id}/fork", "post"): "forkSession",
+    ("/v1/sessions/{id}/holds", "post"): "holdRefs",
+    ("/v1/routes", "get"): "listRoutes",
+    ("/healthz", "get"): "healthz",
+    ("/readyz", "get"): "readyz",
+    ("/metrics", "get"): "metrics",
+    ("/openapi.json", "get"): "openapi",
+}
+
+
+def _ref(name: str) -> dict[str, Any]:
+    return {"$ref": f"#/components/schemas/{name}"}
 
 
 def _json(name: str) -> dict[str, Any]:
-    return {"content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{name}"}}}}
+    return {"content": {"application/json": {"schema": _ref(name)}}}
 
 
 def _answers(ok: dict[str, Any], *errors: int) -> dict[str, Any]:
@@ -54,21 +95,103 @@ def _path_param(name: str, schema: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"name": name, "in": "path", "required": True, "schema": schema}]
 
 
+_IF_NONE_MATCH = {
+    "name": "If-None-Match",
+    "in": "header",
+    "required": False,
+    "description": "an ETag of these bytes: 304 without them",
+    "schema": {"type": "string"},
+}
+_ETAG = {"ETag": {"description": "the ref of the bytes, quoted", "schema": {"type": "string"}}}
+
+
+def _bytes(description: str) -> dict[str, Any]:
+    """The 200 and 304 of a verified read: the bytes in one of the gate's types, and their ETag."""
+    binary = {"schema": {"type": "string", "format": "binary"}}
+    return {
+        "200": {"description": description, "headers": _ETAG, "content": dict.fromkeys(MEDIA_TYPES, binary)},
+        "304": {"description": "unchanged: the caller holds these bytes", "headers": _ETAG},
+    }
+
+
+def _status(*values: str) -> dict[str, Any]:
+    schema = {"type": "object", "properties": {"status": {"enum": list(values)}}, "required": ["status"]}
+    return {"content": {"application/json": {"schema": schema}}}
+
+
+def _free_form(node: Any) -> None:
+    """Every object schema that names neither properties nor additionalProperties (msgspec writes
+    dict[str, Any] as a bare {"type": "object"}) says that it takes any: generators otherwise type it as
+    an object with no fields (Record<string, never>)."""
+    if isinstance(node, list):
+        for item in node:
+            _free_form(item)
+    elif isinstance(node, dict):
+        if node.get("type") == "object" and "properties" not in node and "additionalProperties" not in node:
+            node["additionalProperties"] = True
+        for value in node.values():
+            _free_form(value)
+
+
+def _always_present(shapes: list[Any]) -> set[str]:
+    """The answer structs and dataclasses whose every field is on the wire: msgspec leaves a field with a
+    default out of `required`, which is right only where the encoder omits defaults (omit_defaults)."""
+    names: set[str] = set()
+    seen: set[int] = set()
+    stack: list[Any] = list(msgspec.inspect.multi_type_info(shapes))
+    while stack:
+        info = stack.pop()
+        if id(info) in seen:
+            continue
+        seen.add(id(info))
+        if isinstance(info, msgspec.inspect.StructType | msgspec.inspect.DataclassType):
+            config = getattr(info.cls, "__struct_config__", None)
+            if config is None or not config.omit_defaults:
+                names.add(info.cls.__name__)
+            stack.extend(f.type for f in info.fields)
+        elif isinstance(info, msgspec.inspect.UnionType):
+            stack.extend(info.types)
+        elif isinstance(info, msgspec.inspect.ListType):
+            stack.append(info.item_type)
+        elif isinstance(info, msgspec.inspect.DictType):
+            stack.append(info.value_type)
+    return names
+
+
+def _finished(doc: dict[str, Any]) -> dict[str, Any]:
+    schemas = doc["components"]["schemas"]
+    for name in _always_present(_ANSWERS):
+        schema = schemas[name]
+        schema["required"] = list(schema["properties"])
+    for (path, method), operation_id in OPERATIONS.items():
+        doc["paths"][path][method]["operationId"] = operation_id
+    _free_form(doc)
+    return doc
+
+
 def document() -> dict[str, Any]:
     _, components = msgspec.json.schema_components(_SHAPES, ref_template="#/components/schemas/{name}")
+    # MCP's shapes, which the handler takes and answers as free JSON.
+    components["CallToolResult"] = mcpschema.CALL_TOOL_RESULT
+    components["AdmittedResult"] = mcpschema.ADMITTED_RESULT
+    components["McpResults"]["properties"]["result"] = _ref("CallToolResult")
+    components["McpAnswer"]["properties"]["result"] = _ref("AdmittedResult")
+    # The file parts as a named, repeated binary field, so that a generator types them as files.
     multipart = {
         "type": "object",
+        "description": "Text fields source, route and session; every part with a filename is an image, "
+        "whatever its field name (image is the conventional one), in order.",
         "properties": {
             "source": {"type": "string", "enum": ["user", "tool", "mcp", "command"]},
             "route": {"type": "string"},
             "session": SESSION_ID,
+            "image": {"type": "array", "minItems": 1, "items": BINARY},
         },
-        "required": ["source"],
-        "additionalProperties": {"type": "string", "contentMediaType": "application/octet-stream"},
+        "required": ["source", "image"],
     }
-    image = {"content": {"image/*": {"schema": {"type": "string", "contentMediaType": "image/*"}}}}
+    image_parts = {"image": {"contentType": ", ".join([*MEDIA_TYPES, "application/octet-stream"])}}
     session_ops = _path_param("id", SESSION_ID)
-    return {
+    doc = {
         "openapi": "3.1.0",
         "info": {
             "title": "attachstore",
@@ -106,7 +229,7 @@ def document() -> dict[str, Any]:
                         "required": True,
                         "content": {
                             "application/json": {"schema": {"$ref": "#/components/schemas/AdmitRequest"}},
-                            "multipart/form-data": {"schema": multipart},
+                            "multipart/form-data": {"schema": multipart, "encoding": image_parts},
                         },
                     },
                 )
@@ -114,18 +237,19 @@ def document() -> dict[str, Any]:
             "/v1/attachments/{ref}": {
                 "parameters": _path_param("ref", REF),
                 "get": _op(
-                    "Verified bytes",
-                    _answers(
-                        {"200": {"description": "the bytes", **image}, "304": {"description": "unchanged"}},
-                        400,
-                        404,
-                    ),
+                    "Verified bytes", _answers(_bytes("the bytes"), 400, 404), parameters=[_IF_NONE_MATCH]
                 ),
                 "head": _op(
                     "Verified headers",
                     _answers(
-                        {"200": {"description": "the headers"}, "304": {"description": "unchanged"}}, 400, 404
+                        {
+                            "200": {"description": "the headers", "headers": _ETAG},
+                            "304": {"description": "unchanged", "headers": _ETAG},
+                        },
+                        400,
+                        404,
                     ),
+                    parameters=[_IF_NONE_MATCH],
                 ),
             },
             "/v1/attachments/{ref}/meta": {
@@ -134,6 +258,55 @@ def document() -> dict[str, Any]:
                     "Metadata",
                     _answers({"200": {"description": "the ImageRef", **_json("Attachment")}}, 400, 404),
                 ),
+            },
+            "/v1/attachments/{ref}/preview": {
+                "parameters": _path_param("ref", REF),
+                "get": _op(
+                    "A small still rendition for host UIs, verified",
+                    _answers(_bytes("the preview's bytes"), 400, 404, 422),
+                    parameters=[
+                        _IF_NONE_MATCH,
+                        {
+                            "name": "size",
+                            "in": "query",
+                            "required": True,
+                            "description": "the longer side's bound, in pixels",
+                            "schema": {"type": "integer", "enum": list(PREVIEW_SIZES)},
+                        },
+                    ],
+                ),
+            },
+            "/v1/mcp/results": {
+                "post": _op(
+                    "Admit the images of an MCP tool result; the result with refs in their place",
+                    _answers(
+                        {
+                            "201": {"description": "admitted: each image a ref", **_json("McpAnswer")},
+                            "200": {
+                                "description": "no image, or degraded: the images are the text for the model",
+                                **_json("McpAnswer"),
+                            },
+                        },
+                        400,
+                        404,
+                        408,
+                        413,
+                        415,
+                        507,
+                    ),
+                    parameters=[
+                        {"name": "route", "in": "query", "required": False, "schema": {"type": "string"}},
+                        {"name": "session", "in": "query", "required": False, "schema": SESSION_ID},
+                    ],
+                    requestBody={
+                        "required": True,
+                        "content": {
+                            "application/json": {
+                                "schema": {"anyOf": [_ref("McpResults"), _ref("CallToolResult")]}
+                            }
+                        },
+                    },
+                )
             },
             "/v1/render": {
                 "post": _op(
@@ -217,12 +390,14 @@ def document() -> dict[str, Any]:
                     "Configured routes", _answers({"200": {"description": "routes", **_json("Routes")}})
                 )
             },
-            "/healthz": {"get": _op("Liveness", {"200": {"description": "alive"}}, security=[])},
+            "/healthz": {
+                "get": _op("Liveness", {"200": {"description": "alive", **_status("ok")}}, security=[])
+            },
             "/readyz": {
                 "get": _op(
                     "Readiness",
                     {
-                        "200": {"description": "ready"},
+                        "200": {"description": "ready", **_status("ready")},
                         "503": {"description": "not ready", **_json("ErrorAnswer")},
                     },
                     security=[],
@@ -254,3 +429,4 @@ def document() -> dict[str, Any]:
             },
         },
     }
+    return _finished(doc)

@@ -1,4 +1,4 @@
-"""A Python client of the attachstore daemon (docs/client.md): `AsyncClient` for asyncio code, `Client` for
+"""A Python client of the attachstore daemon (docs/clients.md): `AsyncClient` for asyncio code, `Client` for
 blocking code, the same typed methods on both, and errors that carry the daemon's stable codes.
 
 It imports nothing of the server: only aiohttp, msgspec and the error and reference types."""
@@ -11,6 +11,7 @@ from .models import (
     Blob,
     Diagnostic,
     Image,
+    McpResult,
     Provider,
     Rendered,
     RouteInfo,
@@ -32,6 +33,7 @@ __all__ = [
     "ConnectionFailed",
     "Diagnostic",
     "Image",
+    "McpResult",
     "Provider",
     "Rendered",
     "RouteInfo",

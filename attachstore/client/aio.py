@@ -25,6 +25,7 @@ from .models import (
     Attachment,
     Blob,
     Image,
+    McpResult,
     Provider,
     Released,
     Rendered,
@@ -50,6 +51,7 @@ _released = msgspec.json.Decoder(Released)
 _routes = msgspec.json.Decoder(Routes)
 _rendered = msgspec.json.Decoder(Rendered)
 _status = msgspec.json.Decoder(Status)
+_mcp_result = msgspec.json.Decoder(McpResult)
 
 Images = Image | bytes | Sequence[Image | bytes]
 
@@ -177,8 +179,11 @@ class AsyncClient:
         request_id: str | None = None,
         headers: Mapping[str, str] | None = None,
         expect: tuple[int, ...] = (200, 201),
+        query: Mapping[str, str] | None = None,
     ) -> _Answer:
         url = URL(self.base_url + "/" + "/".join(_segment(p) for p in path), encoded=True)
+        if query:
+            url = url.update_query(query)
         sent = dict(headers or {})
         if isinstance(body, bytes):
             sent["Content-Type"] = "application/json"
@@ -232,6 +237,21 @@ class AsyncClient:
         answer = await self._send("POST", ("v1", "attachments"), body=form, request_id=request_id)
         return _decode(_admission, answer)
 
+    async def admit_mcp_result(
+        self,
+        result: Mapping[str, Any],
+        *,
+        route: str | None = None,
+        session: str | None = None,
+        request_id: str | None = None,
+    ) -> McpResult:
+        """Admit the images of an MCP CallToolResult (a JSON object, as its server sent it) as one `mcp`
+        batch; the answer holds the same result with each image a ref. A rejection is a `degraded` answer
+        whose result carries the text for the model, not an exception."""
+        options = {"route": route, "session": session}
+        payload = {"result": result, **{k: v for k, v in options.items() if v is not None}}
+        return await self._json(_mcp_result, "POST", ("v1", "mcp", "results"), payload, request_id)
+
     async def read(self, ref: str, *, request_id: str | None = None) -> bytes:
         """The bytes of `ref`, verified by the daemon (and, with `verify_reads`, hashed again here)."""
         blob = await self.read_response(ref, request_id=request_id)
@@ -254,6 +274,35 @@ class AsyncClient:
         if self.verify_reads and not _verified(ref, answer.body):
             raise bad_response(answer.status, answer.headers, f"the bytes received do not hash to {ref}")
         return Blob(ref, answer.body, answer.headers.get("Content-Type"), etag)
+
+    async def preview(
+        self,
+        ref: str,
+        size: int = 256,
+        *,
+        if_none_match: str | None = None,
+        request_id: str | None = None,
+    ) -> Blob:
+        """A small still image of `ref` for a UI, its longer side at most `size` (64, 128, 256 or 512). The
+        `Blob`'s `ref` is the preview's own (its ETag), and with `verify_reads` its bytes are hashed again
+        against it. With `if_none_match` (a previous `blob.etag`), an unchanged preview answers 304: `data`
+        is None."""
+        headers = {"If-None-Match": if_none_match} if if_none_match else None
+        answer = await self._send(
+            "GET",
+            ("v1", "attachments", ref, "preview"),
+            headers=headers,
+            request_id=request_id,
+            expect=(200, 304),
+            query={"size": str(size)},
+        )
+        etag = answer.headers.get("ETag")
+        own = (etag or "").strip('"')
+        if answer.status == 304:
+            return Blob(own, None, None, etag)
+        if self.verify_reads and not _verified(own, answer.body):
+            raise bad_response(answer.status, answer.headers, f"the preview's bytes do not hash to {etag}")
+        return Blob(own, answer.body, answer.headers.get("Content-Type"), etag)
 
     async def meta(self, ref: str, *, request_id: str | None = None) -> Attachment:
         return await self._json(_attachment, "GET", ("v1", "attachments", ref, "meta"), request_id=request_id)

@@ -74,6 +74,14 @@ class Admission(msgspec.Struct, frozen=True):
         return [a.ref for a in self.attachments]
 
 
+class McpResult(Admission, frozen=True, kw_only=True):
+    """The answer of `admit_mcp_result`: the admission of the result's images (one attachment per image, in
+    content order), and `result`, the CallToolResult with each image a `{"type": "image", "ref"}` block,
+    ready for the log and for render; when `degraded`, the images became `text`, for the model."""
+
+    result: dict[str, Any]
+
+
 class Blob(msgspec.Struct, frozen=True):
     """A read with its headers. `data` is None when the daemon answered 304 (the caller holds the bytes)."""
 

@@ -16,7 +16,18 @@ from typing import Any, ParamSpec, TypeVar
 import msgspec
 
 from .aio import AsyncClient, Images
-from .models import Admission, Attachment, Blob, Provider, Rendered, RouteInfo, Session, Source, Status
+from .models import (
+    Admission,
+    Attachment,
+    Blob,
+    McpResult,
+    Provider,
+    Rendered,
+    RouteInfo,
+    Session,
+    Source,
+    Status,
+)
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -110,6 +121,18 @@ class Client:
             self._async.admit, images, source=source, route=route, session=session, request_id=request_id
         )
 
+    def admit_mcp_result(
+        self,
+        result: Mapping[str, Any],
+        *,
+        route: str | None = None,
+        session: str | None = None,
+        request_id: str | None = None,
+    ) -> McpResult:
+        return self._call(
+            self._async.admit_mcp_result, result, route=route, session=session, request_id=request_id
+        )
+
     def read(self, ref: str, *, request_id: str | None = None) -> bytes:
         return self._call(self._async.read, ref, request_id=request_id)
 
@@ -117,6 +140,16 @@ class Client:
         self, ref: str, *, if_none_match: str | None = None, request_id: str | None = None
     ) -> Blob:
         return self._call(self._async.read_response, ref, if_none_match=if_none_match, request_id=request_id)
+
+    def preview(
+        self,
+        ref: str,
+        size: int = 256,
+        *,
+        if_none_match: str | None = None,
+        request_id: str | None = None,
+    ) -> Blob:
+        return self._call(self._async.preview, ref, size, if_none_match=if_none_match, request_id=request_id)
 
     def meta(self, ref: str, *, request_id: str | None = None) -> Attachment:
         return self._call(self._async.meta, ref, request_id=request_id)

@@ -29,6 +29,7 @@ _ANIMATED_WEBP_QUALITY = 80  # animations only shrink: a ladder would encode eve
 _SHRINK = 0.8  # a round takes a fifth off both sides
 _ROUNDS = 8  # the last round's sides are about a fifth of the first's (0.8 ** 7)
 _PNG_LEVEL = 6  # zlib's default: most of what level 9 saves, in a fraction of its time
+_LOSSLESS = ("image/png", "image/gif")  # screenshots and diagrams: a preview of one is tried as a PNG first
 # What EXIF orientations 2-8 ask for to show the picture upright, as ImageOps.exif_transpose does it.
 _TRANSPOSE = {
     2: Image.Transpose.FLIP_LEFT_RIGHT,
@@ -66,7 +67,7 @@ class Normalized:
     steps: tuple[str, ...]
 
 
-def fit(data: bytes, media_type: str, target: Target) -> Normalized:
+def fit(data: bytes, media_type: str, target: Target, *, preview: bool = False) -> Normalized:
     """The image upright, in sRGB, without metadata, resized (Lanczos, never up) within max_side and
     max_pixels and encoded within max_bytes; raises Unfittable when a few shrink rounds do not get there.
 
@@ -76,19 +77,29 @@ def fit(data: bytes, media_type: str, target: Target) -> Normalized:
     keeps its format, frames, durations, loop count and disposal, and only shrinks. Of a JPEG with several
     pictures (MPO) only the first is used. The "metadata" step means the input held something
     strip_metadata removes, or an ICC profile. Pillow's decompression-bomb check stays as the caller has set
-    it (Image.MAX_IMAGE_PIXELS and the warning filters)."""
+    it (Image.MAX_IMAGE_PIXELS and the warning filters).
+
+    A `preview` (for host UIs, docs/api.md) is always a still image: the first frame of an animation. A PNG
+    or GIF source (screenshots, diagrams) is tried as a PNG first whatever its colours, so that its text
+    stays sharp."""
     # Pillow's warnings about metadata it cannot read are silenced: the gate has already decoded every frame.
     with quiet_pillow(), Image.open(BytesIO(data), formats=[_FORMATS[media_type]]) as im:
         orientation = exif_orientation(im.getexif())
         profile = im.info.get("icc_profile") or None
         metadata = profile is not None or has_metadata(data, media_type)
-        if media_type != "image/jpeg" and getattr(im, "n_frames", 1) > 1:
+        if not preview and media_type != "image/jpeg" and getattr(im, "n_frames", 1) > 1:
             return _fit_animation(im, media_type, target, orientation, profile, metadata)
-        return _fit_still(im, target, orientation, profile, metadata)
+        lossless = preview and media_type in _LOSSLESS
+        return _fit_still(im, target, orientation, profile, metadata, lossless)
 
 
 def _fit_still(
-    im: ImageFile.ImageFile, target: Target, orientation: int, profile: bytes | None, metadata: bool
+    im: ImageFile.ImageFile,
+    target: Target,
+    orientation: int,
+    profile: bytes | None,
+    metadata: bool,
+    lossless: bool = False,
 ) -> Normalized:
     size = _upright(im.size, orientation)
     want = _bounded(size, target)
@@ -103,7 +114,7 @@ def _fit_still(
     colour, converted = _colour(source.mode, profile)
     for _ in range(_ROUNDS):
         frame = _prepare(source, im, _upright(want, orientation), orientation, colour, box)
-        encoded = _encode_still(frame, target.max_bytes)
+        encoded = _encode_still(frame, target.max_bytes, lossless)
         if len(encoded.data) <= target.max_bytes:
             steps = _steps(orientation, converted, metadata, want != size)
             return Normalized(encoded.data, encoded.media_type, frame.width, frame.height, steps)
@@ -327,11 +338,12 @@ class _Encoded:
     how: str  # for the message when nothing fits: "a PNG", "a JPEG of quality 50"
 
 
-def _encode_still(im: Image.Image, max_bytes: int) -> _Encoded:
-    """The first encoding that fits within max_bytes, else the last one tried (the lowest quality)."""
+def _encode_still(im: Image.Image, max_bytes: int, lossless: bool = False) -> _Encoded:
+    """The first encoding that fits within max_bytes, else the last one tried (the lowest quality). A PNG
+    is tried first for alpha, few colours, or when `lossless` asks for it."""
     alpha = im.mode in ("LA", "RGBA")
     colours = im.getcolors(256)
-    if alpha or colours is not None:
+    if alpha or colours is not None or lossless:
         encoded = _Encoded(
             _save(_palette(im, colours), "PNG", compress_level=_PNG_LEVEL), "image/png", "a PNG"
         )

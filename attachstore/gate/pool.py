@@ -99,12 +99,15 @@ class DecodePool:
         limits: Limits,
         source_limits: Limits,
         algorithm: str,
+        *,
+        preview: bool = False,
     ) -> Passed:
         """A variant of a stored image within `target` (max side, max pixels, max bytes), checked by the
-        gate with `limits`; Passed.data holds its bytes. Raises `Rejected` when none fits."""
+        gate with `limits`; Passed.data holds its bytes. Raises `Rejected` when none fits. A `preview` is
+        a still image (normalize.fit)."""
         # The store's own work (variants are shared by every tenant's renders) takes a turn of its own.
         return await self._run(
-            Derive(data, media_type, target, limits, source_limits, algorithm),
+            Derive(data, media_type, target, limits, source_limits, algorithm, preview),
             "the stored image is too expensive to resize",
             _STORE,
             None,

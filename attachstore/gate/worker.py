@@ -39,8 +39,9 @@ class Job(msgspec.Struct, tag=True, array_like=True):
 
 
 class Derive(msgspec.Struct, tag=True, array_like=True):
-    """A request variant: a stored (already admitted and verified) image brought within `target`, whose
-    result must pass the gate with `limits` (the target's sizes in place of the admission's)."""
+    """A request variant or a preview: a stored (already admitted and verified) image brought within
+    `target`, whose result must pass the gate with `limits` (the target's sizes in place of the
+    admission's)."""
 
     data: bytes
     media_type: str
@@ -48,6 +49,7 @@ class Derive(msgspec.Struct, tag=True, array_like=True):
     limits: Limits
     source_limits: Limits  # Pillow's bomb bounds while the source decodes
     algorithm: str
+    preview: bool = False  # normalize.fit's: a still image, a PNG tried first for PNG and GIF sources
 
 
 class Original(msgspec.Struct, array_like=True):
@@ -140,9 +142,10 @@ def _derive(job: Derive) -> Passed:
 
     try:
         with strict_pillow(job.source_limits):
-            out = fit(job.data, job.media_type, Target(*job.target))
+            out = fit(job.data, job.media_type, Target(*job.target), preview=job.preview)
     except Unfittable as e:
-        raise Rejected("IMAGE_TOO_LARGE", f"no variant within the route's limits: {e}") from None
+        what = "no preview of that size" if job.preview else "no variant within the route's limits"
+        raise Rejected("IMAGE_TOO_LARGE", f"{what}: {e}") from None
     stored = inspect(out.data, out.media_type, job.limits, trailing_data="reject")
     return _passed(stored, out.data, job.algorithm, steps=out.steps)
 

@@ -16,7 +16,7 @@ from enum import Enum
 from typing import Any, get_args
 
 from ..config import Placeholders, Provider, Route
-from ..errors import AttachstoreError, Corrupt, InvalidRequest, Missing, NotFound, Rejected
+from ..errors import AttachstoreError, InvalidRequest, Rejected
 from ..index import ObjectRow
 from ..refs import Ref
 from ..service import Store, VariantSpec, accepts_images
@@ -258,16 +258,10 @@ async def _read(
     if row is None:
         return None
     try:
-        if variant is None:
+        if variant is None or spec is None:  # a variant exists only under a spec
             _, data = await store.verified(Ref.parse(row.ref), row, scope)
         else:
-            try:
-                _, data = await store.verified(Ref.parse(variant.ref), variant, None)
-            except (Corrupt, Missing, NotFound):
-                if spec is None:  # pragma: no cover - a variant exists only under a spec
-                    raise
-                again = await store.variant(row, spec, again=True)
-                _, data = await store.verified(Ref.parse(again.ref), again, None)
+            _, data = await store.read_variant(row, variant, spec)
     except AttachstoreError:
         return None
     return data

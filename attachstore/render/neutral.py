@@ -81,14 +81,14 @@ def check(request: RenderRequest) -> None:
         if m.role != "tool" and (m.tool_call_id or m.name):
             raise InvalidRequest(f"invalid request at {where}: tool_call_id and name belong to tool messages")
         for k, call in enumerate(m.tool_calls or ()):
-            if _nested_deeper(call.arguments, MAX_NESTING):
+            if nested_deeper(call.arguments, MAX_NESTING):
                 raise InvalidRequest(
                     f"invalid request at {where}.tool_calls[{k}].arguments: nested more than {MAX_NESTING} "
                     "levels deep"
                 )
 
 
-def _nested_deeper(value: object, levels: int) -> bool:
+def nested_deeper(value: object, levels: int) -> bool:
     """Whether objects and arrays nest more than `levels` deep in `value` (itself the first level)."""
     stack = [(value, 1)]
     while stack:

@@ -4,11 +4,15 @@ gate (through the decode pool), the blob store and the index."""
 from .admission import SOURCES, Admission, Upload, display_name
 from .model import ImageRef, Normalization
 from .policy import accepts_images
+from .previews import SIZES as PREVIEW_SIZES
+from .previews import SIZES_HINT as PREVIEW_SIZES_HINT
 from .sessions import SESSION_ID_PATTERN
 from .store import Store
 from .variants import VariantSpec
 
 __all__ = [
+    "PREVIEW_SIZES",
+    "PREVIEW_SIZES_HINT",
     "SESSION_ID_PATTERN",
     "SOURCES",
     "Admission",

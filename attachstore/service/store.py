@@ -17,6 +17,7 @@ from ..index import Index
 from ..metrics import Metrics
 from ..storage import BlobStore, FileOps, LocalBackend, LocalBlobStore, ReadCache
 from .admission import Admissions
+from .previews import Previews
 from .publish import Publisher
 from .reads import Reads
 from .sessions import Sessions
@@ -42,6 +43,7 @@ class Store:
         publisher = Publisher(blobs, index)
         self.admissions = Admissions(config, index, pool, self.sessions, publisher, self.metrics)
         self.variants = Variants(config, index, pool, self.reads.verified, publisher, self.metrics)
+        previews = Previews(self.reads, self.variants)
         # What the edges call.
         self.admit = self.admissions.admit
         self.admission_slot = self.admissions.slots.take
@@ -51,6 +53,9 @@ class Store:
         self.read = self.reads.read
         self.verified = self.reads.verified
         self.variant = self.variants.variant
+        self.read_variant = self.variants.read
+        self.preview = previews.preview
+        self.preview_ref = previews.current
         self.discard_object = publisher.discard
 
     @classmethod

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from ..config import Config
-from ..errors import AttachstoreError, NotFound, Rejected, StorageUnavailable
+from ..errors import AttachstoreError, Corrupt, Missing, NotFound, Rejected, StorageUnavailable
 from ..gate import DecodePool
 from ..index import Index, ObjectRow
 from ..metrics import Metrics
@@ -35,15 +35,19 @@ Verified = Callable[[Ref, ObjectRow, str | None], Awaitable[tuple[ImageRef, byte
 
 @dataclass(frozen=True, slots=True)
 class VariantSpec:
-    """The per-image limits of a route's requests; a stored image over one of them is sent as a variant."""
+    """The per-image limits of a route's requests; a stored image over one of them is sent as a variant.
+    A `preview` (previews.py) is a still image within them: an animation exceeds it too."""
 
     max_side: int
     max_pixels: int
     max_bytes: int
+    preview: bool = False
 
     @property
     def key(self) -> str:
         # Names the derivation: the same source and key always give the same bytes (normalize.fit).
+        if self.preview:
+            return f"preview/1 side={self.max_side} bytes={self.max_bytes}"
         return f"fit/1 side={self.max_side} pixels={self.max_pixels} bytes={self.max_bytes}"
 
     def exceeded_by(self, row: ObjectRow) -> bool:
@@ -51,6 +55,7 @@ class VariantSpec:
             max(row.width, row.height) > self.max_side
             or row.width * row.height > self.max_pixels
             or row.bytes > self.max_bytes
+            or (self.preview and row.frames > 1)
         )
 
 
@@ -109,6 +114,16 @@ class Variants:
                 self._unfit = {k: v for k, v in self._unfit.items() if v[0] > now}
             raise
 
+    async def read(self, source: ObjectRow, variant: ObjectRow, spec: VariantSpec) -> tuple[ImageRef, bytes]:
+        """The verified bytes of `variant`, `source`'s within `spec` (which no tenant holds a grant to: the
+        caller looked `source` up under its own scope). Bytes that fail their read, or a variant collected
+        since, are derived again (the same bytes, which heals them) and read once more."""
+        try:
+            return await self.verified(Ref.parse(variant.ref), variant, None)
+        except (Corrupt, Missing, NotFound):
+            again = await self.variant(source, spec, again=True)
+            return await self.verified(Ref.parse(again.ref), again, None)
+
     async def _derive(self, source: ObjectRow, spec: VariantSpec) -> ObjectRow:
         # For every tenant that may see the source: the caller has looked its row up under its own scope.
         _, data = await self.verified(Ref.parse(source.ref), source, None)
@@ -124,6 +139,7 @@ class Variants:
             target,
             source_limits,
             self.config.hash,
+            preview=spec.preview,
         )
         if passed.data is None:  # pragma: no cover - a derivation always answers with its bytes
             raise AttachstoreError("the decode worker answered a derivation without bytes")

@@ -3,9 +3,6 @@ and no answer that does not match the description."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +17,7 @@ from schemathesis.specs.openapi.checks import (
 
 from attachstore.api import make_app
 from attachstore.api.openapi import document
-from tests.support.daemon import free_port, wait_ready
+from tests.support.daemon import serving
 
 ROUTES = '[routes."vision"]\ninput_modalities = ["text", "image"]\nprovider = "openai-chat"\n'
 
@@ -48,23 +45,8 @@ def test_every_route_is_described(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    root = tmp_path_factory.mktemp("openapi")
-    config = root / "attachstore.toml"
-    config.write_text(ROUTES)
-    port = free_port()
-    env = {**os.environ, "ATTACHSTORE_DATA_DIR": str(root / "data"), "ATTACHSTORE_CONFIG": str(config)}
-    with open(root / "daemon.log", "wb") as log:  # the daemon's JSON lines, for a failure's story
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "attachstore", "serve", "--listen", f"127.0.0.1:{port}"],
-            env=env,
-            stderr=log,
-        )
-        try:
-            wait_ready(f"http://127.0.0.1:{port}/readyz", proc)
-            yield f"http://127.0.0.1:{port}"
-        finally:
-            proc.terminate()
-            proc.wait(timeout=30)
+    with serving(tmp_path_factory.mktemp("openapi"), ROUTES) as url:
+        yield url
 
 
 schema = schemathesis.openapi.from_dict(document())

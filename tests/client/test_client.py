@@ -1,5 +1,5 @@
 """attachstore.client: the AsyncClient against the real app, the blocking Client and the Unix-socket option
-against a real daemon, and the error paths a client can meet (docs/client.md)."""
+against a real daemon, and the error paths a client can meet (docs/clients.md)."""
 
 from __future__ import annotations
 
@@ -478,15 +478,15 @@ async def test_connections_are_reused(fake: tuple[AsyncClient, asyncio.Event]) -
     assert len(ports) == 1
 
 
-# --- the host example of docs/client.md, run as written ---
+# --- the host example of docs/clients.md, run as written ---
 
 
 def _doc_example() -> dict[str, Any]:
-    text = (Path(__file__).parents[2] / "docs" / "client.md").read_text()
+    text = (Path(__file__).parents[2] / "docs" / "clients.md").read_text()
     [block] = [b for b in re.finditer(r"```python\n(.*?)```", text, re.S) if "def read_image" in b[1]]
     lines_before = text.count("\n", 0, block.start(1))  # so that a traceback names the line in the page
     namespace: dict[str, Any] = {}
-    exec(compile("\n" * lines_before + block[1], "docs/client.md", "exec"), namespace)
+    exec(compile("\n" * lines_before + block[1], "docs/clients.md", "exec"), namespace)
     return namespace
 
 

@@ -1,11 +1,16 @@
-"""Real daemon processes in tests: a free port, and waiting until one answers."""
+"""Real daemon processes in tests: a free port, waiting until one answers, and one serving for a while."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
 
 
 def free_port() -> int:
@@ -27,3 +32,22 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes]) -> None:
         except OSError:
             time.sleep(0.05)
     raise AssertionError("serve did not become ready")
+
+
+@contextlib.contextmanager
+def serving(root: Path, config: str = "") -> Iterator[str]:
+    """`attachstore serve` on a free port with `config` (TOML text), its data dir and its log
+    (daemon.log, the JSON lines for a failure's story) under `root`; yields its base URL."""
+    (root / "attachstore.toml").write_text(config)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ATTACHSTORE_")}
+    env |= {"ATTACHSTORE_DATA_DIR": str(root / "data"), "ATTACHSTORE_CONFIG": str(root / "attachstore.toml")}
+    port = free_port()
+    with open(root / "daemon.log", "wb") as log:
+        serve = [sys.executable, "-m", "attachstore", "serve", "--listen", f"127.0.0.1:{port}"]
+        proc = subprocess.Popen(serve, env=env, stderr=log)
+        try:
+            wait_ready(f"http://127.0.0.1:{port}/readyz", proc)
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)

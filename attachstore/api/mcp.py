@@ -1,0 +1,177 @@
+"""POST /v1/mcp/results (docs/api.md): an MCP `CallToolResult` as its server sent it, every image in it
+admitted as one `mcp` batch, and the same result answered with each image a ref block, ready for the log and
+for render; on a soft rejection the images become the text for the model. Only the image blocks and the
+embedded image resources are looked at; every other block and field is answered as it came."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from aiohttp import web
+from multidict import MultiMapping
+
+from ..errors import InvalidRequest
+from ..render.neutral import MAX_NESTING, nested_deeper
+from ..service import Admission, Upload
+from . import wire
+from .attachments import attachment, diagnostics
+from .bodies import IMAGES_HINT
+from .common import CONFIG, STORE, decode_error, json_response, read_json, tenant_of
+
+# Content blocks in one result: as many as the images one JSON admission may list.
+MAX_BLOCKS = wire.MAX_IMAGES
+# Servers send base64 broken into lines (MIME's 76 characters, or 64): here only, they are taken out before
+# the gate's strict check. Any other whitespace is still INVALID_IMAGE_BASE64, as everywhere.
+_LINE_BREAKS = str.maketrans("", "", "\r\n")
+_decoder = msgspec.json.Decoder(dict[str, Any])
+_QUERY: dict[str, Any] = {"route": wire.RouteId, "session": wire.SessionId}
+_IMAGE_TYPE = "image/"
+
+
+def _from_query(query: MultiMapping[str]) -> dict[str, str | None]:
+    unknown = [name for name in query if name not in _QUERY]
+    if unknown:
+        raise InvalidRequest(
+            f"unknown query parameter {unknown[0][:40]!r}: route and session are the only ones"
+        )
+    given: dict[str, str | None] = {}
+    for name, kind in _QUERY.items():
+        values = query.getall(name, [])
+        if len(values) > 1:
+            raise InvalidRequest(f"query parameter {name!r} is given more than once")
+        try:
+            given[name] = msgspec.convert(values[0], kind) if values else None
+        except msgspec.ValidationError as e:
+            raise InvalidRequest(f"invalid query parameter {name}: {e}") from None
+    return given
+
+
+def _unwrap(
+    body: dict[str, Any], query: MultiMapping[str]
+) -> tuple[dict[str, Any], str, dict[str, str | None]]:
+    """The result, the JSON path where it sits, and route and session: the wrapped form `{"result", "route",
+    "session"}` is told from a bare result by having `result` and no `content`."""
+    given = _from_query(query)
+    if "result" not in body or "content" in body:
+        return body, "$", given
+    try:
+        wrapped = msgspec.convert(body, wire.McpResults)
+    except msgspec.ValidationError as e:
+        raise decode_error(e) from None
+    for name, value in (("route", wrapped.route), ("session", wrapped.session)):
+        if value is not None:
+            if given[name] is not None:
+                raise InvalidRequest(f"{name} is given in the body and in the query: give it once")
+            given[name] = value
+    return wrapped.result, "$.result", given
+
+
+def _string(block: dict[str, Any], key: str, where: str, *, required: bool = False) -> str | None:
+    value = block.get(key)
+    if value is None and not required:
+        return None
+    if not isinstance(value, str):
+        raise InvalidRequest(
+            f"invalid request at {where}.{key}: Expected `str`, got `{type(value).__name__}`"
+        )
+    return value
+
+
+def _base64(block: dict[str, Any], key: str, where: str) -> str:
+    """The block's base64 without its line breaks (kept so in its place: the text is held once)."""
+    text = _string(block, key, where, required=True) or ""
+    if "\n" in text or "\r" in text:
+        block[key] = text = text.translate(_LINE_BREAKS)
+    return text
+
+
+# The fields of a CallToolResult besides its content, and what each must be when present.
+_FIELDS: dict[str, tuple[type, str]] = {
+    "structuredContent": (dict, "object"),
+    "isError": (bool, "bool"),
+    "_meta": (dict, "object"),
+}
+
+
+def images_of(result: dict[str, Any], where: str = "$") -> dict[int, Upload]:
+    """The images of a CallToolResult by their position in `content`: every `image` block, and every
+    embedded `resource` whose blob has an image type (named by its uri). Of the rest, only the result's
+    own fields are checked: the blocks are answered as they came."""
+    content = result.get("content")
+    if not isinstance(content, list):
+        raise InvalidRequest(f"invalid request at {where}.content: a CallToolResult has a `content` array")
+    for key, (kind, name) in _FIELDS.items():
+        if key in result and not isinstance(result[key], kind):
+            got = type(result[key]).__name__
+            raise InvalidRequest(f"invalid request at {where}.{key}: Expected `{name}`, got `{got}`")
+    if len(content) > MAX_BLOCKS:
+        raise InvalidRequest(
+            f"invalid request at {where}.content: {len(content)} content blocks, more than {MAX_BLOCKS}",
+            hint="send the result of one tool call",
+        )
+    images: dict[int, Upload] = {}
+    for i, block in enumerate(content):
+        at = f"{where}.content[{i}]"
+        if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+            raise InvalidRequest(
+                f"invalid request at {at}: a content block is an object with a string `type`"
+            )
+        if block["type"] == "image":
+            images[i] = Upload.of_base64(_base64(block, "data", at), _string(block, "mimeType", at))
+        elif block["type"] == "resource":
+            resource = block.get("resource")
+            if not isinstance(resource, dict):
+                raise InvalidRequest(f"invalid request at {at}.resource: an embedded resource is an object")
+            at += ".resource"
+            declared = _string(resource, "mimeType", at)
+            if "blob" in resource and declared is not None and declared.lower().startswith(_IMAGE_TYPE):
+                blob = _base64(resource, "blob", at)
+                images[i] = Upload.of_base64(blob, declared, _string(resource, "uri", at))
+    return images
+
+
+def answered(result: dict[str, Any], images: dict[int, Upload], admission: Admission) -> dict[str, Any]:
+    """`result` with each image a `{"type": "image", "ref"}` block; degraded, the first image becomes the text
+    for the model and the others go. Every other block and field stays as it came."""
+    content: list[Any] = list(result["content"])
+    positions = list(images)
+    if admission.degraded:
+        content[positions[0]] = {"type": "text", "text": admission.text}
+        gone = set(positions[1:])
+        content = [block for i, block in enumerate(content) if i not in gone]
+    else:
+        for i, found in zip(positions, admission.attachments, strict=True):
+            content[i] = {"type": "image", "ref": found.ref}
+    return {**result, "content": content}
+
+
+async def results(request: web.Request) -> web.Response:
+    store, config, tenant = request.app[STORE], request.app[CONFIG], tenant_of(request)
+    # An admission: its place is taken, and the body counted against the admissions' bytes, before a byte
+    # of it is read; the cap is an admission's.
+    with store.admission_slot(tenant) as slot:
+        cap = config.http.body_cap(config.limits)
+        body = await read_json(request, _decoder, cap, IMAGES_HINT, slot.hold)
+        result, where, fields = _unwrap(body, request.query)
+        if nested_deeper(result, MAX_NESTING):
+            raise InvalidRequest(f"invalid request at {where}: nested more than {MAX_NESTING} levels deep")
+        images = images_of(result, where)
+        if not images:  # nothing to admit: the result as it came
+            return json_response(wire.McpAnswer(result, []))
+        admission = await store.admit(
+            list(images.values()),
+            "mcp",
+            route=fields["route"],
+            session=fields["session"],
+            tenant=tenant,
+            slot=slot,
+        )
+    out = answered(result, images, admission)
+    if admission.degraded:
+        return json_response(wire.McpAnswer(out, [], True, diagnostics(admission), admission.text))
+    return json_response(wire.McpAnswer(out, [attachment(a) for a in admission.attachments]), 201)
+
+
+def add_routes(router: web.UrlDispatcher) -> None:
+    router.add_post("/v1/mcp/results", results)

@@ -1,0 +1,52 @@
+"""Previews for host UIs (docs/api.md): a small still rendition of a stored image, its longer side at most one
+of a fixed ladder of sizes. A preview is a variant (variants.py): derived once in the decode pool, stored
+content-addressed, linked to its source so that gc collects it with its source, and verified on every read.
+It is visible exactly where its source is: the source is looked up under the caller's scope, the preview
+(which no tenant holds a grant to) through it."""
+
+from __future__ import annotations
+
+from ..errors import InvalidRequest
+from .model import ImageRef
+from .reads import Reads
+from .variants import Variants, VariantSpec
+
+SIZES = (64, 128, 256, 512)
+SIZES_HINT = "ask for size=64, 128, 256 or 512: the longer side of the preview, in pixels"
+# A preview's bytes: two a pixel of its square, at least 16 KiB. A screenshot's PNG fits at every size
+# (otherwise it becomes a JPEG); a photo's JPEG takes far less.
+_MIN_BYTES = 16 * 1024
+
+
+def preview_spec(size: int) -> VariantSpec:
+    """The variant a preview of `size` is; INVALID_REQUEST for a size off the ladder."""
+    if size not in SIZES:
+        raise InvalidRequest(f"size: {size} is not a preview size", hint=SIZES_HINT)
+    return VariantSpec(size, size * size, max(_MIN_BYTES, 2 * size * size), preview=True)
+
+
+class Previews:
+    def __init__(self, reads: Reads, variants: Variants) -> None:
+        self.reads = reads
+        self.variants = variants
+
+    async def current(self, text: str, size: int, tenant: str | None) -> str | None:
+        """The ref of `text`'s preview of `size` as it is now, without reading or deriving anything (for a
+        conditional GET): the source itself when it is its own preview, None when none is made yet. Raises
+        as a read does for a source the caller may not see."""
+        spec = preview_spec(size)
+        _, row = await self.reads.row(text, tenant)
+        if not spec.exceeded_by(row):
+            return row.ref
+        found = await self.variants.index.variant(row.ref, spec.key)
+        return found.ref if found is not None and found.state == "ok" else None
+
+    async def preview(self, text: str, size: int, tenant: str | None) -> tuple[ImageRef, bytes | bytearray]:
+        """The verified bytes of `text`'s preview of `size`. A still image already within the size (and the
+        preview's byte budget) is its own preview: its bytes are read as they are, nothing is derived."""
+        spec = preview_spec(size)
+        _, row = await self.reads.row(text, tenant)
+        if not spec.exceeded_by(row):
+            return await self.reads.read(text, tenant)
+        variant = await self.variants.variant(row, spec)
+        return await self.variants.read(row, variant, spec)

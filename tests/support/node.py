@@ -1,0 +1,121 @@
+"""Node.js for the tests that drive TypeScript clients (tests/interop/): found on the PATH, else Debian's
+`nodejs` and `npm` installed with apt-get (root only, as tests.support.services installs its servers); and a
+test directory's npm packages, installed by `npm ci` from its own package-lock.json when missing or stale.
+
+`require(directory)` is the tests' way in: it fails the test when Node cannot be had, and skips it instead
+only with ATTACHSTORE_TEST_SKIP_SERVICES=1, as the S3 and PostgreSQL tests do."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.support import fixtures
+
+PACKAGES = ["nodejs", "npm"]
+MIN_MAJOR = 18  # Debian 12's nodejs
+STAMP = ".attachstore-npm-ci"  # in node_modules: what `npm ci` installed it from
+
+
+class Unavailable(Exception):
+    """Node.js or the packages could not be had; the message says why."""
+
+
+@dataclass(frozen=True)
+class Node:
+    node: str
+    npm: str
+
+    def run(self, directory: Path, *args: str, timeout: float = 300) -> str:
+        """`node ARGS` in `directory`, to its end: its output, or AssertionError with it."""
+        done = subprocess.run(
+            [self.node, *args], cwd=directory, capture_output=True, text=True, timeout=timeout, check=False
+        )
+        assert done.returncode == 0, (
+            f"node {' '.join(args)} exited {done.returncode}\n{done.stdout}{done.stderr}"
+        )
+        return done.stdout
+
+
+def _work() -> Path:
+    path = Path(tempfile.gettempdir()) / "attachstore-node"
+    path.mkdir(exist_ok=True)
+    return path
+
+
+def _apt_get(*args: str) -> None:
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    with open(_work() / "apt.log", "a") as log:
+        done = subprocess.run(["apt-get", *args], stdout=log, stderr=subprocess.STDOUT, env=env, timeout=1200)
+    if done.returncode != 0:
+        raise Unavailable(f"apt-get {' '.join(args)} exited {done.returncode}; see {_work() / 'apt.log'}")
+
+
+def find() -> Node:
+    """Node and npm, installed first if either is missing."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        if os.geteuid() != 0:
+            raise Unavailable(f"no node or npm, and only root can apt-get install {' '.join(PACKAGES)}")
+        install = ["install", "-y", "--no-install-recommends", "-o", "DPkg::Lock::Timeout=300", *PACKAGES]
+        try:
+            _apt_get(*install)
+        except Unavailable:  # the package lists may be missing or stale
+            _apt_get("update")
+            _apt_get(*install)
+        node, npm = shutil.which("node"), shutil.which("npm")
+        if node is None or npm is None:
+            raise Unavailable(f"no node or npm after apt-get install {' '.join(PACKAGES)}")
+    version = subprocess.run([node, "--version"], capture_output=True, text=True, check=True).stdout.strip()
+    major = re.match(r"v(\d+)\.", version)
+    if major is None or int(major.group(1)) < MIN_MAJOR:
+        raise Unavailable(f"{node} is Node.js {version}; the interop tests need {MIN_MAJOR} or later")
+    return Node(node, npm)
+
+
+def npm_ci(node: Node, directory: Path) -> None:
+    """`npm ci` in `directory` unless its node_modules was installed from the same package files by the
+    same Node; one process at a time per directory."""
+    digest = hashlib.sha256(node.node.encode())
+    for name in ("package.json", "package-lock.json", ".npmrc"):
+        digest.update((directory / name).read_bytes())
+    stamp = directory / "node_modules" / STAMP
+    lock = _work() / (hashlib.sha256(str(directory.resolve()).encode()).hexdigest()[:16] + ".lock")
+    with open(lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        if stamp.exists() and stamp.read_text() == digest.hexdigest():
+            return
+        env = {**os.environ, "npm_config_update_notifier": "false"}
+        done = subprocess.run(
+            [node.npm, "ci", "--ignore-scripts"],
+            cwd=directory,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise Unavailable(f"npm ci in {directory}: {done.stdout}{done.stderr}")
+        stamp.write_text(digest.hexdigest())
+
+
+def require(directory: Path) -> Node:
+    """Node with `directory`'s packages installed, or the test fails (or skips, when told to)."""
+    try:
+        node = find()
+        npm_ci(node, directory)
+    except (Unavailable, OSError, subprocess.SubprocessError) as e:
+        if fixtures.skipping_services():
+            pytest.skip(f"no Node.js for {directory.name} ({fixtures.SKIP_VARIABLE}=1): {e}")
+        pytest.fail(f"the TypeScript interop tests need Node.js and npm: {e}")
+    return node
