@@ -12,7 +12,7 @@ from ..config import Config
 from ..errors import AttachstoreError, StorageUnavailable, Unauthorized
 from ..service import Store
 from ..storage import FileOps
-from . import attachments, observe, openapi, render, sessions, wire
+from . import attachments, observe, openapi, render, routes, sessions, wire
 from .common import CONFIG, STORE, TENANT, error_response, json_response
 from .observe import ERROR_CODE
 from .sending import BUDGET, Budget
@@ -142,6 +142,7 @@ def make_app(config: Config, *, file_ops: FileOps | None = None) -> web.Applicat
     app.cleanup_ctx.append(_store_ctx)
     attachments.add_routes(app.router)
     sessions.add_routes(app.router)
+    routes.add_routes(app.router)
     render.add_routes(app.router)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

@@ -2,8 +2,9 @@
 gate (through the decode pool), the blob store and the index."""
 
 from .admission import SOURCES, Admission, Upload, display_name
+from .catalog import Catalog
 from .model import ImageRef, Normalization
-from .policy import accepts_images
+from .policy import Declaration, RouteTable, accepts_images
 from .sessions import SESSION_ID_PATTERN
 from .store import Store
 from .variants import VariantSpec
@@ -12,8 +13,11 @@ __all__ = [
     "SESSION_ID_PATTERN",
     "SOURCES",
     "Admission",
+    "Catalog",
+    "Declaration",
     "ImageRef",
     "Normalization",
+    "RouteTable",
     "Store",
     "Upload",
     "VariantSpec",

@@ -17,6 +17,8 @@ from ..index import Index
 from ..metrics import Metrics
 from ..storage import BlobStore, FileOps, LocalBackend, LocalBlobStore, ReadCache
 from .admission import Admissions
+from .catalog import Catalog, builtin
+from .policy import RouteTable
 from .publish import Publisher
 from .reads import Reads
 from .sessions import Sessions
@@ -27,7 +29,14 @@ if TYPE_CHECKING:
 
 
 class Store:
-    def __init__(self, config: Config, blobs: BlobStore, index: Index | PgIndex, pool: DecodePool) -> None:
+    def __init__(
+        self,
+        config: Config,
+        blobs: BlobStore,
+        index: Index | PgIndex,
+        pool: DecodePool,
+        catalog: Catalog | None = None,
+    ) -> None:
         self.config = config
         self.blobs = blobs
         # The file-system store behind the local backend, for what only it has (staging files, the audit's
@@ -36,7 +45,9 @@ class Store:
         self.index = index
         self.pool = pool
         self.metrics = pool.metrics  # the decode pool counts its jobs in the store's registry
-        self.sessions = Sessions(config, index)
+        # The model declarations every check reads: the configured routes over the catalog.
+        self.routes = RouteTable(config.routes, catalog or builtin())
+        self.sessions = Sessions(config, index, self.routes)
         self.reads = Reads(config, blobs, index, self.local, self.metrics)
         self.resident = self.reads.resident
         publisher = Publisher(blobs, index)
