@@ -30,8 +30,8 @@ def route_info(d: Declaration) -> wire.RouteInfo:
     )
 
 
-def listing(routes: RouteTable) -> wire.Routes:
-    return wire.Routes(routes.catalog.version, [route_info(d) for d in routes.listing()])
+def listing(routes: RouteTable, fingerprint: str) -> wire.Routes:
+    return wire.Routes(routes.catalog.version, fingerprint, [route_info(d) for d in routes.listing()])
 
 
 def resolution(routes: RouteTable, model: str) -> wire.RouteResolution:
@@ -42,7 +42,8 @@ def resolution(routes: RouteTable, model: str) -> wire.RouteResolution:
 
 
 async def routes(request: web.Request) -> web.Response:
-    return json_response(listing(request.app[STORE].routes))
+    store = request.app[STORE]
+    return json_response(listing(store.routes, store.policy.fingerprint if store.policy else ""))
 
 
 async def resolve(request: web.Request) -> web.Response:

@@ -124,6 +124,7 @@ class RouteInfo(msgspec.Struct, kw_only=True):
 
 class Routes(msgspec.Struct):
     catalog: str  # the catalog's version
+    policy: str  # the fingerprint of the policy applied (docs/configuration.md#one-policy-per-store)
     routes: list[RouteInfo]  # the configured routes by id, then the catalog's entries
 
 

@@ -43,6 +43,11 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--listen", metavar="HOST:PORT", help="TCP address (default 127.0.0.1:8731)")
     s.add_argument("--unix-socket", metavar="PATH", help="listen on a Unix socket instead of TCP")
     s.add_argument("--workers", type=int, default=1, metavar="N", help="serve from N processes (default 1)")
+    s.add_argument(
+        "--replace-policy",
+        action="store_true",
+        help="make this configuration's policy the store's even while other nodes enforce another",
+    )
 
     s = sub.add_parser("put", parents=[common], help="admit image files, print their references")
     s.add_argument("files", nargs="+", metavar="FILE", help="image files, admitted as one batch")
@@ -102,9 +107,11 @@ def _config(args: argparse.Namespace) -> Config:
     return load(getattr(args, "config", None), overrides=overrides)
 
 
-async def _with_store(config: Config, action: Callable[[Store], Awaitable[T]]) -> T:
+async def _with_store(config: Config, action: Callable[[Store], Awaitable[T]], *, policy: bool = True) -> T:
+    """With `policy`, the command applies the store's routes and limits: the daemon's, as it recorded them
+    (or, given a configuration that declares its own, refuses unless they are the same)."""
     # One decode worker: a local command admits a handful of files, and the daemon may be busy beside it.
-    store = await Store.open(config, workers=1, read_cache=False)
+    store = await Store.open(config, workers=1, read_cache=False, policy="apply" if policy else "none")
     try:
         return await action(store)
     finally:
@@ -164,7 +171,7 @@ def _cmd_get(args: argparse.Namespace, config: Config) -> int:
         _, data = await store.read(args.ref)
         return data
 
-    data = asyncio.run(_with_store(config, action))
+    data = asyncio.run(_with_store(config, action, policy=False))
     if args.output in (None, "-"):
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
@@ -180,7 +187,7 @@ def _cmd_stat(args: argparse.Namespace, config: Config) -> int:
         print(msgspec.json.encode(attachment(await store.meta(args.ref))).decode())
         return EXIT_OK
 
-    return asyncio.run(_with_store(config, action))
+    return asyncio.run(_with_store(config, action, policy=False))
 
 
 def _cmd_session(args: argparse.Namespace, config: Config) -> int:
@@ -230,7 +237,7 @@ def _cmd_serve(args: argparse.Namespace, config: Config) -> int:
         raise InvalidRequest("--workers: at least 1")
     from .. import server  # aiohttp and the app: only `serve` pays for importing them
 
-    return server.run(config, args.workers)
+    return server.run(config, args.workers, replace_policy=args.replace_policy)
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {

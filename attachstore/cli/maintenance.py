@@ -57,7 +57,7 @@ def run_gc(args: argparse.Namespace, config: Config) -> int:
     _require_store(config)
 
     async def go() -> tuple[gc.GcPlan, gc.GcResult | None]:
-        store = await Store.open(config, workers=1, read_cache=False)
+        store = await Store.open(config, workers=1, read_cache=False, policy="none")
         try:
             plan = await gc.plan(store, grace, [Path(r) for r in args.roots])
             if args.dry_run:
@@ -130,7 +130,7 @@ def run_audit(args: argparse.Namespace, config: Config) -> int:
     max_rate = args.max_rate * 1024 * 1024 if args.max_rate else None
 
     async def go() -> AuditReport:
-        store = await Store.open(config, workers=1, read_cache=False)
+        store = await Store.open(config, workers=1, read_cache=False, policy="none")
         try:
             audit = Audit(
                 store,

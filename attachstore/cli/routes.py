@@ -12,8 +12,8 @@ from typing import Any
 import msgspec
 
 from ..config import Config
-from ..service import Declaration, RouteTable, Store
-from ..service.catalog import builtin
+from ..progress import rfc3339
+from ..service import Applied, Declaration, RouteTable, Store, own_policy
 
 EXIT_OK = 0
 _ID_WIDTH = 40
@@ -31,14 +31,15 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     s.add_argument("--json", action="store_true", help="print what GET /v1/routes[/MODEL] answers")
 
 
-async def _routes(config: Config) -> RouteTable:
-    """The declarations of the store's configuration; without a store at the data dir, none is created to
-    answer."""
+async def _policy(config: Config) -> tuple[RouteTable, Applied]:
+    """The store's policy, as every local command applies it; this configuration's own when there is no
+    store at the data dir yet (nothing is created to answer)."""
     if config.index.backend == "sqlite" and not (Path(config.data_dir) / "index.sqlite3").exists():
-        return RouteTable(config.routes, builtin())
+        applied = own_policy(config)
+        return RouteTable(applied.config.routes, applied.catalog), applied
     store = await Store.open(config, workers=1, read_cache=False)
     try:
-        return store.routes
+        return store.routes, store.policy or own_policy(config)
     finally:
         await store.close()
 
@@ -46,14 +47,14 @@ async def _routes(config: Config) -> RouteTable:
 def run(args: argparse.Namespace, config: Config) -> int:
     from ..api.routes import listing, resolution  # the wire shapes, only where they are printed
 
-    routes = asyncio.run(_routes(config))
+    routes, applied = asyncio.run(_policy(config))
     if args.json:
-        answer = resolution(routes, args.model) if args.model else listing(routes)
+        answer = resolution(routes, args.model) if args.model else listing(routes, applied.fingerprint)
         print(msgspec.json.encode(answer).decode())
     elif args.model:
         print("\n".join(_resolution(routes, args.model)))
     else:
-        print("\n".join(_table(routes)))
+        print("\n".join(_table(routes, applied)))
     return EXIT_OK
 
 
@@ -67,7 +68,7 @@ def _origin(d: Declaration) -> str:
     return f"config (replaces catalog {d.replaces})" if d.replaces else "config"
 
 
-def _table(routes: RouteTable) -> list[str]:
+def _table(routes: RouteTable, applied: Applied) -> list[str]:
     declared = routes.listing()
     width = min(_ID_WIDTH, max((len(d.entry) for d in declared), default=5))
     lines = [f"{'ROUTE':<{width}}  {'INPUT':<11}  {'PROVIDER':<16}  DECLARED BY"]
@@ -76,9 +77,17 @@ def _table(routes: RouteTable) -> list[str]:
     configured = len(routes.configured)
     lines.append(
         f"{configured} route{'' if configured == 1 else 's'} of the configuration over "
-        f"{len(routes.catalog.entries)} entries of the built-in catalog {routes.catalog.version}"
+        f"{len(routes.catalog.entries)} entries of the built-in catalog {routes.catalog.version}; "
+        f"policy {applied.fingerprint[:19]}, {_whose(applied)}"
     )
     return lines
+
+
+def _whose(applied: Applied) -> str:
+    if applied.record is None:
+        return "this configuration's own (no daemon has recorded the store's)"
+    r = applied.record
+    return f"the store's, as the daemon {r.recorded_by} recorded it at {rfc3339(r.recorded_at, 'seconds')}"
 
 
 def _resolution(routes: RouteTable, model: str) -> list[str]:

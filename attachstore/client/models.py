@@ -120,6 +120,7 @@ class RouteInfo(msgspec.Struct, frozen=True):
 class Routes(msgspec.Struct, frozen=True):
     routes: list[RouteInfo]
     catalog: str | None = None
+    policy: str | None = None
 
 
 class RouteResolution(msgspec.Struct, frozen=True):

@@ -7,20 +7,24 @@ from .model import ImageRef, Normalization
 from .policy import Declaration, RouteTable, accepts_images
 from .sessions import SESSION_ID_PATTERN
 from .store import Store
+from .storepolicy import Applied, PolicyMismatch, own_policy
 from .variants import VariantSpec
 
 __all__ = [
     "SESSION_ID_PATTERN",
     "SOURCES",
     "Admission",
+    "Applied",
     "Catalog",
     "Declaration",
     "ImageRef",
     "Normalization",
+    "PolicyMismatch",
     "RouteTable",
     "Store",
     "Upload",
     "VariantSpec",
     "accepts_images",
     "display_name",
+    "own_policy",
 ]

@@ -316,7 +316,7 @@ def _route(rid: str, by: str, modalities: list[str], provider: str | None, **res
 async def test_routes_are_listed_with_where_each_declaration_comes_from(client: Client) -> None:
     body = await (await client.get("/v1/routes")).json()
     store = client.app[STORE]
-    assert body["catalog"] == store.routes.catalog.version
+    assert (body["catalog"], body["policy"]) == (store.routes.catalog.version, store.policy.fingerprint)
     configured = [r for r in body["routes"] if r["declared_by"] == "config"]
     assert configured == [
         _route("plain", "config", ["text"], None),
