@@ -31,6 +31,7 @@ from .errors import ConfigError
 log = logging.getLogger("attachstore.server")
 SHUTDOWN_TIMEOUT = 30.0
 WORKER_ENV = "ATTACHSTORE_WORKER_CONFIG"  # a worker process's resolved configuration, as JSON
+REPLACE_ENV = "ATTACHSTORE_WORKER_REPLACE_POLICY"  # "1": the workers of serve --replace-policy
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt parameters, from glibc's malloc.h
 
 
@@ -133,8 +134,9 @@ def bind(config: Config, *, listen: bool = True, reuse_port: bool = False) -> so
     return sock
 
 
-def run(config: Config, workers: int = 1) -> int:
-    """`attachstore serve`: check, bind, then serve in this process or in `workers` processes."""
+def run(config: Config, workers: int = 1, *, replace_policy: bool = False) -> int:
+    """`attachstore serve`: check, bind, then serve in this process or in `workers` processes. With
+    `replace_policy` this daemon's policy becomes the store's even while other nodes enforce another."""
     check_open_mode(config)
     spread = workers > 1 and not config.unix_socket
     if spread and _taken(*config.host_port):
@@ -144,9 +146,9 @@ def run(config: Config, workers: int = 1) -> int:
     log.info("attachstore serving %s on %s with %d worker(s)", config.data_dir, where, workers)
     try:
         if workers <= 1:
-            _run_loop(serve_on(config, sock))
+            _run_loop(serve_on(config, sock, replace_policy=replace_policy))
             return 0
-        return _supervise(config, sock, workers)
+        return _supervise(config, sock, workers, replace_policy)
     finally:
         sock.close()
         if config.unix_socket:
@@ -184,11 +186,13 @@ def _run_loop(main: Coroutine[Any, Any, None]) -> None:
         runner.run(main)
 
 
-async def serve_on(config: Config, sock: socket.socket | Callable[[], socket.socket]) -> None:
+async def serve_on(
+    config: Config, sock: socket.socket | Callable[[], socket.socket], *, replace_policy: bool = False
+) -> None:
     """Serve until SIGTERM or SIGINT, then stop accepting, let in-flight requests finish (an admission
     finishes or publishes nothing), and close the store. Given a function, the socket is made only once
     the store is open, so that no connection waits on a worker that cannot serve it yet."""
-    app = make_app(config)
+    app = make_app(config, replace_policy=replace_policy)
     # A client that disconnects cancels its request, as in aiohttp's test server: an admission stops its
     # decodes (and, cut off before its commit, publishes nothing), a render stops reading.
     runner = web.AppRunner(app, shutdown_timeout=SHUTDOWN_TIMEOUT, access_log=None, handler_cancellation=True)
@@ -209,7 +213,7 @@ async def serve_on(config: Config, sock: socket.socket | Callable[[], socket.soc
         watching.cancel()
 
 
-def _supervise(config: Config, sock: socket.socket, workers: int) -> int:
+def _supervise(config: Config, sock: socket.socket, workers: int, replace_policy: bool) -> int:
     """Several processes accept on one socket, each with its own event loop, index connections and decode
     pool (the cores are shared out). SIGTERM/SIGINT are passed on; if one worker dies, all stop."""
     # The decoders and the admission cap are the daemon's, shared out among its workers.
@@ -236,6 +240,7 @@ def _supervise(config: Config, sock: socket.socket, workers: int) -> int:
         return {
             **os.environ,
             WORKER_ENV: msgspec.json.encode(worker_config).decode(),
+            REPLACE_ENV: "1" if replace_policy else "",
             "PROMETHEUS_MULTIPROC_DIR": samples.name,
         }
 
@@ -289,13 +294,18 @@ def _worker_main(where: str) -> None:
     _die_with_parent()
     logs.setup()
     config = msgspec.json.decode(os.environ.pop(WORKER_ENV), type=Config)  # not left where children see it
+    replace_policy = os.environ.pop(REPLACE_ENV, "") == "1"
     sock: socket.socket | Callable[[], socket.socket]
     if where == "tcp":
         sock = functools.partial(bind, config, reuse_port=True)
     else:
         sock = socket.socket(fileno=int(where))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides; a terminal's ^C reaches it
-    _run_loop(serve_on(config, sock))
+    try:
+        _run_loop(serve_on(config, sock, replace_policy=replace_policy))
+    except ConfigError as e:  # the store's policy, say: the supervisor stops the others
+        log.error("worker %d cannot serve: %s", os.getpid(), e)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from ..config import Config
 from ..errors import AttachstoreError, StorageUnavailable, Unauthorized
 from ..service import Store
 from ..storage import FileOps
-from . import attachments, mcp, observe, openapi, render, sessions, wire
+from . import attachments, mcp, observe, openapi, render, routes, sessions, wire
 from .common import CONFIG, STORE, TENANT, error_response, json_response
 from .observe import ERROR_CODE
 from .sending import BUDGET, Budget
@@ -22,6 +22,7 @@ log = logging.getLogger("attachstore.api")
 FILE_OPS = web.AppKey("file_ops", FileOps)
 TOKENS = web.AppKey("tokens", dict[str, str])  # sha256 of a token -> its tenant
 OPENAPI = web.AppKey("openapi", bytes)  # the encoded description, made once
+REPLACE_POLICY = web.AppKey("replace_policy", bool)  # serve --replace-policy
 _HTTP_CODES = {
     404: "NOT_FOUND",
     405: "METHOD_NOT_ALLOWED",
@@ -114,7 +115,9 @@ async def openapi_json(request: web.Request) -> web.Response:
 
 
 async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
-    store = await Store.open(app[CONFIG], app.get(FILE_OPS))
+    store = await Store.open(
+        app[CONFIG], app.get(FILE_OPS), policy="serve", replace_policy=app.get(REPLACE_POLICY, False)
+    )
     app[STORE] = store
     app[BUDGET] = Budget(app[CONFIG].http.max_sending_bytes, store.metrics.sending_bytes)
     try:
@@ -123,7 +126,11 @@ async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
         await store.close()
 
 
-def make_app(config: Config, *, file_ops: FileOps | None = None) -> web.Application:
+def make_app(
+    config: Config, *, file_ops: FileOps | None = None, replace_policy: bool = False
+) -> web.Application:
+    """The daemon's application. Its store records the configuration's policy as the store's, or refuses to
+    open while another node enforces another policy, unless `replace_policy` (docs/configuration.md)."""
     app = web.Application(
         client_max_size=config.http.body_cap(config.limits),
         middlewares=[observe.access, error_envelope, authenticate],
@@ -136,12 +143,14 @@ def make_app(config: Config, *, file_ops: FileOps | None = None) -> web.Applicat
     )
     app[CONFIG] = config
     app[TOKENS] = {t.token_sha256: t.name for t in config.tenants}
+    app[REPLACE_POLICY] = replace_policy
     app.on_response_prepare.append(_security_headers)
     if file_ops is not None:
         app[FILE_OPS] = file_ops
     app.cleanup_ctx.append(_store_ctx)
     attachments.add_routes(app.router)
     sessions.add_routes(app.router)
+    routes.add_routes(app.router)
     render.add_routes(app.router)
     mcp.add_routes(app.router)
     app.router.add_get("/healthz", healthz)

@@ -25,6 +25,7 @@ _SHAPES: list[Any] = [
     wire.Session,
     wire.Released,
     wire.Routes,
+    wire.RouteResolution,
     wire.ErrorAnswer,
     wire.McpResults,
     wire.McpAnswer,
@@ -387,8 +388,24 @@ def document() -> dict[str, Any]:
             },
             "/v1/routes": {
                 "get": _op(
-                    "Configured routes", _answers({"200": {"description": "routes", **_json("Routes")}})
+                    "Every model declaration: the configured routes, then the built-in catalog's entries",
+                    _answers({"200": {"description": "routes", **_json("Routes")}}),
                 )
+            },
+            "/v1/routes/{model}": {
+                "parameters": [
+                    {
+                        "name": "model",
+                        "in": "path",
+                        "required": True,
+                        "description": "a model id as hosts name it in `route`; it may hold slashes",
+                        "schema": {"type": "string", "minLength": 1, "maxLength": 256},
+                    }
+                ],
+                "get": _op(
+                    "How a model id resolves: its configured route, else its catalog entry, else unknown",
+                    _answers({"200": {"description": "the resolution", **_json("RouteResolution")}}, 400),
+                ),
             },
             "/healthz": {
                 "get": _op("Liveness", {"200": {"description": "alive", **_status("ok")}}, security=[])

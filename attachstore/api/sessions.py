@@ -1,4 +1,4 @@
-"""The session endpoints (PUT/GET/DELETE /v1/sessions/{id}, route, fork, holds) and GET /v1/routes."""
+"""The session endpoints (PUT/GET/DELETE /v1/sessions/{id}, route, fork, holds)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from aiohttp import web
 from ..index import SessionRow
 from ..progress import rfc3339
 from . import wire
-from .common import CONFIG, STORE, json_response, read_json, tenant_of
+from .common import STORE, json_response, read_json, tenant_of
 
 create_decoder = msgspec.json.Decoder(wire.SessionCreate)
 route_decoder = msgspec.json.Decoder(wire.RouteSwitch)
@@ -54,27 +54,6 @@ async def delete(request: web.Request) -> web.Response:
     return json_response(wire.Released(request.match_info["id"], released))
 
 
-async def routes(request: web.Request) -> web.Response:
-    configured = request.app[CONFIG].routes
-    return json_response(
-        wire.Routes(
-            [
-                wire.RouteInfo(
-                    name,
-                    list(r.input_modalities),
-                    r.provider,
-                    r.max_request_image_bytes,
-                    r.max_request_images,
-                    r.max_request_side,
-                    r.max_request_pixels,
-                    r.max_request_bytes,
-                )
-                for name, r in sorted(configured.items())
-            ]
-        )
-    )
-
-
 def add_routes(router: web.UrlDispatcher) -> None:
     router.add_put("/v1/sessions/{id}", create)
     router.add_get("/v1/sessions/{id}", show)
@@ -82,4 +61,3 @@ def add_routes(router: web.UrlDispatcher) -> None:
     router.add_post("/v1/sessions/{id}/route", switch_route)
     router.add_post("/v1/sessions/{id}/fork", fork)
     router.add_post("/v1/sessions/{id}/holds", hold)
-    router.add_get("/v1/routes", routes)

@@ -127,20 +127,32 @@ class Released(msgspec.Struct):
     released: int
 
 
-class RouteInfo(msgspec.Struct):
-    id: str
+class RouteInfo(msgspec.Struct, kw_only=True):
+    id: str  # a route id; for a catalog entry its id or its pattern ("claude-*")
+    declared_by: Literal["config", "catalog"]
     input_modalities: list[str]
     provider: str | None
-    max_request_image_bytes: int | None
-    max_request_images: int | None
+    max_request_image_bytes: int | None = None
+    max_request_images: int | None = None
     # Per image: larger stored images are sent as derived variants (docs/normalization.md).
     max_request_side: int | None = None
     max_request_pixels: int | None = None
     max_request_bytes: int | None = None
+    source: str | None = None  # a catalog entry: where its claim comes from
+    replaces: str | None = None  # a configured route: the catalog entry its id would otherwise have
 
 
 class Routes(msgspec.Struct):
-    routes: list[RouteInfo]
+    catalog: str  # the catalog's version
+    policy: str  # the fingerprint of the policy applied (docs/configuration.md#one-policy-per-store)
+    routes: list[RouteInfo]  # the configured routes by id, then the catalog's entries
+
+
+class RouteResolution(msgspec.Struct):
+    model: str
+    accepts_images: bool | None  # null: neither the configuration nor the catalog declares the model
+    route: RouteInfo | None  # the declaration that decides, as it applies to this model id
+    matched: str | None  # a catalog entry: the form of the model id that matched it
 
 
 class ErrorBody(msgspec.Struct, omit_defaults=True):

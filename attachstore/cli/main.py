@@ -21,7 +21,7 @@ from ..errors import AttachstoreError, ConfigError, InvalidRequest
 from ..index import IndexUnusable, SessionRow
 from ..progress import rfc3339
 from ..service import SOURCES, Admission, ImageRef, Store, Upload
-from . import maintenance
+from . import maintenance, routes
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 TENANT_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
@@ -78,6 +78,11 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--workers", type=int, default=1, metavar="N", help="serve from N processes (default: %(default)s)"
     )
+    s.add_argument(
+        "--replace-policy",
+        action="store_true",
+        help="make this configuration's policy the store's even while other nodes enforce another",
+    )
 
     s = sub.add_parser("put", parents=[common], help="admit image files, print their references")
     s.add_argument(
@@ -122,6 +127,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("ref", metavar="REF", help="the attachment's reference, sha256:<64 hex>")
 
     maintenance.add_parsers(sub, common)
+    routes.add_parser(sub, common)
 
     s = sub.add_parser("token", help="make bearer tokens for tenants (reads no configuration)")
     s.add_argument("action", choices=["new"], help="new: make a token and print the lines to configure")
@@ -168,9 +174,11 @@ def _config(args: argparse.Namespace) -> Config:
     return load(getattr(args, "config", None), overrides=overrides)
 
 
-async def _with_store(config: Config, action: Callable[[Store], Awaitable[T]]) -> T:
+async def _with_store(config: Config, action: Callable[[Store], Awaitable[T]], *, policy: bool = True) -> T:
+    """With `policy`, the command applies the store's routes and limits: the daemon's, as it recorded them
+    (or, given a configuration that declares its own, refuses unless they are the same)."""
     # One decode worker: a local command admits a handful of files, and the daemon may be busy beside it.
-    store = await Store.open(config, workers=1, read_cache=False)
+    store = await Store.open(config, workers=1, read_cache=False, policy="apply" if policy else "none")
     try:
         return await action(store)
     finally:
@@ -230,7 +238,7 @@ def _cmd_get(args: argparse.Namespace, config: Config) -> int:
         _, data = await store.read(args.ref)
         return data
 
-    data = asyncio.run(_with_store(config, action))
+    data = asyncio.run(_with_store(config, action, policy=False))
     if args.output in (None, "-"):
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
@@ -246,7 +254,7 @@ def _cmd_stat(args: argparse.Namespace, config: Config) -> int:
         print(msgspec.json.encode(attachment(await store.meta(args.ref))).decode())
         return EXIT_OK
 
-    return asyncio.run(_with_store(config, action))
+    return asyncio.run(_with_store(config, action, policy=False))
 
 
 def _cmd_session(args: argparse.Namespace, config: Config) -> int:
@@ -296,7 +304,7 @@ def _cmd_serve(args: argparse.Namespace, config: Config) -> int:
         raise InvalidRequest("--workers: at least 1")
     from .. import server  # aiohttp and the app: only `serve` pays for importing them
 
-    return server.run(config, args.workers)
+    return server.run(config, args.workers, replace_policy=args.replace_policy)
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {
@@ -309,6 +317,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {
     "gc": maintenance.run_gc,
     "audit": maintenance.run_audit,
     "migrate": maintenance.run_migrate,
+    "routes": routes.run,
 }
 
 

@@ -83,7 +83,7 @@ def run_gc(args: argparse.Namespace, config: Config) -> int:
     _require_store(config)
 
     async def go() -> tuple[gc.GcPlan, gc.GcResult | None]:
-        store = await Store.open(config, workers=1, read_cache=False)
+        store = await Store.open(config, workers=1, read_cache=False, policy="none")
         try:
             planning = functools.partial(Progress, "gc plan")
             plan = await gc.plan(store, grace, [Path(r) for r in args.roots], progress=planning)
@@ -164,7 +164,7 @@ def run_audit(args: argparse.Namespace, config: Config) -> int:
     throttled = f"throttled to {human_bytes(max_rate)}/s" if max_rate else ""
 
     async def go() -> AuditReport:
-        store = await Store.open(config, workers=1, read_cache=False)
+        store = await Store.open(config, workers=1, read_cache=False, policy="none")
         try:
             audit = Audit(
                 store,

@@ -30,6 +30,7 @@ from .models import (
     Released,
     Rendered,
     RouteInfo,
+    RouteResolution,
     Routes,
     Session,
     Source,
@@ -49,6 +50,7 @@ _attachment = msgspec.json.Decoder(Attachment)
 _session = msgspec.json.Decoder(Session)
 _released = msgspec.json.Decoder(Released)
 _routes = msgspec.json.Decoder(Routes)
+_resolution = msgspec.json.Decoder(RouteResolution)
 _rendered = msgspec.json.Decoder(Rendered)
 _status = msgspec.json.Decoder(Status)
 _mcp_result = msgspec.json.Decoder(McpResult)
@@ -370,7 +372,12 @@ class AsyncClient:
     # --- the daemon ---
 
     async def routes(self, *, request_id: str | None = None) -> list[RouteInfo]:
+        """Every declaration: the configured routes (`declared_by` "config"), then the catalog's entries."""
         return (await self._json(_routes, "GET", ("v1", "routes"), request_id=request_id)).routes
+
+    async def route(self, model: str, *, request_id: str | None = None) -> RouteResolution:
+        """How `model` resolves: its configured route, else its catalog entry, else unknown."""
+        return await self._json(_resolution, "GET", ("v1", "routes", model), request_id=request_id)
 
     async def healthz(self, *, request_id: str | None = None) -> Status:
         return await self._json(_status, "GET", ("healthz",), request_id=request_id)

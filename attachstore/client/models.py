@@ -108,7 +108,7 @@ class Released(msgspec.Struct, frozen=True):
 
 
 class RouteInfo(msgspec.Struct, frozen=True):
-    id: str
+    id: str  # a route id; for a catalog entry its id or its pattern ("claude-*")
     input_modalities: list[str]
     provider: str | None = None
     max_request_image_bytes: int | None = None
@@ -116,6 +116,9 @@ class RouteInfo(msgspec.Struct, frozen=True):
     max_request_side: int | None = None
     max_request_pixels: int | None = None
     max_request_bytes: int | None = None
+    declared_by: str = "config"  # "config", or "catalog" (the built-in catalog)
+    source: str | None = None  # a catalog entry: where its claim comes from
+    replaces: str | None = None  # a configured route: the catalog entry its id would otherwise have
 
     @property
     def vision(self) -> bool:
@@ -124,6 +127,17 @@ class RouteInfo(msgspec.Struct, frozen=True):
 
 class Routes(msgspec.Struct, frozen=True):
     routes: list[RouteInfo]
+    catalog: str | None = None
+    policy: str | None = None
+
+
+class RouteResolution(msgspec.Struct, frozen=True):
+    """How the daemon resolves one model id: `route` is None (and `accepts_images` None) when unknown."""
+
+    model: str
+    accepts_images: bool | None = None
+    route: RouteInfo | None = None
+    matched: str | None = None
 
 
 class Summary(msgspec.Struct, frozen=True):

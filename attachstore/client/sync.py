@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from types import TracebackType
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import msgspec
 
@@ -28,6 +28,9 @@ from .models import (
     Source,
     Status,
 )
+
+if TYPE_CHECKING:
+    from .models import RouteResolution
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -198,6 +201,9 @@ class Client:
 
     def routes(self, *, request_id: str | None = None) -> list[RouteInfo]:
         return self._call(self._async.routes, request_id=request_id)
+
+    def route(self, model: str, *, request_id: str | None = None) -> RouteResolution:
+        return self._call(self._async.route, model, request_id=request_id)
 
     def healthz(self, *, request_id: str | None = None) -> Status:
         return self._call(self._async.healthz, request_id=request_id)

@@ -84,6 +84,24 @@ MIGRATIONS: list[list[str]] = [
         )""",
         "CREATE INDEX variants_variant ON variants (variant)",
     ],
+    [
+        """CREATE TABLE policy (
+        one         integer PRIMARY KEY CHECK (one = 1),
+        fingerprint text,
+        document    text,
+        recorded_at double precision,
+        recorded_by text
+        )""",
+        """CREATE TABLE nodes (
+        node        text PRIMARY KEY,
+        host        text NOT NULL,
+        pid         bigint NOT NULL,
+        fingerprint text NOT NULL,
+        document    text NOT NULL,
+        started_at  double precision NOT NULL,
+        seen_at     double precision NOT NULL
+        )""",
+    ],
 ]
 if len(MIGRATIONS) != len(schema.MIGRATIONS):
     raise ImportError(

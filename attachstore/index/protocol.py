@@ -27,6 +27,8 @@ The locks. Each transaction first locks what it is about to read and change, and
 - Adding holds (`add_holds`, `publish` with a hold) also takes the locks of the refs held, so a hold never
   slips in between a sweep's re-check and its delete. Fork and delete_session need no ref locks: the refs they
   touch are held by a session they have locked, and a sweep leaves held refs alone.
+- A node that joins the store locks the policy record (`join`): two daemons starting together decide one
+  after the other whether their policies differ. It takes no other lock.
 - Lock order: session row, then refs (sorted), then object rows (sorted by ref). `collect` may add the locks
   of variants linked between its first look and its locks, out of order, but before it removes anything.
 
@@ -44,10 +46,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TypeVar
 
-from . import sessions
+from . import policy, sessions
 from .dialect import CallbackFailed, Reads, Tx, call, guard
 from .objects import OBJECT_COLUMNS, object_row, renew, rows_of
-from .rows import COLUMNS, Hold, ObjectRow, SessionKey, SessionRow
+from .policy import Decide
+from .rows import COLUMNS, Hold, NodeRow, ObjectRow, PolicyRecord, SessionKey, SessionRow
 
 T = TypeVar("T")
 
@@ -339,6 +342,30 @@ class Operations(ABC):
     async def runs(self) -> dict[str, tuple[float, dict[str, float]]]:
         found = await self._reads.fetch("SELECT command, finished_at, figures FROM runs")
         return {str(r[0]): (float(r[1]), json.loads(r[2])) for r in found}
+
+    # -- the store's policy and its nodes --------------------------------------------------------------------
+
+    async def policy(self) -> PolicyRecord | None:
+        """The policy the store enforces, as the last daemon to start recorded it; None before any did."""
+        return await policy.record(self._reads)
+
+    async def nodes(self) -> list[NodeRow]:
+        return await policy.nodes(self._reads)
+
+    async def join(self, node: NodeRow, decide: Decide) -> PolicyRecord | None:
+        """Add `node` under the record's lock, after `decide(record, other nodes)` (which may raise) said
+        whether its policy replaces the record and which nodes are gone. Returns the record as it was."""
+        return await self._write(lambda tx: policy.join(tx, node, decide))
+
+    async def beat(self, node: NodeRow, now: float) -> PolicyRecord | None:
+        """`node` is alive at `now`; returns the record, which another node may have replaced."""
+        return await self._write(lambda tx: policy.beat(tx, node, now))
+
+    async def leave(self, node: str) -> None:
+        async def work(tx: Tx) -> None:
+            await tx.execute("DELETE FROM nodes WHERE node = $1", node)
+
+        await self._write(work)
 
     # -- sessions and holds ----------------------------------------------------------------------------------
 

@@ -44,3 +44,29 @@ class Hold:
     key: SessionKey
     guard: Callable[[SessionRow], object]
     everything: bool = False  # may hold any stored object (no tokens configured, or the operator)
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyRecord:
+    """The policy a store enforces, as the last daemon to start recorded it (service/storepolicy.py)."""
+
+    fingerprint: str
+    document: str  # JSON
+    recorded_at: float
+    recorded_by: str  # the node that recorded it
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRow:
+    """A daemon process serving the store, with the policy it enforces, seen at each heartbeat."""
+
+    node: str
+    host: str  # the host (and its boot and pid namespace) the pid belongs to
+    pid: int
+    fingerprint: str
+    document: str
+    started_at: float
+    seen_at: float
+
+
+NODE_COLUMNS = "node, host, pid, fingerprint, document, started_at, seen_at"  # NodeRow

@@ -78,6 +78,27 @@ MIGRATIONS: list[list[str]] = [
         ) STRICT, WITHOUT ROWID""",
         "CREATE INDEX variants_variant ON variants (variant)",
     ],
+    [
+        # The policy the store enforces (routes after the catalog, the limits of admission), as the last
+        # daemon to start recorded it; one row, or none before any daemon ran (service/storepolicy.py).
+        """CREATE TABLE policy (
+        one         INTEGER PRIMARY KEY CHECK (one = 1),
+        fingerprint TEXT,
+        document    TEXT,
+        recorded_at REAL,
+        recorded_by TEXT
+        ) STRICT""",
+        # The daemon processes serving the store, each with its policy; seen_at is their heartbeat.
+        """CREATE TABLE nodes (
+        node        TEXT PRIMARY KEY,
+        host        TEXT NOT NULL,
+        pid         INTEGER NOT NULL,
+        fingerprint TEXT NOT NULL,
+        document    TEXT NOT NULL,
+        started_at  REAL NOT NULL,
+        seen_at     REAL NOT NULL
+        ) STRICT""",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -103,7 +103,7 @@ async def run(
     snapshot = await asyncio.to_thread(read_source, source.data_path / INDEX_FILE)
     blobs = LocalBlobStore(source.data_path)
     # Without the read cache: the verification reads the bucket, not a local copy.
-    store = await Store.open(target, workers=1, read_cache=False)
+    store = await Store.open(target, workers=1, read_cache=False, policy="none")
     try:
         report = Report()
         for r in snapshot.rows.values():

@@ -84,10 +84,10 @@ async def render(
     if request.session is not None:
         session = await store.sessions.get((tenant, request.session))
         route_name = route_name if route_name is not None else session.route
-    route = store.config.routes.get(route_name) if route_name is not None else None
+    route = store.routes.route(route_name)
     provider = _provider(request, route, route_name)
     placeholders = route.placeholders if route else Placeholders()
-    vision = request.vision if request.vision is not None else accepts_images(store.config.routes, route_name)
+    vision = request.vision if request.vision is not None else accepts_images(store.routes, route_name)
     occurrences = [
         _Occurrence(i, j, b, str(Ref.parse(b.ref)))
         for i, m in enumerate(request.messages)

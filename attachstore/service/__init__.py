@@ -2,12 +2,14 @@
 gate (through the decode pool), the blob store and the index."""
 
 from .admission import SOURCES, Admission, Upload, display_name
+from .catalog import Catalog
 from .model import ImageRef, Normalization
-from .policy import accepts_images
+from .policy import Declaration, RouteTable, accepts_images
 from .previews import SIZES as PREVIEW_SIZES
 from .previews import SIZES_HINT as PREVIEW_SIZES_HINT
 from .sessions import SESSION_ID_PATTERN
 from .store import Store
+from .storepolicy import Applied, PolicyMismatch, own_policy
 from .variants import VariantSpec
 
 __all__ = [
@@ -16,11 +18,17 @@ __all__ = [
     "SESSION_ID_PATTERN",
     "SOURCES",
     "Admission",
+    "Applied",
+    "Catalog",
+    "Declaration",
     "ImageRef",
     "Normalization",
+    "PolicyMismatch",
+    "RouteTable",
     "Store",
     "Upload",
     "VariantSpec",
     "accepts_images",
     "display_name",
+    "own_policy",
 ]

@@ -295,9 +295,9 @@ class Admissions:
         admission = self.config.admission
         fit_limits = admission.fit_limits(limits) if admission.oversize == "fit" else None
         try:
-            policy.check_modality(self.config.routes, route, source)
+            policy.check_modality(self.sessions.routes, route, source)
             if session[0] is not None:
-                policy.check_session(self.config.routes, session[0], session[1])
+                policy.check_session(self.sessions.routes, session[0], session[1])
             gate.check_batch([u.size for u in uploads], limits)
         except Rejected as e:
             return e, []

@@ -1,64 +1,149 @@
-"""The model-modality policy (SPEC section 6) and the text a model reads when a tool's images are dropped."""
+"""The model-modality policy (SPEC section 6): what declares a model id (a route of the configuration, else
+the built-in catalog), the checks of admissions, holds and route switches, and the text a model reads when a
+tool's images are dropped."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from ..config import Route
 from ..errors import Rejected, RouteSwitchRejected
+from .catalog import Catalog
 
 HARD_SOURCES = ("user", "command")  # a person is there to read the error
 SOFT_SOURCES = ("tool", "mcp")  # a model is there: the tool call succeeds, the images degrade to text
 
 
-def accepts_images(routes: Mapping[str, Route], route: str | None) -> bool | None:
-    """True or False for a configured route; None when the route is unknown or not given."""
-    if route is None or route not in routes:
-        return None
-    return "image" in routes[route].input_modalities
+@dataclass(frozen=True, slots=True)
+class Declaration:
+    """What decides for a model id: the configuration's route of that exact id, else a catalog entry."""
+
+    route: Route  # as it applies to the id: an entry reached through a "provider/" path names no provider
+    by: Literal["config", "catalog"]
+    entry: str  # the configured id, or the catalog entry's id or pattern
+    matched: str | None = None  # catalog: the form of the id that matched
+    source: str | None = None  # catalog: where the entry's claim comes from
+    replaces: str | None = None  # config: the catalog entry the id would have had
+
+    @property
+    def accepts_images(self) -> bool:
+        return "image" in self.route.input_modalities
+
+    def where(self) -> str:
+        if self.by == "config":
+            return f"declared by [routes.{json.dumps(self.entry)}] in the configuration"
+        return f"declared by the built-in catalog, entry {self.entry!r}"
 
 
-def check_modality(routes: Mapping[str, Route], route: str | None, source: str) -> None:
-    """Uploads are refused only by a known text-only route; tool images need a route declaring `image`."""
-    accepts = accepts_images(routes, route)
-    if source in HARD_SOURCES and accepts is False:
+class RouteTable:
+    """The routes of the configuration over the catalog: a configured route wins for its exact id."""
+
+    def __init__(self, configured: Mapping[str, Route], catalog: Catalog) -> None:
+        self.configured = dict(configured)
+        self.catalog = catalog
+
+    def declaration(self, model: str | None) -> Declaration | None:
+        """None: the model is unknown (or none is named)."""
+        if model is None:
+            return None
+        if model in self.configured:
+            replaced = self.catalog.lookup(model)
+            return Declaration(
+                self.configured[model], "config", model, replaces=replaced.entry.key if replaced else None
+            )
+        found = self.catalog.lookup(model)
+        if found is None:
+            return None
+        route = self.catalog.routes[found.entry.key]
+        if found.hosted and route.provider is not None:
+            route = Route(input_modalities=list(route.input_modalities))
+        return Declaration(route, "catalog", found.entry.key, found.matched, found.entry.source)
+
+    def route(self, model: str | None) -> Route | None:
+        found = self.declaration(model)
+        return found.route if found else None
+
+    def listing(self) -> list[Declaration]:
+        """The configured routes by id, then the catalog's entries by id or pattern."""
+        configured = [d for d in map(self.declaration, sorted(self.configured)) if d is not None]
+        entries = sorted(self.catalog.entries, key=lambda e: e.key)
+        return configured + [
+            Declaration(self.catalog.routes[e.key], "catalog", e.key, source=e.source) for e in entries
+        ]
+
+
+def accepts_images(routes: RouteTable, route: str | None) -> bool | None:
+    """True or False for a declared model; None when the model is unknown or not given."""
+    found = routes.declaration(route)
+    return None if found is None else found.accepts_images
+
+
+def _declare(route: str) -> str:
+    return f'[routes.{json.dumps(route)}] with input_modalities = ["text", "image"]'
+
+
+def check_modality(routes: RouteTable, route: str | None, source: str) -> None:
+    """Uploads are refused only by a known text-only model; tool images need a model declared with `image`."""
+    found = routes.declaration(route)
+    if found is not None and found.accepts_images:
+        return
+    if source in HARD_SOURCES and found is not None:
+        hint = "switch the session to a model that accepts images, then attach the image again"
+        if found.by == "catalog":
+            hint += (
+                f"; if this model does accept images, declare it in the configuration: {_declare(str(route))}"
+            )
         raise Rejected(
-            "MODALITY_UNSUPPORTED",
-            f"the model {route!r} does not accept images",
-            hint="switch the session to a model that accepts images, then attach the image again",
+            "MODALITY_UNSUPPORTED", f"the model {route!r} does not accept images ({found.where()})", hint=hint
         )
-    if source in SOFT_SOURCES and accepts is not True:
+    if source not in SOFT_SOURCES:
+        return
+    if found is not None:
+        why = f"the model {route!r} does not accept images ({found.where()})"
+        hint = (
+            "tell the user that the current model cannot see images; with a model that accepts images they "
+            "can be attached"
+        )
+    elif route is None:
+        why = "no model is named for these images"
+        hint = (
+            "tell the user that the images were not attached because no model was named for them; the host "
+            "names the model with the session's route or the admission's route"
+        )
+    else:
         why = (
-            f"the model {route!r} does not accept images"
-            if accepts is False
-            else "no model is named that accepts images"
-            if route is None
-            else f"the model {route!r} is not configured as accepting images"
+            f"the model {route!r} is not declared as accepting images: neither the configuration nor the "
+            "built-in catalog names it"
         )
-        raise Rejected(
-            "MODALITY_UNSUPPORTED",
-            why,
-            hint="tell the user that the current model cannot see images; with a model that accepts "
-            "images they can be attached",
+        hint = (
+            "tell the user that the images were not attached because attachstore does not know whether "
+            f"{route!r} can see images, not because it cannot; to attach them, declare it in the attachstore "
+            f"configuration: {_declare(route)}"
         )
+    raise Rejected("MODALITY_UNSUPPORTED", why, hint=hint)
 
 
-def check_session(routes: Mapping[str, Route], session: str, route: str | None) -> None:
+def check_session(routes: RouteTable, session: str, route: str | None) -> None:
     """Images may not enter a session whose route is known to lack `image`, whatever the request names."""
-    if accepts_images(routes, route) is False:
+    found = routes.declaration(route)
+    if found is not None and not found.accepts_images:
         raise Rejected(
             "MODALITY_UNSUPPORTED",
-            f"session {session!r} uses the model {route!r}, which does not accept images",
+            f"session {session!r} uses the model {route!r}, which does not accept images ({found.where()})",
             hint="switch the session to a model that accepts images, then attach the image again",
         )
 
 
-def check_switch(routes: Mapping[str, Route], session: str, holds: int, new_route: str | None) -> None:
-    """A session holding images may not move to a route known to lack `image` (unknown routes are allowed)."""
-    if holds and accepts_images(routes, new_route) is False:
+def check_switch(routes: RouteTable, session: str, holds: int, new_route: str | None) -> None:
+    """A session holding images may not move to a model known to lack `image` (unknown ones are allowed)."""
+    found = routes.declaration(new_route)
+    if holds and found is not None and not found.accepts_images:
         raise RouteSwitchRejected(
-            f"session {session!r} holds {holds} image(s) and the model {new_route!r} does not accept images",
+            f"session {session!r} holds {holds} image(s) and the model {new_route!r} does not accept images "
+            f"({found.where()})",
             hint="keep a model that accepts images, or start a new session for the text-only model",
         )
 

@@ -12,6 +12,7 @@ from ..errors import InvalidRequest, SessionNotFound
 from ..index import Hold, Index, SessionKey, SessionRow
 from ..refs import Ref
 from . import policy
+from .policy import RouteTable
 
 if TYPE_CHECKING:
     from ..index.postgres import PgIndex
@@ -32,9 +33,10 @@ def check_session_id(text: str) -> str:
 
 
 class Sessions:
-    def __init__(self, config: Config, index: Index | PgIndex) -> None:
+    def __init__(self, config: Config, index: Index | PgIndex, routes: RouteTable) -> None:
         self.config = config
         self.index = index
+        self.routes = routes
 
     async def get(self, key: SessionKey) -> SessionRow:
         found = await self.index.get_session((key[0], check_session_id(key[1])))
@@ -51,7 +53,7 @@ class Sessions:
         check_session_id(key[1])
 
         def guard(session: SessionRow) -> None:
-            policy.check_switch(self.config.routes, session.id, len(session.holds), route)
+            policy.check_switch(self.routes, session.id, len(session.holds), route)
 
         return await self.index.set_route(key, route, guard)
 
@@ -61,7 +63,7 @@ class Sessions:
 
     def guard_images(self, session: SessionRow) -> None:
         """Run under the index write lock before images are held: the session's route, as it is now."""
-        policy.check_session(self.config.routes, session.id, session.route)
+        policy.check_session(self.routes, session.id, session.route)
 
     async def hold(self, key: SessionKey, refs: Sequence[str]) -> SessionRow:
         check_session_id(key[1])

@@ -17,10 +17,13 @@ from ..index import Index
 from ..metrics import Metrics
 from ..storage import BlobStore, FileOps, LocalBackend, LocalBlobStore, ReadCache
 from .admission import Admissions
+from .catalog import Catalog, builtin
+from .policy import RouteTable
 from .previews import Previews
 from .publish import Publisher
 from .reads import Reads
 from .sessions import Sessions
+from .storepolicy import Applied, Role, settle
 from .variants import Variants
 
 if TYPE_CHECKING:
@@ -28,7 +31,14 @@ if TYPE_CHECKING:
 
 
 class Store:
-    def __init__(self, config: Config, blobs: BlobStore, index: Index | PgIndex, pool: DecodePool) -> None:
+    def __init__(
+        self,
+        config: Config,
+        blobs: BlobStore,
+        index: Index | PgIndex,
+        pool: DecodePool,
+        catalog: Catalog | None = None,
+    ) -> None:
         self.config = config
         self.blobs = blobs
         # The file-system store behind the local backend, for what only it has (staging files, the audit's
@@ -37,7 +47,10 @@ class Store:
         self.index = index
         self.pool = pool
         self.metrics = pool.metrics  # the decode pool counts its jobs in the store's registry
-        self.sessions = Sessions(config, index)
+        # The model declarations every check reads: the configured routes over the catalog.
+        self.routes = RouteTable(config.routes, catalog or builtin())
+        self.policy: Applied | None = None  # set by open(): the policy applied, and the daemon's node
+        self.sessions = Sessions(config, index, self.routes)
         self.reads = Reads(config, blobs, index, self.local, self.metrics)
         self.resident = self.reads.resident
         publisher = Publisher(blobs, index)
@@ -66,9 +79,17 @@ class Store:
         workers: int | None = None,
         *,
         read_cache: bool = True,
+        policy: Role = "apply",
+        replace_policy: bool = False,
     ) -> Store:
         """The configured backends, opened. Commands pass `read_cache=False`: a read cache directory belongs
-        to one daemon process, and a command has nothing to gain from one."""
+        to one daemon process, and a command has nothing to gain from one.
+
+        `policy` says how the store's policy is taken (storepolicy.py): "serve" for a daemon (records its own,
+        or refuses while a live node enforces another unless `replace_policy`), "apply" for a command that
+        applies the routes or limits (adopts the record, or refuses if its own differs), "none" for one that
+        applies neither. The store is opened with the configuration's policy keys replaced by the record's
+        where it adopts them."""
         if not read_cache and config.storage.cache_dir:
             config = msgspec.structs.replace(
                 config, storage=msgspec.structs.replace(config.storage, cache_dir=None)
@@ -80,12 +101,25 @@ class Store:
         except BaseException:
             await blobs.close()
             raise
+        try:
+            applied = await settle(config, index, policy, replace=replace_policy)
+        except BaseException:
+            await index.close()
+            await blobs.close()
+            raise
+        config = applied.config
         pool = DecodePool(
             workers or config.admission.workers, config.admission.decode_timeout_seconds, Metrics()
         )
-        return cls(config, blobs, index, pool)
+        store = cls(config, blobs, index, pool, applied.catalog)
+        store.policy = applied
+        if applied.node is not None:
+            applied.node.start()
+        return store
 
     async def close(self) -> None:
+        if self.policy is not None and self.policy.node is not None:
+            await self.policy.node.close()
         await self.admissions.close()
         await self.variants.close()
         await self.pool.close()
@@ -97,6 +131,8 @@ class Store:
         blob store takes a write and has room for the largest batch the limits admit."""
         limits = self.config.limits
         await self.index.ready()
+        if self.policy is not None and self.policy.node is not None:
+            await self.policy.node.check()
         await self.blobs.probe_writable(limits.max_batch_bytes, limits.max_batch_images)
 
 

@@ -327,9 +327,21 @@ async def test_dot_session_ids(ac: AsyncClient) -> None:
 
 
 async def test_routes_health_and_readiness(ac: AsyncClient) -> None:
-    text_only, vision = await ac.routes()
+    text_only, vision, *catalogued = await ac.routes()
     assert (text_only.id, text_only.vision, text_only.provider) == ("text-only", False, None)
-    assert (vision.id, vision.vision, vision.provider) == ("vision", True, "openai-chat")
+    assert (vision.id, vision.vision, vision.provider, vision.declared_by) == (
+        "vision",
+        True,
+        "openai-chat",
+        "config",
+    )
+    assert catalogued
+    assert {r.declared_by for r in catalogued} == {"catalog"}
+    claude = await ac.route("anthropic/claude-opus-4-8")
+    assert claude.route is not None
+    assert (claude.accepts_images, claude.route.id, claude.matched) == (True, "claude-*", "claude-opus-4-8")
+    unknown = await ac.route("my-llm")
+    assert (unknown.accepts_images, unknown.route) == (None, None)
     assert (await ac.healthz()).status == "ok"
     assert (await ac.readyz()).status == "ready"
 
@@ -342,7 +354,10 @@ async def test_a_token_is_sent_and_its_absence_is_401(make_async: MakeAsync) -> 
     assert (await open_client.healthz()).status == "ok"  # an open path
     authorised = AsyncClient(open_client.base_url, token=TOKEN)
     async with authorised:
-        assert [r.id for r in await authorised.routes()] == ["text-only", "vision"]
+        assert [r.id for r in await authorised.routes() if r.declared_by == "config"] == [
+            "text-only",
+            "vision",
+        ]
         assert (await authorised.create_session("mine")).id == "mine"
     wrong = AsyncClient(open_client.base_url, token="not-the-token")
     async with wrong:
@@ -574,7 +589,8 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def test_the_blocking_client_covers_every_endpoint(daemon: str) -> None:
     with Client(daemon) as c:
         assert (c.healthz().status, c.readyz().status) == ("ok", "ready")
-        assert [r.id for r in c.routes()] == ["text-only", "vision"]
+        assert [r.id for r in c.routes() if r.declared_by == "config"] == ["text-only", "vision"]
+        assert c.route("gpt-4o").accepts_images is True
         shot = png(21, 13)
         [a] = c.admit(Image(shot, "image/png", "shot.png"), source="user").attachments
         assert c.read(a.ref) == shot

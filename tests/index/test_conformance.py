@@ -26,7 +26,7 @@ import asyncpg
 import pytest
 
 from attachstore.errors import NotFound, SessionConflict, SessionNotFound, StorageFull, StorageUnavailable
-from attachstore.index import Hold, Index, ObjectRow, SessionRow, schema
+from attachstore.index import Hold, Index, NodeRow, ObjectRow, PolicyRecord, SessionRow, schema
 from attachstore.index import postgres as pgindex
 from attachstore.index.postgres import PgIndex
 from attachstore.index.schema import SCHEMA_VERSION, IndexUnusable
@@ -171,7 +171,11 @@ class PostgresStore:
             WHERE schemaname = 'public' AND tablename <> 'attachstore_schema'"""
         )
         tables = {r[0] for r in found}
-        known = [t for t in ("holds", "variants", "grants", "sessions", "objects", "runs") if t in tables]
+        known = [
+            t
+            for t in ("holds", "variants", "grants", "sessions", "objects", "runs", "nodes", "policy")
+            if t in tables
+        ]
         if others := tables - set(known):  # a table of a later schema version than this list knows
             await db.execute(f"TRUNCATE {', '.join(sorted(others))} CASCADE")
         if known:
@@ -675,6 +679,96 @@ async def test_delete_session_releases_and_renews(index: AnyIndex) -> None:
 
 
 # -- PostgreSQL: failures ----------------------------------------------------------------------------------
+
+
+# -- the store's policy and its nodes ----------------------------------------------------------------------
+
+
+def node(name: str, fingerprint: str = "sha256:p", seen: float = 10.0) -> NodeRow:
+    return NodeRow(name, "host/boot/1", 42, fingerprint, f'{{"p": "{fingerprint}"}}', 5.0, seen)
+
+
+def deciding(replace: bool, forget: tuple[str, ...] = ()) -> Any:
+    seen: list[tuple[PolicyRecord | None, list[str]]] = []
+
+    async def decide(record: PolicyRecord | None, others: Any) -> tuple[bool, tuple[str, ...]]:
+        seen.append((record, [n.node for n in others]))
+        return replace, forget
+
+    decide.seen = seen  # type: ignore[attr-defined]
+    return decide
+
+
+async def test_a_store_has_no_policy_until_a_node_records_one(index: AnyIndex) -> None:
+    assert await index.policy() is None
+    assert await index.join(node("a"), deciding(False)) is None
+    assert await index.policy() is None  # joined without recording
+    assert [n.node for n in await index.nodes()] == ["a"]
+    assert await index.join(node("b"), deciding(True)) is None
+    assert await index.policy() == PolicyRecord("sha256:p", '{"p": "sha256:p"}', 5.0, "b")
+
+
+async def test_a_joining_node_sees_the_record_and_the_others_and_forgets_the_gone(index: AnyIndex) -> None:
+    await index.join(node("a", "sha256:1"), deciding(True))
+    await index.join(node("b", "sha256:1"), deciding(False))
+    decide = deciding(True, ("a",))
+    before = await index.join(node("c", "sha256:2"), decide)
+    assert before is not None
+    assert before.recorded_by == "a"
+    assert decide.seen == [(before, ["a", "b"])]
+    assert [n.node for n in await index.nodes()] == ["b", "c"]
+    record = await index.policy()
+    assert record is not None
+    assert (record.fingerprint, record.recorded_by) == ("sha256:2", "c")
+
+
+async def test_a_refusing_node_changes_nothing(index: AnyIndex) -> None:
+    await index.join(node("a", "sha256:1"), deciding(True))
+
+    async def refuse(record: PolicyRecord | None, others: Any) -> tuple[bool, list[str]]:
+        raise ValueError("another policy")
+
+    with pytest.raises(ValueError, match="another policy"):
+        await index.join(node("b", "sha256:2"), refuse)
+    assert [n.node for n in await index.nodes()] == ["a"]
+    record = await index.policy()
+    assert record is not None
+    assert record.fingerprint == "sha256:1"
+
+
+async def test_beats_and_leaving(index: AnyIndex) -> None:
+    a = node("a")
+    await index.join(a, deciding(True))
+    assert (await index.beat(a, 99.0)) == await index.policy()
+    assert [n.seen_at for n in await index.nodes()] == [99.0]
+    await index.leave("a")
+    assert await index.nodes() == []
+    await index.beat(a, 100.0)  # forgotten by another node meanwhile: back
+    assert [(n.node, n.seen_at, n.document) for n in await index.nodes()] == [("a", 100.0, a.document)]
+
+
+async def test_nodes_joining_at_once_decide_one_after_the_other(pg: PostgresStore) -> None:
+    one, two = await pg.open(), await pg.open()
+    await one.join(node("z", "sha256:0"), deciding(True))  # the record's row exists: only its lock orders
+    gate = Gate()
+
+    async def first(record: PolicyRecord | None, others: Any) -> tuple[bool, list[str]]:
+        await gate()
+        return True, []
+
+    second = deciding(True)
+    joining = asyncio.create_task(one.join(node("a", "sha256:1"), first))
+    await gate.entered.wait()
+    other = asyncio.create_task(two.join(node("b", "sha256:2"), second))
+    await pg.until_waiting(other)
+    assert not other.done()
+    gate.open()
+    await joining
+    await other
+    [(seen_record, seen_nodes)] = second.seen
+    assert seen_record is not None
+    assert seen_record.recorded_by == "a"
+    assert seen_nodes == ["a", "z"]
 
 
 async def test_a_full_disk_is_storage_full(pg: PostgresStore) -> None:

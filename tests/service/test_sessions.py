@@ -49,16 +49,26 @@ async def admitted(client: Client, *images: bytes, **fields: Any) -> list[str]:
 # -- the policy, cell by cell ------------------------------------------------------------------------------
 
 ACCEPTED, HARD, SOFT = "accepted", "hard", "soft"
+# gpt-4o-mini and deepseek-reasoner are not configured: the built-in catalog declares them.
+_KNOWN = {"vision": ACCEPTED, "gpt-4o-mini": ACCEPTED}
 POLICY = {
-    "user": {"vision": ACCEPTED, "texty": HARD, "unknown-model": ACCEPTED, None: ACCEPTED},
-    "command": {"vision": ACCEPTED, "texty": HARD, "unknown-model": ACCEPTED, None: ACCEPTED},
-    "tool": {"vision": ACCEPTED, "texty": SOFT, "unknown-model": SOFT, None: SOFT},
-    "mcp": {"vision": ACCEPTED, "texty": SOFT, "unknown-model": SOFT, None: SOFT},
+    "user": {**_KNOWN, "texty": HARD, "deepseek-reasoner": HARD, "unknown-model": ACCEPTED, None: ACCEPTED},
+    "command": {
+        **_KNOWN,
+        "texty": HARD,
+        "deepseek-reasoner": HARD,
+        "unknown-model": ACCEPTED,
+        None: ACCEPTED,
+    },
+    "tool": {**_KNOWN, "texty": SOFT, "deepseek-reasoner": SOFT, "unknown-model": SOFT, None: SOFT},
+    "mcp": {**_KNOWN, "texty": SOFT, "deepseek-reasoner": SOFT, "unknown-model": SOFT, None: SOFT},
 }
 
 
 @pytest.mark.parametrize("source", list(POLICY))
-@pytest.mark.parametrize("route", ["vision", "texty", "unknown-model", None])
+@pytest.mark.parametrize(
+    "route", ["vision", "gpt-4o-mini", "texty", "deepseek-reasoner", "unknown-model", None]
+)
 async def test_modality_policy(client: Client, source: str, route: str | None) -> None:
     image = png(6, 6)
     fields = {} if route is None else {"route": route}
@@ -286,42 +296,100 @@ async def test_every_hold_change_renews_the_lease(client: Client) -> None:
     assert len(set(leases)) == len(leases)
 
 
-async def test_routes_are_listed(client: Client) -> None:
-    body = await (await client.get("/v1/routes")).json()
-    assert body == {
-        "routes": [
-            {
-                "id": "plain",
-                "input_modalities": ["text"],
-                "provider": None,
-                "max_request_image_bytes": None,
-                "max_request_images": None,
-                "max_request_side": None,
-                "max_request_pixels": None,
-                "max_request_bytes": None,
-            },
-            {
-                "id": "texty",
-                "input_modalities": ["text"],
-                "provider": None,
-                "max_request_image_bytes": None,
-                "max_request_images": None,
-                "max_request_side": None,
-                "max_request_pixels": None,
-                "max_request_bytes": None,
-            },
-            {
-                "id": "vision",
-                "input_modalities": ["text", "image"],
-                "provider": "openai-chat",
-                "max_request_image_bytes": None,
-                "max_request_images": None,
-                "max_request_side": None,
-                "max_request_pixels": None,
-                "max_request_bytes": None,
-            },
-        ]
+def _route(rid: str, by: str, modalities: list[str], provider: str | None, **rest: Any) -> dict[str, Any]:
+    return {
+        "id": rid,
+        "declared_by": by,
+        "input_modalities": modalities,
+        "provider": provider,
+        "max_request_image_bytes": None,
+        "max_request_images": None,
+        "max_request_side": None,
+        "max_request_pixels": None,
+        "max_request_bytes": None,
+        "source": None,
+        "replaces": None,
+        **rest,
     }
+
+
+async def test_routes_are_listed_with_where_each_declaration_comes_from(client: Client) -> None:
+    body = await (await client.get("/v1/routes")).json()
+    store = client.app[STORE]
+    assert (body["catalog"], body["policy"]) == (store.routes.catalog.version, store.policy.fingerprint)
+    configured = [r for r in body["routes"] if r["declared_by"] == "config"]
+    assert configured == [
+        _route("plain", "config", ["text"], None),
+        _route("texty", "config", ["text"], None),
+        _route("vision", "config", ["text", "image"], "openai-chat"),
+    ]
+    assert body["routes"][:3] == configured  # the configuration's first, then the catalog's
+    catalogued = body["routes"][3:]
+    assert len(catalogued) == len(store.routes.catalog.entries)
+    claude = next(r for r in catalogued if r["id"] == "claude-*")
+    assert claude == _route("claude-*", "catalog", ["text", "image"], "anthropic", source=claude["source"])
+    assert claude["source"].startswith("https://")
+    assert [r["id"] for r in catalogued] == sorted(r["id"] for r in catalogued)
+
+
+async def test_a_configured_route_says_which_catalog_entry_it_replaces(make_client: MakeClient) -> None:
+    client = await make_client(routes={"gpt-4o": {"input_modalities": ["text"]}})
+    body = await (await client.get("/v1/routes")).json()
+    assert body["routes"][0] == _route("gpt-4o", "config", ["text"], None, replaces="gpt-4o*")
+    resolved = await (await client.get("/v1/routes/gpt-4o")).json()
+    assert (resolved["accepts_images"], resolved["route"]["declared_by"]) == (False, "config")
+    refused = await admit(client, png(4, 4), route="gpt-4o")
+    assert (await error_of(refused))["code"] == "MODALITY_UNSUPPORTED"  # the configuration wins
+
+
+@pytest.mark.parametrize(
+    ("path", "model", "accepts", "entry", "matched", "provider"),
+    [
+        ("vision", "vision", True, "vision", None, "openai-chat"),
+        ("texty", "texty", False, "texty", None, None),
+        (
+            "claude-3-5-haiku-20241022",
+            "claude-3-5-haiku-20241022",
+            True,
+            "claude-*",
+            "claude-3-5-haiku-20241022",
+            "anthropic",
+        ),
+        ("openai/gpt-4o-mini", "openai/gpt-4o-mini", True, "gpt-4o*", "gpt-4o-mini", None),
+        ("openai%2Fgpt-4o-mini", "openai/gpt-4o-mini", True, "gpt-4o*", "gpt-4o-mini", None),
+        (
+            "us.anthropic.claude-3-haiku-20240307-v1:0",
+            "us.anthropic.claude-3-haiku-20240307-v1:0",
+            True,
+            "claude-*",
+            "claude-3-haiku-20240307-v1",
+            "anthropic",
+        ),
+        ("deepseek-chat", "deepseek-chat", False, "deepseek-chat", "deepseek-chat", "openai-chat"),
+    ],
+)
+async def test_a_model_id_resolves(
+    client: Client,
+    path: str,
+    model: str,
+    accepts: bool,
+    entry: str,
+    matched: str | None,
+    provider: str | None,
+) -> None:
+    response = await client.get(f"/v1/routes/{path}")
+    assert response.status == 200
+    body = await response.json()
+    assert (body["model"], body["accepts_images"], body["matched"]) == (model, accepts, matched)
+    assert (body["route"]["id"], body["route"]["provider"]) == (entry, provider)
+    assert body["route"]["declared_by"] == ("config" if matched is None else "catalog")
+
+
+async def test_an_unknown_model_resolves_to_nothing(client: Client) -> None:
+    body = await (await client.get("/v1/routes/my-own-llm")).json()
+    assert body == {"model": "my-own-llm", "accepts_images": None, "route": None, "matched": None}
+    too_long = await client.get("/v1/routes/" + "m" * 257)
+    assert (too_long.status, (await error_of(too_long))["code"]) == (400, "INVALID_REQUEST")
 
 
 async def test_multipart_carries_route_and_session(client: Client) -> None:
