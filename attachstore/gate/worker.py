@@ -121,7 +121,9 @@ def _fit(job: Job, fit_limits: Limits, oversize: Rejected) -> Passed:
 
     found = inspect(job.data, job.declared, fit_limits, trailing_data=job.trailing_data)
     limits = job.limits
-    target = Target(limits.max_side, limits.max_pixels, limits.max_image_bytes)
+    # An animation's frames together stay within max_animation_pixels too: the source may have more.
+    pixels = min(limits.max_pixels, limits.max_animation_pixels // found.frames)
+    target = Target(limits.max_side, pixels, limits.max_image_bytes)
     try:
         with strict_pillow(fit_limits):  # Pillow's bomb bounds as the gate just had them
             out = fit(job.data, found.media_type, target)

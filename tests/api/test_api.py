@@ -114,7 +114,7 @@ async def test_multipart_declared_type_is_checked(client: Client) -> None:
 
 
 async def test_multipart_oversize_part_is_rejected_by_size(make_client: MakeClient) -> None:
-    client = await make_client(limits={"max_image_bytes": 1000})
+    client = await make_client(limits={"max_image_bytes": 1000}, admission={"oversize": "reject"})
     form = aiohttp.FormData()
     form.add_field("source", "user")
     form.add_field("a", os.urandom(5000), filename="big.png", content_type="image/png")
@@ -325,11 +325,12 @@ async def test_a_20_mib_body_over_the_cap_is_refused(make_client: MakeClient) ->
     assert (response.status, (await error_of(response))["code"]) == (413, "PAYLOAD_TOO_LARGE")
 
 
-async def test_a_20_mib_image_under_the_default_cap_is_too_large(client: Client) -> None:
-    body = {"source": "user", "images": [{"data": "A" * (20 * 1024 * 1024)}]}
+async def test_an_image_past_fits_source_bound_under_the_default_cap_is_too_large(client: Client) -> None:
+    body = {"source": "user", "images": [{"data": "A" * (28 * 1024 * 1024)}]}  # 21 MiB decoded
     response = await post_json(client, "/v1/attachments", body)
     error = await error_of(response)
     assert (response.status, error["code"]) == (422, "IMAGE_TOO_LARGE")
+    assert "the limit is 20,971,520 bytes" in error["hint"]
 
 
 async def test_chunked_body_over_the_cap_is_refused(make_client: MakeClient) -> None:

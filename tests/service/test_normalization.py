@@ -120,8 +120,11 @@ async def test_a_clean_image_within_the_limits_keeps_its_exact_bytes(make_client
     assert await read(client, a["ref"]) == clean
 
 
-async def test_oversize_images_are_still_rejected_by_default(make_client: MakeClient) -> None:
-    client = await make_client()
+async def test_oversize_images_are_fitted_by_default_and_refused_with_reject(make_client: MakeClient) -> None:
+    status, body = await admit(await make_client(), photo(4000, 3000))
+    assert status == 201
+    assert body["attachments"][0]["normalized"]["steps"][-2:] == ["resized", "reencoded"]
+    client = await make_client(admission={"oversize": "reject"})
     status, body = await admit(client, photo(4000, 3000))
     assert status == 422
     assert body["error"]["code"] == "IMAGE_DIMENSION_TOO_LARGE"
