@@ -1,8 +1,9 @@
 """The service: the one place that owns the order of operations. Edges (HTTP, CLI) call it; it calls the
 gate (through the decode pool), the blob store and the index."""
 
-from .admission import SOURCES, Admission, Upload, display_name
+from .admission import SOURCES, Admission, Upload
 from .model import ImageRef, Normalization
+from .names import display_name
 from .policy import accepts_images
 from .sessions import SESSION_ID_PATTERN
 from .store import Store

@@ -156,11 +156,17 @@ async def test_a_flipped_byte_is_never_served_and_heals(client: Client, data_dir
     flip_byte(path, len(image) // 2)
     response = await client.get(f"/v1/attachments/{a['ref']}")
     assert response.status == 500
-    assert (await error_of(response))["code"] == "ATTACHMENT_CORRUPT"
+    error = await error_of(response)
+    assert error["code"] == "ATTACHMENT_CORRUPT"
+    assert error["hint"] == (
+        "admitting the same image again heals it (the same bytes give the same ref); "
+        "`attachstore audit --repair` quarantines every damaged object of the store"
+    )
     assert not path.exists()
     assert len(os.listdir(data_dir / "quarantine")) == 1
-    # Still corrupt until healed, without touching a file.
-    assert (await client.get(f"/v1/attachments/{a['ref']}")).status == 500
+    # Still corrupt until healed, without touching a file; and still told how to heal it.
+    again = await client.get(f"/v1/attachments/{a['ref']}")
+    assert (again.status, (await error_of(again))["hint"]) == (500, error["hint"])
     assert (await client.get(f"/v1/attachments/{a['ref']}/meta")).status == 500
     await admit_ok(client, image)
     healed = await client.get(f"/v1/attachments/{a['ref']}")
@@ -182,7 +188,9 @@ async def test_a_missing_object_is_reported_and_heals(client: Client, data_dir: 
     object_path(data_dir, a["ref"]).unlink()
     response = await client.get(f"/v1/attachments/{a['ref']}")
     assert response.status == 500
-    assert (await error_of(response))["code"] == "ATTACHMENT_MISSING"
+    error = await error_of(response)
+    assert error["code"] == "ATTACHMENT_MISSING"
+    assert error["hint"].startswith("admitting the same image again heals it")
     await admit_ok(client, image)
     assert await (await client.get(f"/v1/attachments/{a['ref']}")).read() == image
 

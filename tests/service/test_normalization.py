@@ -128,6 +128,7 @@ async def test_oversize_images_are_fitted_by_default_and_refused_with_reject(mak
     status, body = await admit(client, photo(4000, 3000))
     assert status == 422
     assert body["error"]["code"] == "IMAGE_DIMENSION_TOO_LARGE"
+    assert body["error"]["hint"].endswith("shrink it to at most 2000x1500 and attach it again")
 
 
 async def test_fit_takes_nothing_past_its_own_bounds(make_client: MakeClient) -> None:

@@ -141,6 +141,7 @@ async def test_the_same_batch_from_a_user_is_a_hard_422(make_client: MakeClient,
     response = await admit(client, small, big, source="user", route="vision")
     error = await error_of(response)
     assert (response.status, error["code"], error["index"]) == (422, "IMAGE_TOO_LARGE", 1)
+    assert "attach it again" in error["hint"]  # a person attached it; nothing can read it again
     assert not object_path(data_dir, str(Ref.of("sha256", small))).exists()
 
 
