@@ -42,9 +42,6 @@ class Limits(_Section, frozen=True):
     max_batch_bytes: Positive = 33_554_432
 
 
-_FIT_MAX_SIDE = 65_535  # the largest side any of the four formats can declare
-
-
 class Admission(_Section, frozen=True):
     decode_workers: Annotated[int, Meta(ge=0)] = 0  # 0: one per core
     decode_timeout: Duration = "10s"
@@ -63,11 +60,13 @@ class Admission(_Section, frozen=True):
     # may always hold a whole body). Default: twice the admission body cap ([http] max_body_bytes).
     max_buffered_bytes: Positive | None = None
     # "fit": an image over the side, pixel or byte limit is normalized to fit them (docs/normalization.md)
-    # instead of being rejected; images within the limits are stored byte-identical.
-    oversize: Literal["reject", "fit"] = "reject"
-    # What `fit` takes in at most: larger uploads are still rejected, with the limits' codes.
-    fit_max_bytes: Positive = 33_554_432
-    fit_max_pixels: Positive = 50_000_000
+    # instead of being rejected; images within the limits are stored byte-identical. "reject" refuses it.
+    oversize: Literal["reject", "fit"] = "fit"
+    # What `fit` takes in at most (the source bounds): larger uploads are still rejected, with the limits'
+    # codes. A decode worker's memory grows with fit_max_pixels (docs/operations.md#memory).
+    fit_max_bytes: Positive = 20 * 1024 * 1024
+    fit_max_pixels: Positive = 8192 * 8192
+    fit_max_side: Positive = 8192
     # Remove EXIF (GPS included), XMP, IPTC and comments from every admitted image, losslessly.
     strip_metadata: bool = False
 
@@ -76,7 +75,7 @@ class Admission(_Section, frozen=True):
         return msgspec.structs.replace(
             limits,
             max_image_bytes=max(limits.max_image_bytes, self.fit_max_bytes),
-            max_side=max(limits.max_side, _FIT_MAX_SIDE),
+            max_side=max(limits.max_side, self.fit_max_side),
             max_pixels=max(limits.max_pixels, self.fit_max_pixels),
             max_animation_pixels=max(limits.max_animation_pixels, self.fit_max_pixels),
         )

@@ -9,6 +9,7 @@ class AttachstoreError(Exception):
     code = "INTERNAL"
     status = 500
     headers: dict[str, str] = {}  # noqa: RUF012 - read-only, replaced (never mutated) by subclasses
+    default_hint: str | None = None  # the hint when the raiser gives none
 
     def __init__(
         self,
@@ -23,7 +24,7 @@ class AttachstoreError(Exception):
             self.code = code
         self.message = message
         self.index = index
-        self.hint = hint
+        self.hint = hint if hint is not None else self.default_hint
 
     def at(self, index: int) -> AttachstoreError:
         """The same error, naming the batch member it belongs to."""
@@ -84,14 +85,20 @@ class Rejected(AttachstoreError):
             self.status = 400
 
 
+# Both are healed by the bytes themselves: an admission verifies the stored copy and rewrites it.
+_HEAL = "admitting the same image again heals it (the same bytes give the same ref)"
+
+
 class Corrupt(AttachstoreError):
     code = "ATTACHMENT_CORRUPT"
     status = 500
+    default_hint = f"{_HEAL}; `attachstore audit --repair` quarantines every damaged object of the store"
 
 
 class Missing(AttachstoreError):
     code = "ATTACHMENT_MISSING"
     status = 500
+    default_hint = _HEAL
 
 
 class StorageFull(AttachstoreError):

@@ -14,6 +14,10 @@ from .errors import InvalidRef
 ALGORITHMS = ("sha256", "blake3")
 MAX_REF_LENGTH = 128
 _REF = re.compile(r"(sha256|blake3):([0-9a-f]{64})")
+_FORM = "a reference is sha256: (or blake3:) and 64 lowercase hex digits"
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+_HEX = re.compile(r"[0-9a-fA-F]+")
+_ALGORITHM = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,31}")
 
 
 class Hasher(Protocol):
@@ -42,10 +46,8 @@ class Ref:
         """Strict: exactly one of the known algorithms and 64 lowercase hex digits, nothing around them."""
         match = _REF.fullmatch(text) if len(text) <= MAX_REF_LENGTH else None
         if match is None:
-            raise InvalidRef(
-                f"not an attachment reference: {_shorten(text)!r}",
-                hint="a reference looks like sha256:<64 lowercase hex digits>",
-            )
+            problem, hint = _what_is_wrong(text)
+            raise InvalidRef(f"not an attachment reference: {_shorten(text)!r}: {problem}", hint=hint)
         return cls(match.group(1), match.group(2))
 
     @classmethod
@@ -56,6 +58,36 @@ class Ref:
 
     def matches(self, data: bytes | bytearray) -> bool:
         return Ref.of(self.algorithm, data) == self
+
+
+def _what_is_wrong(text: str) -> tuple[str, str]:
+    """What keeps `text` from being a reference, and how to make it one where that can be said."""
+    if not text:
+        return "it is empty", _FORM
+    if len(text) > MAX_REF_LENGTH:
+        return f"it is {len(text):,} characters; a reference has at most {MAX_REF_LENGTH}", _FORM
+    if _HEX.fullmatch(text) and len(text) == 64:
+        return "it has no algorithm", f"add the algorithm: sha256:{text.lower()}"
+    algorithm, colon, rest = text.partition(":")
+    if not colon:
+        return "it is not an algorithm, a colon and a digest", _FORM
+    digest, dot, extension = rest.partition(".")
+    if algorithm.lower() not in ALGORITHMS:
+        if _ALGORITHM.fullmatch(algorithm):
+            return f"the algorithm {algorithm!r} is unknown; it is sha256 or blake3", _FORM
+        return "it does not start with sha256: or blake3:", _FORM
+    if dot and _HEX.fullmatch(digest) and len(digest) == 64:
+        fixed = f"{algorithm.lower()}:{digest.lower()}"
+        return f"it ends in a file extension ({_shorten('.' + extension, 16)!r})", f"drop it: {fixed}"
+    if not rest:
+        return "it has no digest after the colon", _FORM
+    if not _HEX.fullmatch(rest):
+        at = next(i for i, c in enumerate(rest) if c not in _HEX_DIGITS)
+        return f"the digest holds {rest[at]!r} at offset {len(algorithm) + 1 + at}, not a hex digit", _FORM
+    if len(rest) != 64:
+        return f"the digest has {len(rest)} hex digits, not 64", _FORM
+    fixed = f"{algorithm.lower()}:{rest.lower()}"
+    return "it is in upper case; a reference is lower case", f"write it in lower case: {fixed}"
 
 
 def _shorten(text: str, limit: int = 80) -> str:

@@ -48,7 +48,9 @@ async def admit(request: web.Request) -> web.Response:
     if request.content_type not in ("application/json", "multipart/form-data"):
         raise UnsupportedMediaType(
             "POST /v1/attachments takes application/json or multipart/form-data, "
-            f"not {request.content_type!r}"
+            f"not {request.content_type!r}",
+            hint="send Content-Type: application/json with the images as base64, or multipart/form-data "
+            "with one file part per image",
         )
     # The place is taken before a byte of the body is read, and holds the body's bytes as they come: what
     # admissions hold in memory is bounded by max_concurrent and max_buffered_bytes, not by the clients.
@@ -67,7 +69,7 @@ async def admit(request: web.Request) -> web.Response:
             fields = {k: text_fields.get(k) or None for k in ("source", "route", "session")}
         result = await store.admit(
             uploads,
-            fields["source"] or "",
+            fields["source"],
             route=fields["route"],
             session=fields["session"],
             tenant=tenant_of(request),

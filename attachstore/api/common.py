@@ -57,7 +57,8 @@ async def read_json(
     """Every JSON body is decoded here. `hold` is told the body's size as it is read (an admission's slot)."""
     if request.content_type != "application/json":
         raise UnsupportedMediaType(
-            f"{request.method} {request.path} takes application/json, not {request.content_type!r}"
+            f"{request.method} {request.path} takes application/json, not {request.content_type!r}",
+            hint="send the body as JSON with the header Content-Type: application/json",
         )
     within = request.app[CONFIG].http.read_timeout_seconds
     hint = hint or "this request is larger than any valid one"

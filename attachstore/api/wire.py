@@ -9,7 +9,6 @@ from msgspec import Meta
 
 from ..service import SESSION_ID_PATTERN
 
-Source = Literal["user", "tool", "mcp", "command"]
 SessionId = Annotated[str, Meta(pattern=SESSION_ID_PATTERN)]
 RouteId = Annotated[str, Meta(min_length=1, max_length=256)]
 RefText = str  # any string: the service's Ref.parse refuses what is not a ref, as INVALID_ATTACHMENT_REF
@@ -31,8 +30,9 @@ MAX_IMAGES = 1024
 
 
 class AdmitRequest(_In, frozen=True):
-    source: Source
     images: Annotated[list[ImageIn], Meta(max_length=MAX_IMAGES)]
+    # Required, but checked by the service, so that a JSON body and a form without it get the same answer.
+    source: str | None = None
     route: RouteId | None = None
     session: SessionId | None = None
 

@@ -2,13 +2,15 @@
 lossless metadata surgery and the normalization of oversized images, and the pool of decode worker processes
 that runs the expensive part. Pure functions of the bytes, except the pool."""
 
+from .base64text import base64_decoded_size, decode_base64
 from .batch import Batch, Unwanted
 from .checks import (
+    ATTACH_AGAIN,
+    READ_AGAIN,
     TRAILING_DATA,
     Inspection,
-    base64_decoded_size,
+    canonical_type,
     check_batch,
-    decode_base64,
     inspect,
     precheck,
     strict_pillow,
@@ -18,8 +20,10 @@ from .probe import JPEG_HEADER_STEPS, MEDIA_TYPES, Header, HeaderTooDeep, probe_
 from .worker import Original, Passed
 
 __all__ = [
+    "ATTACH_AGAIN",
     "JPEG_HEADER_STEPS",
     "MEDIA_TYPES",
+    "READ_AGAIN",
     "TRAILING_DATA",
     "Batch",
     "DecodePool",
@@ -30,6 +34,7 @@ __all__ = [
     "Passed",
     "Unwanted",
     "base64_decoded_size",
+    "canonical_type",
     "check_batch",
     "decode_base64",
     "inspect",

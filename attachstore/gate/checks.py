@@ -7,8 +7,6 @@ the code, so the order of the statements below is the order in the SPEC's tables
 
 from __future__ import annotations
 
-import binascii
-import re
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -27,14 +25,26 @@ from .probe import MEDIA_TYPES, HeaderTooDeep, probe_header, sniff
 _NAMES = {"image/png": "PNG", "image/jpeg": "JPEG", "image/gif": "GIF", "image/webp": "WebP"}
 # Pillow's format names. MPO comes out of the JPEG plugin and APNG out of the PNG one.
 _DECODED_TYPE = {name.upper(): media_type for media_type, name in _NAMES.items()} | {"MPO": "image/jpeg"}
-# Names clients use for the four formats: refused (the SPEC allows four exact types) but named in the hint.
-_ALIASES = {"image/jpg": "image/jpeg", "image/pjpeg": "image/jpeg", "image/mpo": "image/jpeg"}
-_ALIASES |= {"image/apng": "image/png", "image/x-png": "image/png"}
+# Other names hosts declare the four formats under, accepted as what they name (SPEC section 4): image/jpg
+# (common, though never registered), Internet Explorer's image/pjpeg and image/x-png, what Citrix clients
+# send, and APNG's own names (Python's mimetypes gives image/apng for .apng), since APNG counts as PNG.
+ALIASES = {
+    "image/jpg": "image/jpeg",
+    "image/pjpeg": "image/jpeg",
+    "image/x-citrix-jpeg": "image/jpeg",
+    "image/x-citrix-pjpeg": "image/jpeg",
+    "image/mpo": "image/jpeg",
+    "image/x-png": "image/png",
+    "image/x-citrix-png": "image/png",
+    "image/apng": "image/png",
+    "image/vnd.mozilla.apng": "image/png",
+}
 # Formats people try to send, named in the UNSUPPORTED_IMAGE_TYPE message.
 _OTHER_MAGIC = ((b"BM", "BMP"), (b"II*\x00", "TIFF"), (b"MM\x00*", "TIFF"), (b"%PDF", "PDF"))
-_CONVERT = "convert it to PNG, JPEG, GIF or WebP and read it again"
-_REENCODE = "re-encode the image and read it again"
-_NOT_BASE64 = re.compile(r"[^A-Za-z0-9+/=]")
+# How a hint that asks for the image once more ends: what can be read again is read again (a tool's file);
+# what a person attached is attached again. The caller says which (precheck's and inspect's `again`).
+READ_AGAIN = "read it again"
+ATTACH_AGAIN = "attach it again"
 
 # The container walks run on every image of these formats; each returns where the image ends.
 _WALKS: dict[str, Callable[[bytes], int]] = {
@@ -43,38 +53,6 @@ _WALKS: dict[str, Callable[[bytes], int]] = {
     "image/webp": containers.webp_end,
 }
 TRAILING_DATA = ("allow", "reject")
-
-
-def decode_base64(text: str) -> bytes:
-    """Bytes from canonical base64 only: the standard alphabet, '=' padding, no whitespace, no data: URL, and
-    zero bits after the last character, so that re-encoding gives back the identical text."""
-    if text[:5].lower() == "data:":
-        raise _bad_base64(
-            "the image is a data: URL, not bare base64",
-            "send only the base64 text after the comma, and the media type in its own field",
-        )
-    if not text:
-        raise _bad_base64("the base64 text is empty")
-    try:
-        data = binascii.a2b_base64(text, strict_mode=True)
-    except ValueError:  # binascii.Error, or a str that is not ASCII
-        raise _base64_problem(text) from None
-    # Strict mode has checked the alphabet and the padding. It lets through nonzero bits in the unused low
-    # bits before '=', which only the last 4 characters can hold: re-encoding those is re-encoding it all.
-    tail = 3 - _padding(text)
-    if binascii.b2a_base64(data[-tail:], newline=False) != text[-4:].encode("ascii"):
-        raise _bad_base64("the base64 text is not canonical: the bits left over before the '=' are not zero")
-    return data
-
-
-def base64_decoded_size(text: str) -> int:
-    """The byte count `text` decodes to, from its length and padding alone; exact for canonical base64, an
-    estimate otherwise (decode_base64 refuses those later)."""
-    return max(0, len(text) * 3 // 4 - _padding(text))
-
-
-def _padding(text: str) -> int:
-    return 2 if text.endswith("==") else 1 if text.endswith("=") else 0
 
 
 def check_batch(sizes: Sequence[int], limits: Limits) -> None:
@@ -96,44 +74,68 @@ def check_batch(sizes: Sequence[int], limits: Limits) -> None:
         )
 
 
-def precheck(size: int, head: bytes, declared: str | None, limits: Limits) -> str:
+def canonical_type(declared: str) -> str:
+    """A declared media type as the gate reads it: lower case, without parameters ('image/PNG; x=y' is
+    image/png), an alias as the type it names (ALIASES)."""
+    wanted = declared.partition(";")[0].strip().lower()
+    return ALIASES.get(wanted, wanted)
+
+
+def precheck(size: int, head: bytes, declared: str | None, limits: Limits, *, again: str = READ_AGAIN) -> str:
     """The cheap checks on one image; returns its sniffed media type. `head` is at least its first 64 bytes.
 
-    A declared type is lower-cased and stripped of parameters ('image/PNG; x=y' is image/png), then must be
-    one of the four exactly: aliases such as image/jpg or image/apng are refused with a hint naming the
-    right type, because providers accept only the four names and the declared type may be passed on.
-    """
+    A declared type is read by canonical_type and must then be one of the four. `again` ends the hints that
+    ask for the image once more (READ_AGAIN or ATTACH_AGAIN)."""
+    if size == 0:
+        raise Rejected(
+            "UNSUPPORTED_IMAGE_TYPE",
+            "the image is empty (0 bytes)",
+            hint=f"the file was empty when it was sent: check that it was written completely, then {again}",
+        )
     if size > limits.max_image_bytes:
         raise Rejected(
             "IMAGE_TOO_LARGE",
             f"the image is {size:,} bytes; the limit is {limits.max_image_bytes:,} bytes",
             hint=f"the limit is {limits.max_image_bytes:,} bytes and this image is {size:,} bytes; "
-            f"shrink it to at most {limits.max_image_bytes:,} bytes and read it again",
+            f"shrink it to at most {limits.max_image_bytes:,} bytes and {again}",
         )
-    wanted = None if declared is None else declared.partition(";")[0].strip().lower()
-    if wanted is not None and wanted not in MEDIA_TYPES:
-        alias = _ALIASES.get(wanted)
+    written = None if declared is None else declared.partition(";")[0].strip().lower()
+    wanted = None if declared is None else canonical_type(declared)
+    sniffed = sniff(head)
+    if written is not None and wanted not in MEDIA_TYPES:
+        bytes_are = f"; the bytes are {_NAMES[sniffed]}" if sniffed else ""
         raise Rejected(
             "UNSUPPORTED_IMAGE_TYPE",
             # Quoted short: this text can reach a model, and the declared type came from whoever sent it.
-            f"the declared media type {wanted[:80]!r} is not supported; use image/png, image/jpeg, "
-            "image/gif or image/webp",
-            hint=f"declare it as {alias}" if alias else _CONVERT,
+            f"the declared media type {written[:80]!r} is not supported; use image/png, image/jpeg, "
+            f"image/gif or image/webp{bytes_are}",
+            hint=_declare(sniffed) if sniffed else _convert(again),
         )
-    sniffed = sniff(head)
     if sniffed is None:
         raise Rejected(
             "UNSUPPORTED_IMAGE_TYPE",
             f"the bytes are {_describe(head)}; only PNG, JPEG, GIF and WebP are supported",
-            hint=_CONVERT,
+            hint=_convert(again),
         )
     if wanted is not None and wanted != sniffed:
         raise Rejected(
             "IMAGE_TYPE_MISMATCH",
-            f"the image is declared as {wanted} but its bytes are {_NAMES[sniffed]} ({sniffed})",
-            hint=f"declare it as {sniffed}",
+            f"the image is declared as {written} but its bytes are {_NAMES[sniffed]} ({sniffed})",
+            hint=_declare(sniffed),
         )
     return sniffed
+
+
+def _declare(sniffed: str) -> str:
+    return f"declare it as {sniffed}, or leave the media type out"
+
+
+def _convert(again: str) -> str:
+    return f"convert it to PNG, JPEG, GIF or WebP and {again}"
+
+
+def _reencode(again: str) -> str:
+    return f"re-encode the image and {again}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,22 +146,29 @@ class Inspection:
     frames: int
 
 
-def inspect(data: bytes, declared: str | None, limits: Limits, *, trailing_data: str = "allow") -> Inspection:
+def inspect(
+    data: bytes,
+    declared: str | None,
+    limits: Limits,
+    *,
+    trailing_data: str = "allow",
+    again: str = READ_AGAIN,
+) -> Inspection:
     """Every per-image check of the gate, ending in a full decode of every frame; raises Rejected.
 
     With trailing_data="reject", bytes after the end of the image (a polyglot's payload) are INVALID_IMAGE;
-    with "allow" they are kept and ignored, as the decoders ignore them.
+    with "allow" they are kept and ignored, as the decoders ignore them. `again` is precheck's.
     Not thread-safe: it sets Pillow's process-wide limits while it runs (a decode worker runs one at a time).
     The size reported is the header's (for GIF the logical screen, for MPO the first picture)."""
     if trailing_data not in TRAILING_DATA:
         raise ValueError(f"trailing_data must be 'allow' or 'reject', not {trailing_data!r}")
-    media_type = precheck(len(data), data, declared, limits)
+    media_type = precheck(len(data), data, declared, limits, again=again)
     try:
         # Bounded: every read probes the header again, on the event loop (docs/design.md, "Verified reads").
         header = probe_header(data, bounded=True)
     except HeaderTooDeep as e:
         raise Rejected(
-            "INVALID_IMAGE", f"the {_NAMES[media_type]} image is malformed: {e}", hint=_REENCODE
+            "INVALID_IMAGE", f"the {_NAMES[media_type]} image is malformed: {e}", hint=_reencode(again)
         ) from None
     if header is None:
         raise _invalid(media_type, "the header is truncated or malformed")
@@ -169,28 +178,28 @@ def inspect(data: bytes, declared: str | None, limits: Limits, *, trailing_data:
             "IMAGE_DIMENSION_TOO_LARGE",
             f"the image is {width}x{height} pixels; the limit is {limits.max_side} pixels a side",
             hint=f"the limit is {limits.max_side} pixels a side and this image is {width}x{height}; "
-            f"shrink it to at most {_fit(width, height, limits)} and read it again",
+            f"shrink it to at most {_fit(width, height, limits)} and {again}",
         )
     if width * height > limits.max_pixels:
         raise Rejected(
             "IMAGE_TOO_MANY_PIXELS",
             f"the image is {width}x{height} = {width * height:,} pixels; the limit is {limits.max_pixels:,}",
             hint=f"the limit is {limits.max_pixels:,} pixels and this image has {width * height:,}; "
-            f"shrink it to at most {_fit(width, height, limits)} and read it again",
+            f"shrink it to at most {_fit(width, height, limits)} and {again}",
         )
     with strict_pillow(limits):
-        frames, decoded_type = _decode(data, media_type, (width, height), limits, trailing_data)
+        frames, decoded_type = _decode(data, media_type, (width, height), limits, trailing_data, again)
     if decoded_type != media_type:  # cannot happen while one plugin is tried per type; kept as a backstop
         raise Rejected(
             "IMAGE_TYPE_MISMATCH",
             f"the bytes start like {media_type} but decode as {decoded_type}",
-            hint=_REENCODE,
+            hint=_reencode(again),
         )
     return Inspection(media_type, width, height, frames)
 
 
 def _decode(
-    data: bytes, media_type: str, size: tuple[int, int], limits: Limits, trailing_data: str
+    data: bytes, media_type: str, size: tuple[int, int], limits: Limits, trailing_data: str, again: str
 ) -> tuple[int, str | None]:
     """Open, count frames, walk the container, then decode every frame; returns (frames, decoded type)."""
     try:
@@ -214,7 +223,7 @@ def _decode(
             if trailing_data == "reject" or media_type in _WALKS:
                 end = _end_of_image(data, media_type)  # raises Malformed
                 if trailing_data == "reject" and end < len(data):
-                    raise _trailing(media_type, len(data) - end, end)
+                    raise _trailing(media_type, len(data) - end, end, again)
             decoded = 0  # pixels of the frames decoded so far
             for index in range(frames):
                 where = f"frame {index + 1} of {frames}: " if frames > 1 else ""
@@ -281,12 +290,12 @@ def _end_of_image(data: bytes, media_type: str) -> int:
     return _WALKS.get(media_type, containers.jpeg_end)(data)
 
 
-def _trailing(media_type: str, extra: int, end: int) -> Rejected:
+def _trailing(media_type: str, extra: int, end: int, again: str) -> Rejected:
     follows = "1 byte follows" if extra == 1 else f"{extra:,} bytes follow"
     return Rejected(
         "INVALID_IMAGE",
         f"{follows} the end of the image (the {_NAMES[media_type]} image ends at offset {end:,})",
-        hint="re-encode the image, or cut it at its end, and read it again",
+        hint=f"re-encode the image, or cut it at its end, and {again}",
     )
 
 
@@ -337,31 +346,6 @@ def _reason(e: BaseException) -> str:
 
 def _invalid(media_type: str, problem: str) -> Rejected:
     return Rejected("INVALID_IMAGE", f"the {_NAMES[media_type]} image is damaged: {problem}")
-
-
-def _bad_base64(message: str, hint: str | None = None) -> Rejected:
-    return Rejected("INVALID_IMAGE_BASE64", message, hint=hint)
-
-
-def _base64_problem(text: str) -> Rejected:
-    bad = _NOT_BASE64.search(text)
-    if bad is not None:
-        char, at = bad.group(), bad.start()
-        if char in "-_":
-            return _bad_base64(
-                f"the base64 text uses the URL-safe alphabet ({char!r} at offset {at:,})",
-                "use the standard alphabet ('+' and '/' rather than '-' and '_') with '=' padding",
-            )
-        if char.isspace():
-            return _bad_base64(
-                f"the base64 text contains whitespace at offset {at:,}", "remove all line breaks and spaces"
-            )
-        return _bad_base64(f"the base64 text contains {char!r} at offset {at:,}, which is not base64")
-    if len(text) % 4:
-        return _bad_base64(
-            f"the base64 text is {len(text):,} characters, not a multiple of 4: its '=' padding is wrong"
-        )
-    return _bad_base64("the base64 text has '=' padding before its end")
 
 
 def _describe(head: bytes) -> str:

@@ -15,7 +15,7 @@ from ..config import Limits
 from ..errors import AttachstoreError, Rejected
 from ..metrics import Metrics
 from .batch import Batch, Unwanted
-from .checks import TRAILING_DATA
+from .checks import READ_AGAIN, TRAILING_DATA
 from .slots import FairSlots
 from .worker import LENGTH, READY, Derive, Failed, Job, Outcome, Passed, job_encoder, outcome_decoder
 
@@ -71,6 +71,7 @@ class DecodePool:
         trailing_data: str = "allow",
         fit_limits: Limits | None = None,
         strip_metadata: bool = False,
+        again: str = READ_AGAIN,
         tenant: str | None = None,
         batch: Batch | None = None,
         position: int = 0,
@@ -78,13 +79,14 @@ class DecodePool:
         """The deep checks; raises `Rejected` with the gate's code, or INVALID_IMAGE past the time bound
         (the pool's, or what is left of `batch`'s). `trailing_data` is gate.inspect's ("allow" or
         "reject"). With `fit_limits`, an image over `limits` but within `fit_limits` is normalized to fit
-        `limits`; with `strip_metadata`, metadata is removed. Passed.data holds the bytes to store when
+        `limits`; with `strip_metadata`, metadata is removed. `again` ends the hints that ask for the image
+        once more (checks.READ_AGAIN or ATTACH_AGAIN). Passed.data holds the bytes to store when
         they are not `data`. The job waits for a worker in `tenant`'s turn; as the one at `position` in
         `batch`, it raises Unwanted instead of starting once an earlier one failed."""
         if trailing_data not in TRAILING_DATA:  # here, where a caller's mistake surfaces as its own error
             raise ValueError(f"trailing_data must be 'allow' or 'reject', not {trailing_data!r}")
         return await self._run(
-            Job(data, declared, limits, algorithm, trailing_data, fit_limits, strip_metadata),
+            Job(data, declared, limits, algorithm, trailing_data, fit_limits, strip_metadata, again),
             "the image is pathologically expensive to decode; re-encode it",
             tenant,
             batch,

@@ -36,6 +36,7 @@ class Job(msgspec.Struct, tag=True, array_like=True):
     # Set when oversize images are fitted: the limits an upload must meet to be fitted to `limits`.
     fit_limits: Limits | None = None
     strip_metadata: bool = False
+    again: str = "read it again"  # how the hints that ask for the image once more end (checks.READ_AGAIN)
 
 
 class Derive(msgspec.Struct, tag=True, array_like=True):
@@ -101,7 +102,7 @@ def _admit(job: Job) -> Passed:
     from .metadata import strip_metadata
 
     try:
-        found = inspect(job.data, job.declared, job.limits, trailing_data=job.trailing_data)
+        found = inspect(job.data, job.declared, job.limits, trailing_data=job.trailing_data, again=job.again)
     except Rejected as e:
         if job.fit_limits is None or e.code not in OVERSIZE:
             raise
@@ -121,9 +122,11 @@ def _fit(job: Job, fit_limits: Limits, oversize: Rejected) -> Passed:
     from .checks import inspect, strict_pillow
     from .normalize import Target, Unfittable, fit
 
-    found = inspect(job.data, job.declared, fit_limits, trailing_data=job.trailing_data)
+    found = inspect(job.data, job.declared, fit_limits, trailing_data=job.trailing_data, again=job.again)
     limits = job.limits
-    target = Target(limits.max_side, limits.max_pixels, limits.max_image_bytes)
+    # An animation's frames together stay within max_animation_pixels too: the source may have more.
+    pixels = min(limits.max_pixels, limits.max_animation_pixels // found.frames)
+    target = Target(limits.max_side, pixels, limits.max_image_bytes)
     try:
         with strict_pillow(fit_limits):  # Pillow's bomb bounds as the gate just had them
             out = fit(job.data, found.media_type, target)

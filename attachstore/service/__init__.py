@@ -1,9 +1,10 @@
 """The service: the one place that owns the order of operations. Edges (HTTP, CLI) call it; it calls the
 gate (through the decode pool), the blob store and the index."""
 
-from .admission import SOURCES, Admission, Upload, display_name
+from .admission import SOURCES, Admission, Upload
 from .catalog import Catalog
 from .model import ImageRef, Normalization
+from .names import display_name
 from .policy import Declaration, RouteTable, accepts_images
 from .previews import SIZES as PREVIEW_SIZES
 from .previews import SIZES_HINT as PREVIEW_SIZES_HINT

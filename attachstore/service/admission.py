@@ -5,8 +5,6 @@ into a diagnostic per image and a text for the model for `tool`/`mcp`."""
 from __future__ import annotations
 
 import asyncio
-import re
-import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -21,6 +19,7 @@ from ..refs import Ref
 from ..storage import Put
 from . import policy
 from .model import ImageRef, Normalization
+from .names import display_name, renamed
 from .policy import Diagnostic
 from .publish import Check, Publisher
 from .sessions import Sessions
@@ -30,18 +29,6 @@ if TYPE_CHECKING:
     from ..index.postgres import PgIndex
 
 SOURCES = ("user", "tool", "mcp", "command")
-MAX_NAME_LENGTH = 255
-# What a display name may not carry, since it is shown to people: control characters (Cc), format characters
-# (Cf: the bidi controls that reorder what is shown, as in "evil\u202egnp.exe", zero-width spaces, the BOM,
-# soft hyphens, tags), surrogates (Cs) and line or paragraph separators (Zl, Zp); also the letters and
-# joiners that show as nothing (Hangul fillers, Khmer inherent vowels, the combining grapheme joiner). ZWJ
-# and ZWNJ stay: Persian and the Indic scripts spell with them, emoji sequences join with them, and neither
-# reorders nor hides anything. Every other space becomes one plain space, so that no run of them pushes an
-# extension out of sight.
-_DROPPED = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
-_KEPT = frozenset("\u200c\u200d")
-_INVISIBLE = frozenset("\u034f\u115f\u1160\u17b4\u17b5\u3164\uffa0")
-_SPACES = re.compile(r"\s+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,19 +76,6 @@ class _Admitted:
         return None if original is None else Normalization(original, tuple(self.inspection.steps))
 
 
-def display_name(name: str | None) -> str | None:
-    """Keep only the last path component, without control, format or invisible characters, each run of
-    spaces as one space, at most 255 characters."""
-    if name is None:
-        return None
-    base = name.replace("\\", "/").rsplit("/", 1)[-1]
-    if not base.isprintable() or not _INVISIBLE.isdisjoint(base):  # else nothing to drop (the usual case)
-        base = "".join(
-            c for c in base if c in _KEPT or (c not in _INVISIBLE and unicodedata.category(c) not in _DROPPED)
-        )
-    return _SPACES.sub(" ", base).strip()[:MAX_NAME_LENGTH].rstrip() or None
-
-
 def _degraded(
     uploads: Sequence[Upload],
     names: Sequence[str | None],
@@ -114,7 +88,8 @@ def _degraded(
         if isinstance(verdict, _Admitted):
             diagnostics.append(Diagnostic(i, verdict.inspection.media_type, name, None, "valid"))
         elif isinstance(verdict, Rejected):
-            diagnostics.append(Diagnostic(i, u.media_type, name, verdict.code, verdict.message, verdict.hint))
+            declared = None if u.media_type is None else gate.canonical_type(u.media_type)
+            diagnostics.append(Diagnostic(i, declared, name, verdict.code, verdict.message, verdict.hint))
     return Admission([], diagnostics, policy.model_text(diagnostics))
 
 
@@ -183,7 +158,7 @@ class Admissions:
     async def admit(
         self,
         uploads: Sequence[Upload],
-        source: str,
+        source: str | None,
         *,
         route: str | None = None,
         session: str | None = None,
@@ -195,8 +170,12 @@ class Admissions:
 
         `slot` is the place an edge took before it read the uploads; without one, the admission takes its
         own."""
+        if not source:  # the same words whether JSON or a form left it out
+            raise InvalidRequest(
+                f"source: missing; say where the images come from: one of {', '.join(SOURCES)}"
+            )
         if source not in SOURCES:
-            raise InvalidRequest(f"source: must be one of {', '.join(SOURCES)}, not {source!r}")
+            raise InvalidRequest(f"source: must be one of {', '.join(SOURCES)}, not {source[:40]!r}")
         if not uploads:
             raise InvalidRequest("images: at least one image is required")
         if slot is None:
@@ -241,6 +220,12 @@ class Admissions:
             i, first = next((i, v) for i, v in enumerate(verdicts) if isinstance(v, Rejected))
             raise first.at(i)
         admitted = [v for v in verdicts if isinstance(v, _Admitted)]
+        # A normalized image's name takes the extension of its new type: 'photo.png' stored as a JPEG is
+        # 'photo.jpg'.
+        names = [
+            renamed(n, a.inspection.media_type) if a.normalized else n
+            for n, a in zip(names, admitted, strict=True)
+        ]
         # From here the admission finishes even when it is cancelled (its client left): its files are
         # written in threads that cannot be stopped, and cut off there it would leave unindexed objects
         # behind for gc and the audit. Cancelled, it waits for the store (keeping its place among
@@ -294,6 +279,8 @@ class Admissions:
         limits = self.config.limits
         admission = self.config.admission
         fit_limits = admission.fit_limits(limits) if admission.oversize == "fit" else None
+        # A tool can read its file again; a person attaches the image again.
+        again = gate.READ_AGAIN if source in policy.SOFT_SOURCES else gate.ATTACH_AGAIN
         try:
             policy.check_modality(self.sessions.routes, route, source)
             if session[0] is not None:
@@ -305,7 +292,7 @@ class Admissions:
         for u in uploads:
             try:
                 data = gate.decode_base64(u.payload) if isinstance(u.payload, str) else u.payload
-                gate.precheck(u.size, data[:64], u.media_type, fit_limits or limits)
+                gate.precheck(u.size, data[:64], u.media_type, fit_limits or limits, again=again)
                 cheap.append(data)
             except Rejected as e:
                 cheap.append(e)
@@ -322,6 +309,7 @@ class Admissions:
                     trailing_data=admission.trailing_data,
                     fit_limits=fit_limits,
                     strip_metadata=admission.strip_metadata,
+                    again=again,
                     tenant=tenant,
                     batch=batch,
                     position=i,

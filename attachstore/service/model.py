@@ -13,7 +13,7 @@ class Normalization:
     """What admission did to an upload before storing it (docs/normalization.md)."""
 
     original: Original  # the upload as it came
-    steps: tuple[str, ...]  # "orientation", "colour", "metadata", "resized", "reencoded"
+    steps: tuple[str, ...]  # "orientation", "colour", "metadata", "resized", "palette", "reencoded"
 
 
 @dataclass(frozen=True, slots=True)

@@ -114,7 +114,7 @@ async def test_multipart_declared_type_is_checked(client: Client) -> None:
 
 
 async def test_multipart_oversize_part_is_rejected_by_size(make_client: MakeClient) -> None:
-    client = await make_client(limits={"max_image_bytes": 1000})
+    client = await make_client(limits={"max_image_bytes": 1000}, admission={"oversize": "reject"})
     form = aiohttp.FormData()
     form.add_field("source", "user")
     form.add_field("a", os.urandom(5000), filename="big.png", content_type="image/png")
@@ -156,11 +156,17 @@ async def test_a_flipped_byte_is_never_served_and_heals(client: Client, data_dir
     flip_byte(path, len(image) // 2)
     response = await client.get(f"/v1/attachments/{a['ref']}")
     assert response.status == 500
-    assert (await error_of(response))["code"] == "ATTACHMENT_CORRUPT"
+    error = await error_of(response)
+    assert error["code"] == "ATTACHMENT_CORRUPT"
+    assert error["hint"] == (
+        "admitting the same image again heals it (the same bytes give the same ref); "
+        "`attachstore audit --repair` quarantines every damaged object of the store"
+    )
     assert not path.exists()
     assert len(os.listdir(data_dir / "quarantine")) == 1
-    # Still corrupt until healed, without touching a file.
-    assert (await client.get(f"/v1/attachments/{a['ref']}")).status == 500
+    # Still corrupt until healed, without touching a file; and still told how to heal it.
+    again = await client.get(f"/v1/attachments/{a['ref']}")
+    assert (again.status, (await error_of(again))["hint"]) == (500, error["hint"])
     assert (await client.get(f"/v1/attachments/{a['ref']}/meta")).status == 500
     await admit_ok(client, image)
     healed = await client.get(f"/v1/attachments/{a['ref']}")
@@ -182,7 +188,9 @@ async def test_a_missing_object_is_reported_and_heals(client: Client, data_dir: 
     object_path(data_dir, a["ref"]).unlink()
     response = await client.get(f"/v1/attachments/{a['ref']}")
     assert response.status == 500
-    assert (await error_of(response))["code"] == "ATTACHMENT_MISSING"
+    error = await error_of(response)
+    assert error["code"] == "ATTACHMENT_MISSING"
+    assert error["hint"].startswith("admitting the same image again heals it")
     await admit_ok(client, image)
     assert await (await client.get(f"/v1/attachments/{a['ref']}")).read() == image
 
@@ -325,11 +333,12 @@ async def test_a_20_mib_body_over_the_cap_is_refused(make_client: MakeClient) ->
     assert (response.status, (await error_of(response))["code"]) == (413, "PAYLOAD_TOO_LARGE")
 
 
-async def test_a_20_mib_image_under_the_default_cap_is_too_large(client: Client) -> None:
-    body = {"source": "user", "images": [{"data": "A" * (20 * 1024 * 1024)}]}
+async def test_an_image_past_fits_source_bound_under_the_default_cap_is_too_large(client: Client) -> None:
+    body = {"source": "user", "images": [{"data": "A" * (28 * 1024 * 1024)}]}  # 21 MiB decoded
     response = await post_json(client, "/v1/attachments", body)
     error = await error_of(response)
     assert (response.status, error["code"]) == (422, "IMAGE_TOO_LARGE")
+    assert "the limit is 20,971,520 bytes" in error["hint"]
 
 
 async def test_chunked_body_over_the_cap_is_refused(make_client: MakeClient) -> None:

@@ -18,7 +18,7 @@ from attachstore.api.common import STORE
 from attachstore.logs import FIELDS
 from tests.conftest import MakeClient
 from tests.support.http import Client, admit, admit_ok, b64, error_of
-from tests.support.images import png
+from tests.support.images import png, png_chunk, png_insert
 
 BOUNDARY = "test-boundary"
 FORM = {"Content-Type": f"multipart/form-data; boundary={BOUNDARY}"}
@@ -153,8 +153,28 @@ async def test_fit_takes_the_same_bytes_by_multipart_as_by_json(make_client: Mak
     response = await post_form(client, field("source", b"user") + file(noisy) + END)
     assert response.status == 201, await response.text()  # it was INVALID_IMAGE: the part was cut short
     [by_form] = (await response.json())["attachments"]
-    assert by_form == {**by_json, "name": "x.png"}
+    assert by_form == {**by_json, "name": "x.jpg"}  # noise is a photo: a JPEG now, and named so
     assert by_form["normalized"]["original"]["bytes"] == len(noisy)
+
+
+def padded_png(size: int) -> bytes:
+    """A small PNG of exactly `size` bytes: a private ancillary chunk fills it up (decoders skip it)."""
+    image = png(64, 48)
+    body = size - len(image) - 12
+    return png_insert(image, b"IDAT", png_chunk(b"prVt", bytes(body)))
+
+
+async def test_one_image_at_the_source_bound_is_admitted_by_json_and_by_multipart(client: Client) -> None:
+    """The default body cap takes an image of fit_max_bytes (20 MiB), whose base64 is 28 MB, by both."""
+    image = padded_png(20 * 2**20)
+    [by_json] = await admit_ok(client, image, name="x.png")
+    assert by_json["normalized"]["original"]["bytes"] == 20 * 2**20
+    response = await post_form(client, field("source", b"user") + file(image) + END)
+    assert response.status == 201, await response.text()
+    [by_form] = (await response.json())["attachments"]
+    assert by_form == by_json
+    over = await error_of(await admit(client, padded_png(20 * 2**20 + 1)))
+    assert (over["code"], over["index"]) == ("IMAGE_TOO_LARGE", 0)
 
 
 # -- the admission's place, before its body ---------------------------------------------------------------

@@ -160,7 +160,7 @@ async def test_a_tool_batch_with_one_bad_image_degrades_with_a_diagnostic_each(a
 
 
 async def test_admission_rejections_carry_code_status_index_and_hint(make_async: MakeAsync) -> None:
-    ac = await make_async(limits={"max_image_bytes": 4000})
+    ac = await make_async(limits={"max_image_bytes": 4000}, admission={"oversize": "reject"})
     small = png(8, 8)
     e = await fails(ac.admit([small, PDF], source="user"))
     assert (e.code, e.status, e.index) == ("UNSUPPORTED_IMAGE_TYPE", 422, 1)

@@ -13,8 +13,11 @@ from PIL import Image, ImageFile
 from attachstore.config import Limits
 from attachstore.errors import InvalidRequest, Rejected
 from attachstore.gate import (
+    ATTACH_AGAIN,
+    READ_AGAIN,
     Inspection,
     base64_decoded_size,
+    canonical_type,
     check_batch,
     checks,
     decode_base64,
@@ -52,8 +55,7 @@ def test_base64_canonical_round_trip(length: int) -> None:
     data = random.Random(length).randbytes(length)
     text = base64.b64encode(data).decode()
     assert base64_decoded_size(text) == length
-    if length:
-        assert decode_base64(text) == data
+    assert decode_base64(text) == data  # the empty text too: it is an empty image, refused by the gate
 
 
 def _bump_last_data_char(text: str) -> str:
@@ -66,7 +68,6 @@ def _bump_last_data_char(text: str) -> str:
 @pytest.mark.parametrize(
     ("text", "says", "hint"),
     [
-        ("", "empty", None),
         ("aGk", "not a multiple of 4", None),
         ("aGk==", "not a multiple of 4", None),
         ("aG=k", "padding before its end", None),
@@ -166,7 +167,7 @@ def test_a_noisy_photo_sized_png_is_too_large_by_default() -> None:
         (images.PDF, "PDF"),
         (images.HEIC, "HEIC"),
         (b"\x00" * 64, "not a recognised image"),
-        (b"", "not a recognised image"),
+        (b"", "the image is empty (0 bytes)"),
     ],
 )
 def test_unsupported_bytes(data: bytes, named: str) -> None:
@@ -182,11 +183,62 @@ def test_unsupported_declared_type(declared: str) -> None:
     assert code(images.png(4, 4), declared) == "UNSUPPORTED_IMAGE_TYPE"
 
 
-@pytest.mark.parametrize(("alias", "right"), [("image/jpg", "image/jpeg"), ("image/apng", "image/png")])
-def test_aliases_are_refused_with_the_right_name(alias: str, right: str) -> None:
-    error = rejected(inspect, images.jpeg(4, 4), alias, DEFAULTS)
+@pytest.mark.parametrize(
+    ("alias", "data", "right"),
+    [
+        ("image/jpg", images.jpeg(4, 4), "image/jpeg"),
+        ("image/pjpeg", images.jpeg(4, 4), "image/jpeg"),
+        ("image/x-citrix-jpeg", images.jpeg(4, 4), "image/jpeg"),
+        ("IMAGE/JPG; q=1", images.jpeg(4, 4), "image/jpeg"),
+        ("image/mpo", images.mpo(4, 4), "image/jpeg"),
+        ("image/x-png", images.png(4, 4), "image/png"),
+        ("image/x-citrix-png", images.png(4, 4), "image/png"),
+        ("image/apng", images.apng(4, 4, 2), "image/png"),
+        ("image/apng", images.png(4, 4), "image/png"),  # a still PNG declared as APNG is still a PNG
+        ("image/vnd.mozilla.apng", images.apng(4, 4, 2), "image/png"),
+    ],
+)
+def test_aliases_are_accepted_as_what_they_name(alias: str, data: bytes, right: str) -> None:
+    assert canonical_type(alias) == right
+    assert inspect(data, alias, DEFAULTS).media_type == right
+
+
+def test_an_alias_of_another_type_names_the_type_of_the_bytes_in_one_step() -> None:
+    """The issue's loop: image/jpg on a PNG once led to "declare it as image/jpeg", then to a mismatch."""
+    error = rejected(inspect, images.png(4, 4), "image/jpg", DEFAULTS)
+    assert error.code == "IMAGE_TYPE_MISMATCH"
+    assert error.message == "the image is declared as image/jpg but its bytes are PNG (image/png)"
+    assert error.hint == "declare it as image/png, or leave the media type out"
+    assert inspect(images.png(4, 4), "image/png", DEFAULTS).media_type == "image/png"  # and it holds
+
+
+def test_an_unsupported_declared_type_on_known_bytes_names_them() -> None:
+    error = rejected(inspect, images.png(4, 4), "image/heic", DEFAULTS)
     assert error.code == "UNSUPPORTED_IMAGE_TYPE"
-    assert error.hint == f"declare it as {right}"
+    assert error.message.endswith("; the bytes are PNG")
+    assert error.hint == "declare it as image/png, or leave the media type out"
+    unknown = rejected(inspect, images.bmp(), "image/bmp", DEFAULTS)
+    assert unknown.hint == "convert it to PNG, JPEG, GIF or WebP and read it again"
+
+
+@pytest.mark.parametrize(
+    ("again", "said"), [(READ_AGAIN, "read it again"), (ATTACH_AGAIN, "attach it again")]
+)
+def test_hints_that_ask_for_the_image_again_say_how_the_caller_gives_it(again: str, said: str) -> None:
+    for data, limits in (
+        (images.png(40, 30), Limits(max_image_bytes=100)),  # IMAGE_TOO_LARGE
+        (images.png(40, 30), Limits(max_side=20)),  # IMAGE_DIMENSION_TOO_LARGE
+        (images.png(40, 30), Limits(max_pixels=100)),  # IMAGE_TOO_MANY_PIXELS
+        (images.bmp(), DEFAULTS),  # UNSUPPORTED_IMAGE_TYPE
+        (b"", DEFAULTS),  # empty
+        (images.png(4, 4) + b"tail", DEFAULTS),  # trailing data, refused below
+    ):
+        trailing = "reject" if data.endswith(b"tail") else "allow"
+        error = rejected(inspect, data, None, limits, trailing_data=trailing, again=again)
+        assert error.hint is not None
+        assert error.hint.endswith(said), error.hint
+        other = ATTACH_AGAIN if again == READ_AGAIN else READ_AGAIN
+        assert other not in error.hint
 
 
 @pytest.mark.parametrize("declared", ["image/png", "IMAGE/PNG", " image/png ", "image/png; charset=binary"])

@@ -1,20 +1,24 @@
 from __future__ import annotations
 
 import hashlib
+import random
 import subprocess
 import sys
+from io import BytesIO
 from pathlib import Path
 
 import pytest
-from PIL import Image, ImageCms
+from PIL import Image, ImageChops, ImageCms
 
 from attachstore.config import Limits
 from attachstore.gate import Inspection, inspect
+from attachstore.gate.character import Character, character, screenshot_like
 from attachstore.gate.normalize import Normalized, Target, Unfittable, fit
 from tests.support import images
 from tests.support.images import has_no_metadata, opened
 
 DEFAULT = Target(2000, 4_000_000, 3_670_016)  # the admission defaults (config.Limits)
+SMALL = Target(1000, 4_000_000, 3_670_016)  # the same, for smaller (faster) images
 
 
 def durations(data: bytes) -> list[int]:
@@ -157,7 +161,7 @@ def test_a_16_bit_greyscale_png_is_scaled_not_clipped() -> None:
 def test_a_screenshot_with_alpha_stays_transparent() -> None:
     data = images.encode(images.screenshot(2400, 1600), "PNG")
     result = fit(data, "image/png", DEFAULT)
-    assert result.media_type in ("image/png", "image/webp")
+    assert result.media_type == "image/png"
     assert (result.width, result.height) == (2000, 1333)
     assert passes_gate(result, DEFAULT)
     with opened(result.data) as im:
@@ -254,25 +258,143 @@ def test_an_animation_over_the_byte_limit_shrinks_or_is_unfittable() -> None:
 
 
 def fingerprints() -> list[str]:
-    """The media type and sha256 of fit's output for a JPEG photo, a WebP with alpha and an animated GIF:
-    each encoder must give the same bytes every time, in any process."""
+    """The media type and sha256 of fit's output for a JPEG photo, a WebP photo with alpha, a screenshot
+    reduced to a palette and an animated GIF: each encoder must give the same bytes every time, in any
+    process."""
+    screenshot = images.encode(with_gradient(images.ui_screenshot(720, 450)), "PNG")
     cases = [
         (images.photo_with_exif(800, 600, orientation=6, icc=images.display_p3()), "image/jpeg", 500, 10**7),
-        (images.png(300, 200, "RGBA"), "image/png", 200, 40_000),
+        (images.encode(photo_with_alpha(300, 200), "WEBP", quality=90), "image/webp", 200, 10**7),
+        (screenshot, "image/png", 500, len(full_colour_png(screenshot, (500, 312))) - 1),
         (images.animated("GIF", 200, 100, (40, 80)), "image/gif", 100, 10**7),
     ]
     out = []
     for data, media_type, side, size in cases:
         result = fit(data, media_type, Target(side, 4_000_000, size))
-        out.append(f"{result.media_type} {hashlib.sha256(result.data).hexdigest()}")
+        out.append(f"{result.media_type} {' '.join(result.steps)} {hashlib.sha256(result.data).hexdigest()}")
     return out
 
 
 def test_fit_is_deterministic_even_in_another_process() -> None:
     first = fingerprints()
-    assert [line.split()[0] for line in first] == ["image/jpeg", "image/webp", "image/gif"]
+    assert [line.split()[0] for line in first] == ["image/jpeg", "image/webp", "image/png", "image/gif"]
+    assert "palette" in first[2].split()
     assert fingerprints() == first
     code = "from tests.gate.test_normalize import fingerprints; print('\\n'.join(fingerprints()))"
     root = Path(__file__).resolve().parents[2]
     child = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
     assert child.stdout.splitlines() == first
+
+
+# fit: the character of the image decides its encoding
+
+
+def with_gradient(im: Image.Image) -> Image.Image:
+    """`im` with a title bar shaded left to right, as some themes draw it: hundreds of colours, most
+    neighbours still equal."""
+    bar = Image.linear_gradient("L").rotate(90).resize((im.width, 40)).convert("RGB")
+    out = im.copy()
+    out.paste(bar, (0, 0))
+    return out
+
+
+def photo_with_alpha(width: int, height: int) -> Image.Image:
+    im = images.photo(width, height).convert("RGBA")
+    im.putalpha(Image.linear_gradient("L").resize((width, height)))
+    return im
+
+
+def full_colour_png(data: bytes, size: tuple[int, int]) -> bytes:
+    with opened(data) as im:
+        return images.encode(im.resize(size, Image.Resampling.LANCZOS), "PNG", compress_level=6)
+
+
+def test_a_retina_screenshot_stays_a_png_whose_text_is_the_reference_downscale() -> None:
+    source = images.ui_screenshot(2880, 1800)
+    result = fit(images.encode(source, "PNG"), "image/png", DEFAULT)
+    assert result.media_type == "image/png"
+    assert (result.width, result.height) == (2000, 1250)
+    assert result.steps == ("resized", "reencoded")  # lossless: no "palette"
+    assert passes_gate(result, DEFAULT)
+    reference = source.resize((2000, 1250), Image.Resampling.LANCZOS)
+    with opened(result.data) as im:
+        stored = im.convert("RGB")
+    # Tolerance: 0 levels, in every pixel. The text is exactly what the filter makes of it, which a JPEG
+    # is not: its ringing moves the glyphs' pixels by tens of levels.
+    assert ImageChops.difference(stored, reference).getbbox() is None
+    jpeg = Image.open(BytesIO(images.encode(reference, "JPEG", quality=90))).convert("RGB")
+    assert max(hi for _, hi in ImageChops.difference(jpeg, reference).getextrema()) > 40
+    # And the text keeps its contrast: a line of 11-pixel glyphs, 7.6 pixels high now, still reaches black.
+    line = stored.crop((380, 70, 1400, 82)).convert("L")
+    assert line.getextrema()[0] <= 40
+
+
+def test_a_screenshot_with_alpha_stays_a_png_with_its_alpha() -> None:
+    source = images.ui_screenshot(1440, 900, alpha=True)
+    result = fit(images.encode(source, "PNG"), "image/png", SMALL)
+    assert result.media_type == "image/png"
+    reference = source.resize((1000, 625), Image.Resampling.LANCZOS)
+    with opened(result.data) as im:
+        stored = im.convert("RGBA")
+    assert stored.getchannel("A").tobytes() == reference.getchannel("A").tobytes()
+    assert stored.getpixel((0, 0))[3] == 0  # type: ignore[index]  # the clear corner
+    assert stored.convert("RGBa").tobytes() == reference.convert("RGBa").tobytes()
+
+
+def test_a_photo_becomes_a_jpeg() -> None:
+    result = fit(images.encode(images.photo(1200, 800), "PNG"), "image/png", SMALL)
+    assert result.media_type == "image/jpeg"
+    assert (result.width, result.height) == (1000, 667)
+    assert result.steps == ("resized", "reencoded")
+    assert passes_gate(result, SMALL)
+
+
+def test_a_webp_photo_stays_a_webp_and_keeps_its_alpha() -> None:
+    result = fit(images.encode(photo_with_alpha(1200, 800), "WEBP", quality=90), "image/webp", SMALL)
+    assert result.media_type == "image/webp"
+    with opened(result.data) as im:
+        assert im.convert("RGBA").getchannel("A").getextrema()[0] < 10  # the gradient's clear end
+
+
+def test_a_png_screenshot_over_the_byte_limit_is_reduced_to_a_palette_not_made_a_jpeg() -> None:
+    data = images.encode(with_gradient(images.ui_screenshot(1440, 900)), "PNG")
+    full = full_colour_png(data, (1000, 625))
+    target = Target(1000, 4_000_000, len(full) - 1)
+    result = fit(data, "image/png", target)
+    assert result.media_type == "image/png"
+    assert result.steps == ("resized", "palette", "reencoded")
+    assert (result.width, result.height) == (1000, 625)  # the palette was enough: no shrinking
+    assert within(target, result)
+    with opened(result.data) as im:
+        assert im.mode == "P"
+    # Where the full-colour PNG fits, no palette: the step is taken only when needed.
+    assert fit(data, "image/png", Target(1000, 4_000_000, len(full))).steps == ("resized", "reencoded")
+
+
+def test_a_lossless_png_wins_over_a_jpeg_that_is_larger() -> None:
+    # Three grey levels at random: photo-like by its pixels (a third of the neighbours equal), yet a PNG
+    # of it (1.6 bits a pixel) is far smaller than any JPEG of it.
+    rng = random.Random(7)
+    im = Image.frombytes("L", (800, 600), bytes(rng.choice((0, 128, 255)) for _ in range(800 * 600)))
+    assert not screenshot_like(im)
+    result = fit(images.encode(im, "PNG"), "image/png", DEFAULT)
+    assert result.media_type == "image/png"
+    assert len(result.data) <= len(images.encode(im, "JPEG", quality=90, optimize=True))
+
+
+@pytest.mark.parametrize("quality", [50, 75, 95])
+def test_the_character_survives_a_jpeg_round_trip(quality: int) -> None:
+    screenshot = Image.open(BytesIO(images.encode(images.ui_screenshot(1440, 900), "JPEG", quality=quality)))
+    assert screenshot_like(screenshot.convert("RGB"))
+    photo = Image.open(BytesIO(images.encode(images.photo(1440, 900), "JPEG", quality=quality)))
+    assert not screenshot_like(photo.convert("RGB"))
+
+
+def test_the_character_of_degenerate_images() -> None:
+    assert character(Image.new("RGB", (1, 50))) == Character(1.0, 0.0)  # one pixel wide: nothing to compare
+    assert character(Image.new("CMYK", (10, 10), (1, 2, 3, 4))).flat == 1.0
+    assert character(images.noise(64, 64, "LA")).flat < 0.05
+    smooth_blobs = Image.open(BytesIO(images.photo_with_exif(800, 600))).convert("RGB")
+    found = character(smooth_blobs)  # noiseless: over half its neighbours equal, but most of the rest close
+    assert found.flat >= 0.5
+    assert not found.screenshot_like

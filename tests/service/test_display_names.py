@@ -9,6 +9,7 @@ import unicodedata
 import pytest
 
 from attachstore.service import display_name
+from attachstore.service.names import renamed
 
 
 @pytest.mark.parametrize(
@@ -63,3 +64,30 @@ def test_the_path_and_the_length_rules_still_hold() -> None:
     assert display_name("C:\\Users\\me\\\u202eshot.png") == "shot.png"
     assert display_name("x" * 300 + "\u202e") == "x" * 255
     assert display_name(" \u200b ") is None
+
+
+@pytest.mark.parametrize(
+    ("name", "media_type", "shown"),
+    [
+        ("retina.png", "image/png", "retina.png"),  # still a PNG: as it was
+        ("photo.png", "image/jpeg", "photo.jpg"),
+        ("photo.jpeg", "image/jpeg", "photo.jpeg"),  # another name of the same type
+        ("anim.gif", "image/png", "anim.png"),
+        ("x.webp", "image/png", "x.png"),
+        ("scan.JFIF", "image/png", "scan.png"),
+        ("photo.png", "image/webp", "photo.webp"),
+        ("shot", "image/jpeg", "shot"),  # no extension: nothing to correct
+        ("notes.txt", "image/jpeg", "notes.txt"),  # not an image extension: the name is the user's
+        (".png", "image/jpeg", ".png"),  # a dot file, not an extension
+        (None, "image/jpeg", None),
+    ],
+)
+def test_a_name_takes_the_extension_of_the_stored_type(
+    name: str | None, media_type: str, shown: str | None
+) -> None:
+    assert renamed(name, media_type) == shown
+
+
+def test_a_renamed_name_keeps_within_the_length() -> None:
+    long = "x" * 251 + ".png"
+    assert renamed(long, "image/webp") == "x" * 250 + ".webp"

@@ -120,11 +120,15 @@ async def test_a_clean_image_within_the_limits_keeps_its_exact_bytes(make_client
     assert await read(client, a["ref"]) == clean
 
 
-async def test_oversize_images_are_still_rejected_by_default(make_client: MakeClient) -> None:
-    client = await make_client()
+async def test_oversize_images_are_fitted_by_default_and_refused_with_reject(make_client: MakeClient) -> None:
+    status, body = await admit(await make_client(), photo(4000, 3000))
+    assert status == 201
+    assert body["attachments"][0]["normalized"]["steps"][-2:] == ["resized", "reencoded"]
+    client = await make_client(admission={"oversize": "reject"})
     status, body = await admit(client, photo(4000, 3000))
     assert status == 422
     assert body["error"]["code"] == "IMAGE_DIMENSION_TOO_LARGE"
+    assert body["error"]["hint"].endswith("shrink it to at most 2000x1500 and attach it again")
 
 
 async def test_fit_takes_nothing_past_its_own_bounds(make_client: MakeClient) -> None:

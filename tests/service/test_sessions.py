@@ -123,7 +123,9 @@ async def test_an_empty_batch_is_a_bad_request(client: Client, source: str) -> N
 
 
 async def test_a_tools_mixed_batch_degrades_whole_and_stores_nothing(make_client: MakeClient) -> None:
-    client = await make_client(routes=ROUTES, limits={"max_image_bytes": 2000})
+    client = await make_client(
+        routes=ROUTES, limits={"max_image_bytes": 2000}, admission={"oversize": "reject"}
+    )
     small, big = png(4, 4), png(40, 40)
     assert len(small) <= 2000 < len(big)
     response = await admit(client, small, big, source="tool", route="vision", name="shot.png")
@@ -142,11 +144,14 @@ async def test_a_tools_mixed_batch_degrades_whole_and_stores_nothing(make_client
 
 
 async def test_the_same_batch_from_a_user_is_a_hard_422(make_client: MakeClient, data_dir: Path) -> None:
-    client = await make_client(routes=ROUTES, limits={"max_image_bytes": 2000})
+    client = await make_client(
+        routes=ROUTES, limits={"max_image_bytes": 2000}, admission={"oversize": "reject"}
+    )
     small, big = png(4, 4), png(40, 40)
     response = await admit(client, small, big, source="user", route="vision")
     error = await error_of(response)
     assert (response.status, error["code"], error["index"]) == (422, "IMAGE_TOO_LARGE", 1)
+    assert "attach it again" in error["hint"]  # a person attached it; nothing can read it again
     assert not object_path(data_dir, str(Ref.of("sha256", small))).exists()
 
 

@@ -13,7 +13,7 @@ import zlib
 from functools import cache
 from typing import Any, NamedTuple
 
-from PIL import Image
+from PIL import Image, ImageChops, ImageDraw, ImageFont
 
 SVG = b'<?xml version="1.0"?>\n<svg xmlns="http://www.w3.org/2000/svg" width="4" height="4"></svg>\n'
 PDF = b"%PDF-1.4\n1 0 obj << /Type /Catalog >> endobj\ntrailer << /Root 1 0 R >>\n%%EOF\n"
@@ -502,6 +502,44 @@ def screenshot(width: int, height: int, *, alpha: bool = True) -> Image.Image:
         )
         im.paste(((i * 37) % 256, (i * 91) % 256, (i * 53) % 256), box)
     return im
+
+
+TEXT = "The quick brown fox jumps over the lazy dog: 0123456789 (){}[] <=> ;"
+
+
+def ui_screenshot(width: int = 2880, height: int = 1800, *, alpha: bool = False) -> Image.Image:
+    """A window as a Retina screen shows it, what a host is handed most: a title bar, a sidebar and panels in
+    flat colours, 1-pixel borders and rules, and lines of small bitmap-font text (11 pixels high, black on
+    white, no antialiasing). With `alpha`, the window sits on a clear background with a soft shadow."""
+    im = Image.new("RGBA", (width, height), (0, 0, 0, 0)) if alpha else Image.new("RGB", (width, height))
+    draw = ImageDraw.Draw(im)
+    font = ImageFont.load_default_imagefont()
+    inset = 40 if alpha else 0
+    if alpha:
+        for step in range(inset):  # a shadow fading out to the clear background
+            draw.rectangle((step, step, width - step, height - step), fill=(0, 0, 0, step * 3))
+    draw.rectangle((inset, inset, width - inset - 1, height - inset - 1), fill=(246, 246, 246, 255))
+    draw.rectangle((inset, inset, width - inset - 1, inset + 56), fill=(225, 228, 232, 255))  # title bar
+    draw.line((inset, inset + 56, width - inset, inset + 56), fill=(160, 160, 160, 255))
+    draw.rectangle((inset, inset + 57, inset + 480, height - inset - 1), fill=(234, 238, 244, 255))  # sidebar
+    draw.line((inset + 480, inset + 57, inset + 480, height - inset), fill=(170, 170, 170, 255))
+    for row, y in enumerate(range(inset + 90, height - inset - 40, 28)):
+        draw.text((inset + 24, y), f"Item {row:03d}", fill=(40, 40, 40, 255), font=font)
+    for top in range(inset + 90, height - inset - 300, 320):  # panels with text and rules
+        box = (inset + 520, top, width - inset - 40, top + 280)
+        draw.rectangle(box, fill=(255, 255, 255, 255), outline=(200, 200, 200, 255))
+        for k, y in enumerate(range(top + 16, top + 260, 18)):
+            draw.text((box[0] + 16, y), f"{k:02d} {TEXT * 3}", fill=(0, 0, 0, 255), font=font)
+        draw.line((box[0] + 8, top + 140, box[2] - 8, top + 140), fill=(220, 60, 60, 255))
+    return im
+
+
+def photo(width: int, height: int, seed: int = 0) -> Image.Image:
+    """A photo-like picture: smooth colour blobs with a seeded sensor grain of up to 15 levels."""
+    blobs = noise(width // 48 + 2, height // 48 + 2, "RGB", seed).resize(
+        (width, height), Image.Resampling.BICUBIC
+    )
+    return ImageChops.add(blobs, noise(width, height, "RGB", seed + 1).point(lambda v: v // 16))
 
 
 @cache
