@@ -8,28 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from attachstore.config import Admission
 from tests.docs import harness
 from tests.docs.harness import Command, File, check, matches, parse, rewritten
 
 UPDATE = os.environ.get("ATTACHSTORE_DOCS_UPDATE") == "1"
-# The README and the quickstart show the behaviour of issue 17 as a whole: a Retina screenshot admitted (fit
-# by default, wt-gate17) and the models of the built-in catalog (wt-catalog17). Until fit is the default the
-# tour cannot run as written; once it is, they must match (`make docs` after the merge).
-BEFORE_FIT = pytest.mark.xfail(
-    Admission().oversize == "reject",
-    reason="the tour admits a Retina screenshot, which needs oversize = 'fit' by default",
-    strict=True,
-)
 
 
-@pytest.mark.parametrize(
-    "document",
-    [
-        pytest.param(name, marks=BEFORE_FIT if name in ("README.md", "docs/quickstart.md") else ())
-        for name in harness.DOCUMENTS
-    ],
-)
+@pytest.mark.parametrize("document", harness.DOCUMENTS)
 def test_the_document_runs_as_written(document: str) -> None:
     problems = check(harness.ROOT / document, update=UPDATE)
     assert not problems, "\n\n".join(problems)
