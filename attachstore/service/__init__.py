@@ -3,7 +3,7 @@ gate (through the decode pool), the blob store and the index."""
 
 from .admission import SOURCES, Admission, Upload, display_name
 from .model import ImageRef, Normalization
-from .policy import accepts_images
+from .policy import Diagnostic, accepts_images, model_text
 from .sessions import SESSION_ID_PATTERN
 from .store import Store
 from .variants import VariantSpec
@@ -12,6 +12,7 @@ __all__ = [
     "SESSION_ID_PATTERN",
     "SOURCES",
     "Admission",
+    "Diagnostic",
     "ImageRef",
     "Normalization",
     "Store",
@@ -19,4 +20,5 @@ __all__ = [
     "VariantSpec",
     "accepts_images",
     "display_name",
+    "model_text",
 ]
