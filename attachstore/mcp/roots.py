@@ -17,6 +17,7 @@ from typing import Any
 import mcp.types as types
 from mcp.server import ServerRequestContext
 from mcp.shared.exceptions import MCPError
+from mcp.shared.message import ServerMessageMetadata
 from mcp_types.version import is_version_at_least
 
 from .files import file_roots
@@ -69,7 +70,11 @@ class Roots:
             return self._known
         try:
             answer = await ctx.session.send_request(
-                types.ListRootsRequest(), types.ListRootsResult, request_read_timeout_seconds=ROOTS_TIMEOUT
+                types.ListRootsRequest(),
+                types.ListRootsResult,
+                request_read_timeout_seconds=ROOTS_TIMEOUT,
+                # On the tool call's own stream: over HTTP a client need not keep the standalone one open.
+                metadata=ServerMessageMetadata(related_request_id=ctx.request_id),
             )
         except (MCPError, TimeoutError, ValueError) as e:  # ValueError: pydantic's, for a malformed answer
             log.warning("the client did not list its roots (%s); using %s", e, self.default[0])

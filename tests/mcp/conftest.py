@@ -3,6 +3,7 @@ data dir, with a workspace of test images."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -22,6 +23,19 @@ ROUTES = {
 }
 
 Connect = Callable[..., AbstractAsyncContextManager[Client]]
+
+
+def shot_metadata(ws: Path) -> dict[str, Any]:
+    """read_image's structuredContent for the workspace's shot.png, a 40x30 PNG."""
+    shot = (ws / "shot.png").read_bytes()
+    return {
+        "ref": "sha256:" + hashlib.sha256(shot).hexdigest(),
+        "media_type": "image/png",
+        "bytes": len(shot),
+        "width": 40,
+        "height": 30,
+        "path": str(ws / "shot.png"),
+    }
 
 
 @pytest.fixture

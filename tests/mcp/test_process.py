@@ -9,11 +9,9 @@ import hashlib
 import json
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,7 @@ from mcp import Client, StdioServerParameters
 
 from attachstore.cli import main
 from attachstore.client import AsyncClient
+from tests.mcp.conftest import shot_metadata
 from tests.support.daemon import free_port, wait_ready
 from tests.support.images import png
 
@@ -77,14 +76,7 @@ async def check_tour(c: Client, ws: Path) -> str:
     assert isinstance(image, types.ImageContent)
     assert isinstance(text, types.TextContent)
     assert base64.b64decode(image.data) == shot
-    assert result.structured_content == {
-        "ref": sha256(shot),
-        "media_type": "image/png",
-        "bytes": len(shot),
-        "width": 40,
-        "height": 30,
-        "path": str(ws / "shot.png"),
-    }
+    assert result.structured_content == shot_metadata(ws)
     assert "(UNSUPPORTED_IMAGE_TYPE)" in text_of(await c.call_tool("read_image", {"path": "notes.txt"}))
     outside = await c.call_tool("read_image", {"path": "../attachstore.toml"})
     assert "outside the workspace" in text_of(outside)
@@ -192,7 +184,8 @@ async def test_streamable_http_asks_each_client_for_its_roots(
         return types.ListRootsResult(roots=[types.Root(uri=ws.as_uri())])
 
     try:
-        await asyncio.to_thread(_wait_listening, port, proc)
+        # Any answer of the MCP endpoint (a GET without an MCP session is refused) means it listens.
+        await asyncio.to_thread(wait_ready, f"http://127.0.0.1:{port}/mcp", proc, (400, 405, 406))
         async with Client(f"http://127.0.0.1:{port}/mcp", mode=mode, list_roots_callback=roots) as c:
             await check_tour(c, ws)
         async with Client(f"http://127.0.0.1:{port}/mcp", mode=mode) as c:  # no roots: the server's cwd
@@ -202,19 +195,6 @@ async def test_streamable_http_asks_each_client_for_its_roots(
         proc.send_signal(signal.SIGTERM)
         _, err = await asyncio.to_thread(proc.communicate, timeout=30)
     assert proc.returncode == 0, err
-
-
-def _wait_listening(port: int, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"attachstore mcp exited: {proc.stderr.read() if proc.stderr else b''!r}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise AssertionError("attachstore mcp did not listen")
 
 
 def _raw(config: Path, cwd: Path) -> subprocess.Popen[bytes]:

@@ -16,7 +16,7 @@ from mcp.shared.exceptions import MCPError
 from PIL import Image
 
 from attachstore.mcp import Options
-from tests.mcp.conftest import Connect
+from tests.mcp.conftest import Connect, shot_metadata
 from tests.support.images import png, png_damaged_idat
 
 pytestmark = pytest.mark.parametrize("mode", ["auto", "legacy"])  # 2026-07-28, and 2025-11-25
@@ -54,14 +54,7 @@ async def test_read_image_returns_the_image_its_metadata_and_holds_it(
         result = await c.call_tool("read_image", {"path": "shot.png"})
         data, media_type, text = image_and_text(result)
         assert (data, media_type) == (shot, "image/png")
-        metadata = {
-            "ref": sha256(shot),
-            "media_type": "image/png",
-            "bytes": len(shot),
-            "width": 40,
-            "height": 30,
-            "path": str(ws / "shot.png"),
-        }
+        metadata = shot_metadata(ws)
         assert result.structured_content == metadata
         line, js = text.split("\n")
         assert json.loads(js) == metadata
