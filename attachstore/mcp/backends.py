@@ -99,7 +99,25 @@ class _Session:
         self._ready = False
         self._lock = asyncio.Lock()
 
-    async def ensure(
+    async def within(
+        self,
+        get: Callable[[], Awaitable[object]],
+        create: Callable[[], Awaitable[object]],
+        call: Callable[[], Awaitable[T]],
+    ) -> T:
+        """`call` in the session: made first if it is missing, and made again if it was deleted meanwhile
+        (its holds released, say, with `attachstore session delete`)."""
+        await self._ensure(get, create)
+        try:
+            return await call()
+        except AttachstoreError as e:
+            if e.code != SessionNotFound.code:
+                raise
+        self._ready = False
+        await self._ensure(get, create)
+        return await call()
+
+    async def _ensure(
         self, get: Callable[[], Awaitable[object]], create: Callable[[], Awaitable[object]]
     ) -> None:
         async with self._lock:
@@ -136,21 +154,15 @@ class Local:
                 self._store = await Store.open(self.config, workers=1, read_cache=False)
             return self._store
 
-    async def _ensure(self, store: Store) -> None:
-        key = (self.tenant, self.session.id)
-        await self.session.ensure(
-            lambda: store.sessions.get(key), lambda: store.sessions.create(key, self.session.route)
-        )
-
     async def admit(self, data: bytes, name: str) -> Stored | str:
         store = await self.store()
-        await self._ensure(store)
-        answer = await store.admit(
-            [Upload.of_bytes(data, None, name)],
-            "tool",
-            route=self.session.route,
-            session=self.session.id,
-            tenant=self.tenant,
+        key, route = (self.tenant, self.session.id), self.session.route
+        answer = await self.session.within(
+            lambda: store.sessions.get(key),
+            lambda: store.sessions.create(key, route),
+            lambda: store.admit(
+                [Upload.of_bytes(data, None, name)], "tool", route=route, session=key[1], tenant=key[0]
+            ),
         )
         if answer.degraded:
             return answer.text or "The image was not attached."
@@ -204,14 +216,12 @@ class Remote:
         self.session = _Session(session, route)
         self.file_bytes = REMOTE_FILE_BYTES
 
-    async def _ensure(self) -> None:
-        c, s = self.client, self.session
-        await s.ensure(lambda: c.get_session(s.id), lambda: c.create_session(s.id, s.route))
-
     async def admit(self, data: bytes, name: str) -> Stored | str:
-        await self._ensure()
-        answer = await self.client.admit(
-            Image(data, None, name), source="tool", route=self.session.route, session=self.session.id
+        c, s = self.client, self.session
+        answer = await s.within(
+            lambda: c.get_session(s.id),
+            lambda: c.create_session(s.id, s.route),
+            lambda: c.admit(Image(data, None, name), source="tool", route=s.route, session=s.id),
         )
         if answer.degraded:
             return answer.text or "The image was not attached."

@@ -16,6 +16,7 @@ from mcp.shared.exceptions import MCPError
 from PIL import Image
 
 from attachstore.mcp import Options
+from attachstore.service import Store
 from tests.mcp.conftest import Connect, shot_metadata
 from tests.support.images import png, png_damaged_idat
 
@@ -335,3 +336,18 @@ async def test_a_damaged_stored_copy_is_never_shown(
         assert e.value.message.startswith("ATTACHMENT_CORRUPT: ")
         # Reading the file again heals the stored copy.
         assert image_and_text(await c.call_tool("read_image", {"path": "shot.png"}))[0] == shot
+
+
+async def test_a_session_deleted_meanwhile_is_made_again(
+    connect: Connect, make_config: Any, mode: str
+) -> None:
+    async with connect(mode=mode) as c:
+        assert not (await c.call_tool("read_image", {"path": "shot.png"})).is_error
+        beside = await Store.open(make_config(), workers=1)
+        try:
+            assert await beside.sessions.delete(("", "mcp-test")) == 1  # e.g. `attachstore session delete`
+            assert not (await c.call_tool("read_image", {"path": "photo.jpg"})).is_error
+            again = await beside.sessions.get(("", "mcp-test"))
+        finally:
+            await beside.close()
+        assert (again.route, len(again.holds)) == ("vision", 1)
