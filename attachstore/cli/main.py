@@ -21,7 +21,7 @@ from ..errors import AttachstoreError, ConfigError, InvalidRequest
 from ..index import IndexUnusable, SessionRow
 from ..progress import rfc3339
 from ..service import SOURCES, Admission, ImageRef, Store, Upload
-from . import maintenance, routes
+from . import maintenance, mcp, routes
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 TENANT_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
@@ -128,6 +128,7 @@ def _parser() -> argparse.ArgumentParser:
 
     maintenance.add_parsers(sub, common)
     routes.add_parser(sub, common)
+    mcp.register(sub, common)
 
     s = sub.add_parser("token", help="make bearer tokens for tenants (reads no configuration)")
     s.add_argument("action", choices=["new"], help="new: make a token and print the lines to configure")
@@ -318,6 +319,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {
     "audit": maintenance.run_audit,
     "migrate": maintenance.run_migrate,
     "routes": routes.run,
+    "mcp": mcp.run,
 }
 
 

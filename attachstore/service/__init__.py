@@ -5,7 +5,7 @@ from .admission import SOURCES, Admission, Upload
 from .catalog import Catalog
 from .model import ImageRef, Normalization
 from .names import display_name
-from .policy import Declaration, RouteTable, accepts_images
+from .policy import Declaration, Diagnostic, RouteTable, accepts_images, model_text
 from .previews import SIZES as PREVIEW_SIZES
 from .previews import SIZES_HINT as PREVIEW_SIZES_HINT
 from .sessions import SESSION_ID_PATTERN
@@ -22,6 +22,7 @@ __all__ = [
     "Applied",
     "Catalog",
     "Declaration",
+    "Diagnostic",
     "ImageRef",
     "Normalization",
     "PolicyMismatch",
@@ -31,5 +32,6 @@ __all__ = [
     "VariantSpec",
     "accepts_images",
     "display_name",
+    "model_text",
     "own_policy",
 ]

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,15 +21,20 @@ def free_port() -> int:
         return port
 
 
-def wait_ready(url: str, proc: subprocess.Popen[bytes]) -> None:
+def wait_ready(url: str, proc: subprocess.Popen[bytes], ready: tuple[int, ...] = (200,)) -> None:
+    """Until `url` answers with one of the `ready` statuses; fails if `proc` exits first."""
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise AssertionError(f"serve exited early: {proc.stderr.read() if proc.stderr else ''!r}")
         try:
             with urllib.request.urlopen(url, timeout=1) as r:
-                if r.status == 200:
+                if r.status in ready:
                     return
+        except urllib.error.HTTPError as e:
+            if e.code in ready:
+                return
+            time.sleep(0.05)
         except OSError:
             time.sleep(0.05)
     raise AssertionError("serve did not become ready")

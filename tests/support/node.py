@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import fixtures
+from tests.support import fixtures, services
 
 PACKAGES = ["nodejs", "npm"]
 MIN_MAJOR = 18  # Debian 12's nodejs
@@ -52,26 +52,11 @@ def _work() -> Path:
     return path
 
 
-def _apt_get(*args: str) -> None:
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    with open(_work() / "apt.log", "a") as log:
-        done = subprocess.run(["apt-get", *args], stdout=log, stderr=subprocess.STDOUT, env=env, timeout=1200)
-    if done.returncode != 0:
-        raise Unavailable(f"apt-get {' '.join(args)} exited {done.returncode}; see {_work() / 'apt.log'}")
-
-
 def find() -> Node:
     """Node and npm, installed first if either is missing."""
     node, npm = shutil.which("node"), shutil.which("npm")
     if node is None or npm is None:
-        if os.geteuid() != 0:
-            raise Unavailable(f"no node or npm, and only root can apt-get install {' '.join(PACKAGES)}")
-        install = ["install", "-y", "--no-install-recommends", "-o", "DPkg::Lock::Timeout=300", *PACKAGES]
-        try:
-            _apt_get(*install)
-        except Unavailable:  # the package lists may be missing or stale
-            _apt_get("update")
-            _apt_get(*install)
+        services.apt_install(PACKAGES, _work() / "apt.log")
         node, npm = shutil.which("node"), shutil.which("npm")
         if node is None or npm is None:
             raise Unavailable(f"no node or npm after apt-get install {' '.join(PACKAGES)}")
@@ -114,7 +99,7 @@ def require(directory: Path) -> Node:
     try:
         node = find()
         npm_ci(node, directory)
-    except (Unavailable, OSError, subprocess.SubprocessError) as e:
+    except (Unavailable, services.ServiceError, OSError, subprocess.SubprocessError) as e:
         if fixtures.skipping_services():
             pytest.skip(f"no Node.js for {directory.name} ({fixtures.SKIP_VARIABLE}=1): {e}")
         pytest.fail(f"the TypeScript interop tests need Node.js and npm: {e}")

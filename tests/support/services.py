@@ -252,13 +252,21 @@ def _install(kinds: list[str], base: Path) -> None:
     packages = [package for kind in kinds if not _installed(kind) for package in PACKAGES[kind]]
     if not packages:
         return
+    base.mkdir(parents=True, exist_ok=True)
+    apt_install(packages, base / "apt.log")
+    if missing := [kind for kind in kinds if not _installed(kind)]:
+        raise _error(f"still missing after apt-get install: {', '.join(missing)}", base / "apt.log")
+
+
+def apt_install(packages: list[str], out: Path) -> None:
+    """Install Debian packages (root only), their output appended to `out`; the package lists are updated
+    first only when apt-get cannot find a package. Raises ServiceError."""
     command = ["apt-get", "install", "-y", "--no-install-recommends", "-o", "DPkg::Lock::Timeout=300"]
     if os.geteuid() != 0:
         raise ServiceError(
             f"missing packages, and only root can install them: {shlex.join(command + packages)}"
         )
-    base.mkdir(parents=True, exist_ok=True)
-    out, began = base / "apt.log", time.monotonic()
+    began = time.monotonic()
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive", "PATH": _path()}
     try:
         _run([*command, *packages], out, env=env, timeout=1200)
@@ -270,8 +278,6 @@ def _install(kinds: list[str], base: Path) -> None:
         _run(["apt-get", "update"], out, env=env, timeout=600)
         _run([*command, *packages], out, env=env, timeout=1200)
     log.info("installed %s in %.1f s", " ".join(packages), time.monotonic() - began)
-    if missing := [kind for kind in kinds if not _installed(kind)]:
-        raise _error(f"still missing after apt-get install: {', '.join(missing)}", out)
 
 
 def _path() -> str:

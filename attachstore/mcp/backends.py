@@ -1,0 +1,279 @@
+"""Where `attachstore mcp` keeps the images: a `Store` opened on the data dir (`Local`), or a running daemon
+through the HTTP client (`Remote`). Both admit with source `tool` into one session, and both take the bytes
+an image block carries from render, for the session's route (or `--route`): the stored image, or its
+request variant where the route has limits (docs/normalization.md), exactly as a model request would."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from ..client import AsyncClient, AttachstoreClientError, Image
+from ..config import Config
+from ..errors import AttachstoreError, SessionConflict, SessionNotFound
+from ..gate import probe_header
+from ..render import ImageBlock, MessageIn, RenderRequest, render
+from ..service import Store, Upload
+
+T = TypeVar("T")
+# A daemon's limits are its own: a file up to this size is sent, and the daemon decides (fit's source
+# bound is 32 MiB by default, and a daemon's admission body cap a little over that).
+REMOTE_FILE_BYTES = 64 * 1024 * 1024
+_METAS_AT_ONCE = 16  # resources/list over HTTP: one meta request per ref
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """An image the store holds: what read_image reports about it."""
+
+    ref: str
+    media_type: str
+    bytes: int
+    width: int
+    height: int
+    name: str | None = None
+    # What admission normalized (oversize = "fit"): the upload's type, size and sides, and what it did.
+    was: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Picture:
+    """The bytes of an image block, as render gives them for the route: base64, with their header's sides."""
+
+    media_type: str
+    data: str
+    width: int
+    height: int
+
+
+class Backend(Protocol):
+    file_bytes: int  # read_image refuses a larger file before reading it
+
+    async def admit(self, data: bytes, name: str) -> Stored | str:
+        """Admitted into the session with source `tool`, or the soft rejection's text for the model."""
+
+    async def picture(self, ref: str) -> Picture | str:
+        """The image for the route, or render's placeholder text where it cannot be sent."""
+
+    async def meta(self, ref: str) -> Stored:
+        """Raises AttachstoreError (ATTACHMENT_NOT_FOUND for a ref the tenant may not see)."""
+
+    async def held(self) -> list[Stored]:
+        """The session's holds, in the order they were first held; none before the session exists."""
+
+    async def blob(self, ref: str) -> tuple[str, bytes]:
+        """The verified bytes and their type. Raises AttachstoreError."""
+
+    async def close(self) -> None: ...
+
+
+def picture_of(body: dict[str, Any]) -> Picture | str:
+    """The one image of an Anthropic render body of one user message, or the placeholder in its place."""
+    block = body["messages"][0]["content"][0]
+    if block.get("type") != "image":
+        return str(block.get("text", ""))
+    source = block["source"]
+    head = probe_header(base64.b64decode(source["data"]))
+    width, height = (head.width, head.height) if head is not None else (0, 0)
+    return Picture(source["media_type"], source["data"], width, height)
+
+
+def _was(normalized: Any) -> str | None:
+    """What admission did to the upload (oversize = "fit", strip_metadata), from the service's answer or
+    the client's."""
+    if normalized is None:
+        return None
+    o = normalized.original
+    return f"{o.media_type} {o.width}x{o.height}, {o.bytes:,} bytes ({', '.join(normalized.steps)})"
+
+
+class _Session:
+    """The session read_image admits into: looked up at first use, created (with `--route`) if missing."""
+
+    def __init__(self, id: str, route: str | None) -> None:
+        self.id = id
+        self.route = route
+        self._ready = False
+        self._lock = asyncio.Lock()
+
+    async def within(
+        self,
+        get: Callable[[], Awaitable[object]],
+        create: Callable[[], Awaitable[object]],
+        call: Callable[[], Awaitable[T]],
+    ) -> T:
+        """`call` in the session: made first if it is missing, and made again if it was deleted meanwhile
+        (its holds released, say, with `attachstore session delete`)."""
+        await self._ensure(get, create)
+        try:
+            return await call()
+        except AttachstoreError as e:
+            if e.code != SessionNotFound.code:
+                raise
+        self._ready = False
+        await self._ensure(get, create)
+        return await call()
+
+    async def _ensure(
+        self, get: Callable[[], Awaitable[object]], create: Callable[[], Awaitable[object]]
+    ) -> None:
+        async with self._lock:
+            if self._ready:
+                return
+            try:
+                await get()
+            except AttachstoreError as e:
+                if e.code != SessionNotFound.code:
+                    raise
+                try:
+                    await create()
+                except AttachstoreError as e:  # made meanwhile by another process, on another route
+                    if e.code != SessionConflict.code:
+                        raise
+            self._ready = True
+
+
+class Local:
+    """A Store on the data dir, opened at the first call (a host may start a server only to list its
+    tools, or start one and kill it at once), with one decode worker, like the other local commands."""
+
+    def __init__(self, config: Config, session: str, route: str | None, tenant: str = "") -> None:
+        self.config = config
+        self.tenant = tenant
+        self.session = _Session(session, route)
+        self.file_bytes = config.admission.upload_limits(config.limits).max_image_bytes
+        self._store: Store | None = None
+        self._opening = asyncio.Lock()
+
+    async def store(self) -> Store:
+        async with self._opening:
+            if self._store is None:
+                self._store = await Store.open(self.config, workers=1, read_cache=False)
+            return self._store
+
+    async def admit(self, data: bytes, name: str) -> Stored | str:
+        store = await self.store()
+        key, route = (self.tenant, self.session.id), self.session.route
+        answer = await self.session.within(
+            lambda: store.sessions.get(key),
+            lambda: store.sessions.create(key, route),
+            lambda: store.admit(
+                [Upload.of_bytes(data, None, name)], "tool", route=route, session=key[1], tenant=key[0]
+            ),
+        )
+        if answer.degraded:
+            return answer.text or "The image was not attached."
+        r = answer.attachments[0]
+        return Stored(r.ref, r.media_type, r.bytes, r.width, r.height, r.name, _was(r.normalized))
+
+    async def picture(self, ref: str) -> Picture | str:
+        store = await self.store()
+        messages = [MessageIn("user", [ImageBlock(ref)])]
+        route, session = self.session.route, self.session.id
+        try:  # the session's route, unless --route names one
+            rendered = await render(
+                store, RenderRequest(messages, "anthropic", route, session), tenant=self.tenant
+            )
+        except SessionNotFound:  # read_attachment before the first read_image: --route alone
+            rendered = await render(store, RenderRequest(messages, "anthropic", route), tenant=self.tenant)
+        return picture_of(rendered.body)
+
+    async def meta(self, ref: str) -> Stored:
+        r = await (await self.store()).meta(ref, self.tenant)
+        return Stored(r.ref, r.media_type, r.bytes, r.width, r.height, r.name)
+
+    async def held(self) -> list[Stored]:
+        store = await self.store()
+        try:
+            session = await store.sessions.get((self.tenant, self.session.id))
+        except SessionNotFound:
+            return []
+        rows = await store.index.get_many(session.holds, store.scope(self.tenant)) if session.holds else {}
+        return [
+            Stored(r.ref, r.media_type, r.bytes, r.width, r.height, r.name)
+            for ref in session.holds
+            if (r := rows.get(ref)) is not None
+        ]
+
+    async def blob(self, ref: str) -> tuple[str, bytes]:
+        r, data = await (await self.store()).read(ref, self.tenant)
+        return r.media_type, bytes(data)
+
+    async def close(self) -> None:
+        if self._store is not None:
+            await self._store.close()
+
+
+class Remote:
+    """A running daemon (`--url`, or $ATTACHSTORE_URL, with $ATTACHSTORE_TOKEN): every call is one of the
+    HTTP client's, as this tenant."""
+
+    def __init__(self, url: str, token: str | None, session: str, route: str | None) -> None:
+        self.client = AsyncClient(url, token=token, timeout=120.0)
+        self.session = _Session(session, route)
+        self.file_bytes = REMOTE_FILE_BYTES
+
+    async def admit(self, data: bytes, name: str) -> Stored | str:
+        c, s = self.client, self.session
+        answer = await s.within(
+            lambda: c.get_session(s.id),
+            lambda: c.create_session(s.id, s.route),
+            lambda: c.admit(Image(data, None, name), source="tool", route=s.route, session=s.id),
+        )
+        if answer.degraded:
+            return answer.text or "The image was not attached."
+        a = answer.attachments[0]
+        return Stored(a.ref, a.media_type, a.bytes, a.width, a.height, a.name, _was(a.normalized))
+
+    async def picture(self, ref: str) -> Picture | str:
+        messages = [{"role": "user", "content": [{"type": "image", "ref": ref}]}]
+        route, session = self.session.route, self.session.id
+        try:  # the session's route, unless --route names one
+            rendered = await self.client.render(messages, provider="anthropic", route=route, session=session)
+        except AttachstoreClientError as e:
+            if e.code != SessionNotFound.code:
+                raise
+            rendered = await self.client.render(messages, provider="anthropic", route=route)
+        return picture_of(rendered.body)
+
+    async def meta(self, ref: str) -> Stored:
+        a = await self.client.meta(ref)
+        return Stored(a.ref, a.media_type, a.bytes, a.width, a.height, a.name)
+
+    async def held(self) -> list[Stored]:
+        try:
+            session = await self.client.get_session(self.session.id)
+        except AttachstoreClientError as e:
+            if e.code == SessionNotFound.code:
+                return []
+            raise
+        metas = await _bounded([self._meta_or_none(ref) for ref in session.holds], _METAS_AT_ONCE)
+        return [m for m in metas if m is not None]
+
+    async def _meta_or_none(self, ref: str) -> Stored | None:
+        try:
+            return await self.meta(ref)
+        except AttachstoreClientError as e:
+            if e.code == "ATTACHMENT_NOT_FOUND":  # collected since the session listed it
+                return None
+            raise
+
+    async def blob(self, ref: str) -> tuple[str, bytes]:
+        blob = await self.client.read_response(ref)
+        return blob.media_type or "application/octet-stream", blob.data or b""
+
+    async def close(self) -> None:
+        await self.client.close()
+
+
+async def _bounded(calls: Sequence[Awaitable[T]], at_once: int) -> list[T]:
+    gate = asyncio.Semaphore(at_once)
+
+    async def one(call: Awaitable[T]) -> T:
+        async with gate:
+            return await call
+
+    return await asyncio.gather(*(one(c) for c in calls))

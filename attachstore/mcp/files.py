@@ -1,0 +1,142 @@
+"""Reading a file the model named, inside the workspace roots and nowhere else (docs/mcp.md).
+
+The path is resolved, symlinks included, and must land inside a root; a path that lands outside is refused
+without saying whether anything is there. Only a regular file is opened (never a FIFO, a device or a
+directory), without following a last symlink and without blocking, and the file that was opened is checked
+again, by its descriptor, against the roots: a symlink swapped in between the check and the open does not
+lead outside. A file over the bound is refused before a byte of it is read, and at most the bound is read
+from one that grows meanwhile."""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+MAX_PATH = 4096
+_PROC_FD = Path("/proc/self/fd")
+
+
+class Unreadable(Exception):
+    """The file cannot be read for the model; the message says why, to the model."""
+
+
+class TooLarge(Exception):
+    def __init__(self, size: int) -> None:
+        super().__init__(f"{size} bytes")
+        self.size = size
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    path: Path  # resolved, inside a root
+    data: bytes
+
+
+def directory(text: str) -> Path:
+    """A root given by the operator: an existing directory, resolved. Raises ValueError."""
+    path = Path(os.path.realpath(Path(text).expanduser()))
+    if not path.is_dir():
+        raise ValueError(f"{text}: not a directory")
+    return path
+
+
+def file_roots(uris: Sequence[str]) -> list[Path]:
+    """The existing local directories among an MCP client's roots (file:// URIs), resolved."""
+    roots = []
+    for uri in uris:
+        parts = urlsplit(uri)
+        if parts.scheme != "file" or parts.netloc not in ("", "localhost"):
+            continue
+        path = Path(os.path.realpath(unquote(parts.path)))
+        if path.is_dir() and path not in roots:
+            roots.append(path)
+    return roots
+
+
+def shown(asked: str) -> str:
+    """The path as the model wrote it, quoted and short enough to repeat in an answer."""
+    return repr(asked if len(asked) <= 200 else asked[:200] + "…")
+
+
+def read_inside(roots: Sequence[Path], asked: str, bound: int) -> Found:
+    """The bytes of the regular file `asked` names (absolute, or relative to the first root where it exists),
+    at most `bound` of them. Raises Unreadable or TooLarge."""
+    if not asked or len(asked) > MAX_PATH or "\x00" in asked:
+        raise Unreadable(f"{shown(asked)} is not a file path")
+    where = " or ".join(str(r) for r in roots)
+    given = Path(asked).expanduser()
+    candidates = [given] if given.is_absolute() else [root / given for root in roots]
+    inside = False
+    for candidate in candidates:
+        loose = Path(os.path.realpath(candidate))  # as far as it resolves; says nothing of what exists
+        if not _within(loose, roots):
+            continue
+        inside = True
+        try:
+            real = Path(os.path.realpath(candidate, strict=True))
+        except OSError:
+            continue
+        if _within(real, roots):
+            return _read(real, asked, roots, bound)
+    if not inside:
+        raise Unreadable(f"{shown(asked)} is outside the workspace; only files under {where} can be read")
+    raise Unreadable(f"{shown(asked)} does not exist in the workspace ({where})")
+
+
+def _within(path: Path, roots: Sequence[Path]) -> bool:
+    return any(path.is_relative_to(root) for root in roots)
+
+
+def _read(real: Path, asked: str, roots: Sequence[Path], bound: int) -> Found:
+    try:
+        before = os.stat(real)
+    except OSError as e:
+        raise Unreadable(f"cannot read {shown(asked)}: {e.strerror}") from None
+    _regular(before, asked)
+    if before.st_size > bound:
+        raise TooLarge(before.st_size)
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    try:
+        fd = os.open(real, flags)
+    except OSError as e:
+        raise Unreadable(f"cannot read {shown(asked)}: {e.strerror}") from None
+    try:
+        opened = os.fstat(fd)
+        _regular(opened, asked)
+        if (opened.st_dev, opened.st_ino) != (before.st_dev, before.st_ino) or not _fd_within(fd, roots):
+            raise Unreadable(f"{shown(asked)} changed while it was opened; read it again")
+        chunks, size = [], 0
+        while size <= bound:
+            chunk = os.read(fd, min(1 << 20, bound + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as e:
+        raise Unreadable(f"cannot read {shown(asked)}: {e.strerror}") from None
+    finally:
+        os.close(fd)
+    if size > bound:
+        raise TooLarge(max(size, opened.st_size))
+    return Found(real, b"".join(chunks))
+
+
+def _regular(st: os.stat_result, asked: str) -> None:
+    if stat.S_ISDIR(st.st_mode):
+        raise Unreadable(f"{shown(asked)} is a directory, not an image file")
+    if not stat.S_ISREG(st.st_mode):
+        raise Unreadable(
+            f"{shown(asked)} is not a regular file (a pipe, socket or device), not an image file"
+        )
+
+
+def _fd_within(fd: int, roots: Sequence[Path]) -> bool:
+    """Where the open file really is, from the kernel (Linux); elsewhere the inode check has to do."""
+    try:
+        return _within(Path(os.readlink(_PROC_FD / str(fd))), roots)
+    except OSError:
+        return True

@@ -1,0 +1,88 @@
+"""The workspace roots read_image may read under: `--workspace`, else the MCP client's roots, else
+$CLAUDE_PROJECT_DIR, else the current directory (docs/mcp.md).
+
+The client's roots are asked in the way its protocol version allows: a `roots/list` request to the client
+(2025-11-25 and before), or, where the server has no way to ask (2026-07-28), an input request in the tool
+call's answer that the client fulfils and retries the call with. Neither goes through the SDK's deprecated
+helpers (roots are deprecated as of 2026-07-28; the helpers warn)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import mcp.types as types
+from mcp.server import ServerRequestContext
+from mcp.shared.exceptions import MCPError
+from mcp.shared.message import ServerMessageMetadata
+from mcp_types.version import is_version_at_least
+
+from .files import file_roots
+
+log = logging.getLogger(__name__)
+
+MODERN = "2026-07-28"
+ROOTS_ASKED = "roots"  # the key of the input request, and of its answer on the retried call
+ROOTS_TIMEOUT = 10.0  # seconds a client has to answer roots/list
+
+
+def fallback(env: Mapping[str, str]) -> list[Path]:
+    """Without `--workspace` or client roots: the project directory Claude Code names, else the cwd."""
+    project = env.get("CLAUDE_PROJECT_DIR")
+    if project and Path(project).is_dir():
+        return [Path(os.path.realpath(project))]
+    return [Path(os.path.realpath(os.getcwd()))]
+
+
+class Roots:
+    """The roots of one server process. `fixed` (from `--workspace`) wins; otherwise the client's roots are
+    asked for, and kept until the client says they changed when `cache` is true (stdio: one client per
+    process), or asked again on every call (HTTP, where several clients share the process)."""
+
+    def __init__(self, fixed: Sequence[Path], cache: bool, env: Mapping[str, str] | None = None) -> None:
+        self.fixed = list(fixed)
+        self.cache = cache
+        self.default = fallback(os.environ if env is None else env)
+        self._known: list[Path] | None = None
+
+    def changed(self) -> None:
+        self._known = None
+
+    async def of(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> list[Path] | types.InputRequiredResult:
+        if self.fixed:
+            return self.fixed
+        capabilities = ctx.session.client_capabilities
+        if capabilities is None or capabilities.roots is None:
+            return self.default
+        if is_version_at_least(ctx.protocol_version, MODERN):
+            answer = (params.input_responses or {}).get(ROOTS_ASKED)
+            if isinstance(answer, types.ListRootsResult):
+                return self._from(answer)
+            return types.InputRequiredResult(
+                input_requests={ROOTS_ASKED: types.ListRootsRequest()}, request_state="roots"
+            )
+        if self.cache and self._known is not None:
+            return self._known
+        try:
+            answer = await ctx.session.send_request(
+                types.ListRootsRequest(),
+                types.ListRootsResult,
+                request_read_timeout_seconds=ROOTS_TIMEOUT,
+                # On the tool call's own stream: over HTTP a client need not keep the standalone one open.
+                metadata=ServerMessageMetadata(related_request_id=ctx.request_id),
+            )
+        except (MCPError, TimeoutError, ValueError) as e:  # ValueError: pydantic's, for a malformed answer
+            log.warning("the client did not list its roots (%s); using %s", e, self.default[0])
+            return self.default
+        roots = self._from(answer)
+        if self.cache:
+            self._known = roots
+        return roots
+
+    def _from(self, answer: types.ListRootsResult) -> list[Path]:
+        return file_roots([str(root.uri) for root in answer.roots]) or self.default

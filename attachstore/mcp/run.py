@@ -1,0 +1,86 @@
+"""Serving the MCP server: over stdio (what hosts start for a local server), or over streamable HTTP on a
+loopback address. The backend is closed when the client goes away (stdin closes) or on SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import signal
+from typing import Any
+
+from mcp.server import Server
+from mcp.server.stdio import stdio_server
+
+from .backends import Backend
+
+LOOPBACK_NAMES = ("localhost",)
+
+
+def loopback(host: str) -> bool:
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+async def stdio(server: Server[Any], backend: Backend) -> None:
+    try:
+        async with _stopped_by_signals(), stdio_server() as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+    finally:
+        await backend.close()
+
+
+async def http(server: Server[Any], backend: Backend, host: str, port: int) -> None:
+    """Streamable HTTP at http://HOST:PORT/mcp, with the SDK's DNS-rebinding protection: only requests
+    whose Host (and Origin, if any) name this loopback address are served."""
+    import uvicorn
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    shown = f"[{host}]" if ":" in host else host
+    security = TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[f"{shown}:*", "localhost:*"],
+        allowed_origins=[f"http://{shown}:*", "http://localhost:*"],
+    )
+    app = server.streamable_http_app(host=host, transport_security=security)
+
+    class Quiet(uvicorn.Server):
+        # uvicorn's own handling sends the signal again once it has stopped, so the process would die of it.
+        def capture_signals(self) -> contextlib.nullcontext[None]:  # type: ignore[override]
+            return contextlib.nullcontext()
+
+    served = Quiet(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))
+    loop = asyncio.get_running_loop()
+    signals = (signal.SIGTERM, signal.SIGINT)
+    for s in signals:
+        loop.add_signal_handler(s, setattr, served, "should_exit", True)
+    try:
+        await served.serve()
+    finally:
+        for s in signals:
+            loop.remove_signal_handler(s)
+        await backend.close()
+
+
+@contextlib.asynccontextmanager
+async def _stopped_by_signals() -> Any:
+    """SIGTERM and SIGINT cancel the serving task, so that the backend is closed on the way out."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    signals = (signal.SIGTERM, signal.SIGINT)
+    for s in signals:
+        if task is not None:
+            loop.add_signal_handler(s, task.cancel)
+    try:
+        yield
+    except asyncio.CancelledError:
+        if task is None or not task.cancelling():
+            raise
+        task.uncancel()
+    finally:
+        for s in signals:
+            loop.remove_signal_handler(s)

@@ -1,0 +1,358 @@
+"""The MCP server: the tools read_image and read_attachment, and every image the session holds as a resource
+`attachstore://<alg>/<hex>` (docs/mcp.md). Built on the SDK's low-level `Server`, which leaves every field
+of a result to us and validates nothing: the arguments are checked here, and a bad file, a refused image
+or a store that cannot answer is a tool error (`isError`) whose text the model reads, never a protocol
+error."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import mcp.types as types
+from mcp.server import Server, ServerRequestContext
+from mcp.shared.exceptions import MCPError
+
+from .. import __version__, gate
+from ..client import ConnectionFailed
+from ..config import Limits
+from ..errors import AttachstoreError, ConfigError, InvalidRef, NotFound, Rejected
+from ..index import IndexUnusable
+from ..refs import Ref
+from ..service import Diagnostic, model_text
+from .backends import Backend, Picture, Stored
+from .files import TooLarge, Unreadable, read_inside, shown
+from .roots import Roots
+
+log = logging.getLogger(__name__)
+
+Structured = Literal["auto", "always", "never"]
+# Hosts that show the model only JSON.stringify(structuredContent) when a result has it, dropping the image
+# and text blocks (docs/mcp.md): Claude Code, and Codex (clientInfo.name "codex-mcp-client" and others).
+DROP_CONTENT = ("claude-code",)
+DROP_CONTENT_PREFIXES = ("codex",)
+SCHEME = "attachstore://"
+PAGE = 100  # resources/list
+
+INSTRUCTIONS = (
+    "read_image shows you an image file from the workspace (PNG, JPEG, GIF or WebP): it is checked, stored "
+    "in attachstore and returned with its reference (sha256:...). read_attachment shows an image again by "
+    "that reference. When an image cannot be shown, the result says why and what to do instead."
+)
+
+_METADATA = {
+    "ref": {"type": "string", "description": "the stored image's reference"},
+    "media_type": {"type": "string"},
+    "bytes": {"type": "integer", "description": "the stored image's size"},
+    "width": {"type": "integer"},
+    "height": {"type": "integer"},
+    "path": {"type": "string", "description": "the file read, resolved"},
+}
+_SAFE = types.ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_hint=False)
+
+
+def _read_image(structured: bool) -> types.Tool:
+    return types.Tool(
+        name="read_image",
+        title="Read an image file",
+        description=(
+            "Look at an image file from the workspace (PNG, JPEG, GIF or WebP; the bytes decide the type, "
+            "not the extension). The image is stored and returned with its reference, type, size and "
+            "path. When it cannot be shown (not an image, damaged, too large, or a model that does not "
+            "accept images), the result is an error that says why and what to do instead."
+        ),
+        input_schema={
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "the file, relative to the workspace or absolute"}
+            },
+            "required": ["path"],
+            "additionalProperties": False,
+        },
+        output_schema={"type": "object", "properties": _METADATA, "required": list(_METADATA)}
+        if structured
+        else None,
+        annotations=_SAFE,
+    )
+
+
+READ_ATTACHMENT = types.Tool(
+    name="read_attachment",
+    title="Look at a stored image again",
+    description=(
+        "Look again at an image stored earlier, by its reference (for example the sha256:... that a "
+        "read_image result named)."
+    ),
+    input_schema={
+        "type": "object",
+        "properties": {"ref": {"type": "string", "description": "sha256:<64 hex digits> or blake3:<64 hex>"}},
+        "required": ["ref"],
+        "additionalProperties": False,
+    },
+    annotations=_SAFE,
+)
+TEMPLATE = types.ResourceTemplate(
+    name="attachment",
+    title="A stored image",
+    uri_template=SCHEME + "{alg}/{hex}",
+    description="An image attachstore holds, by its reference sha256:<hex> (or blake3:<hex>)",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    structured: Structured = "auto"  # structuredContent on read_image results: by the client, or always/never
+    resource_links: bool = False  # a resource_link block beside the image (several hosts fail on one)
+
+
+def refusal(text: str) -> types.CallToolResult:
+    """A tool error for the model: text only, no structuredContent (a client checks that against the
+    output schema, and some do so even on an error)."""
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
+
+
+def uri_of(ref: str) -> str:
+    return SCHEME + ref.replace(":", "/", 1)
+
+
+def ref_of(uri: str) -> Ref | None:
+    if not uri.startswith(SCHEME):
+        return None
+    alg, _, hex = uri[len(SCHEME) :].partition("/")
+    try:
+        return Ref.parse(f"{alg}:{hex}")
+    except AttachstoreError:
+        return None
+
+
+def too_large(size: int, bound: int, name: str) -> str:
+    """The gate's own words for a file over the bound, for the model (nothing of it was read)."""
+    try:
+        gate.precheck(size, b"", None, Limits(max_image_bytes=bound))
+    except Rejected as e:
+        return model_text([Diagnostic(0, None, name, e.code, e.message, e.hint)])
+    raise AssertionError(f"{size} bytes is within {bound}")  # pragma: no cover - only called when over
+
+
+def _structured(ctx: ServerRequestContext[Any, Any], mode: Structured) -> bool:
+    if mode != "auto":
+        return mode == "always"
+    client = ctx.session.client_params
+    name = client.client_info.name if client is not None else ""
+    return name not in DROP_CONTENT and not name.startswith(DROP_CONTENT_PREFIXES)
+
+
+def _failed(what: str, e: AttachstoreError) -> types.CallToolResult:
+    if isinstance(e, ConnectionFailed):
+        return refusal(f"{what}: the attachstore daemon is not reachable ({e.message}); tell the user.")
+    hint = f" {e.hint[0].upper()}{e.hint[1:]}." if e.hint else ""
+    return refusal(f"{what}: attachstore answered {e.code}: {e.message}.{hint} Tell the user.")
+
+
+def _text(stored: Stored, path: Path | None, sent: Picture) -> str:
+    where = f" from {path}" if path is not None else ""
+    line = (
+        f"{stored.ref}{where}: {stored.media_type}, {stored.width}x{stored.height}, {stored.bytes:,} bytes."
+    )
+    if stored.was:
+        line += f" Stored normalized; the file was {stored.was}."
+    if (sent.width, sent.height) != (stored.width, stored.height):
+        line += f" Shown here at {sent.width}x{sent.height}, within the model's request limits."
+    line += f' Look at it again with read_attachment {{"ref": "{stored.ref}"}}.'
+    return line
+
+
+class Tools:
+    """The handlers of one server: its backend, its roots and its options."""
+
+    def __init__(self, backend: Backend, roots: Roots, options: Options) -> None:
+        self.backend = backend
+        self.roots = roots
+        self.options = options
+
+    async def list_tools(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(
+            tools=[_read_image(_structured(ctx, self.options.structured)), READ_ATTACHMENT]
+        )
+
+    async def call_tool(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        tools: dict[str, Callable[..., Awaitable[types.CallToolResult | types.InputRequiredResult]]] = {
+            "read_image": self.read_image,
+            "read_attachment": self.read_attachment,
+        }
+        tool = tools.get(params.name)
+        if tool is None:  # the SDK passes on calls of tools it never listed
+            return refusal(f"there is no tool {params.name!r}; the tools are read_image and read_attachment")
+        arguments = params.arguments or {}
+        key = "path" if params.name == "read_image" else "ref"
+        value = arguments.get(key)
+        if set(arguments) - {key} or not isinstance(value, str) or not value:
+            return refusal(f'{params.name} takes one argument, {{"{key}": "<a non-empty string>"}}')
+        try:
+            return await tool(ctx, params, value)
+        except AttachstoreError as e:
+            return _failed(params.name, e)
+        except (OSError, ConfigError, IndexUnusable) as e:  # the store cannot be opened at all
+            return refusal(f"{params.name}: attachstore cannot use its store: {e}. Tell the user.")
+        except Exception:  # a bug: logged with its traceback, and the model is told without it
+            log.exception("%s failed", params.name)
+            return refusal(f"{params.name} failed inside attachstore; its log says why. Tell the user.")
+
+    async def read_image(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams, path: str
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        roots = await self.roots.of(ctx, params)
+        if isinstance(roots, types.InputRequiredResult):
+            return roots
+        bound = self.backend.file_bytes
+        try:
+            found = await asyncio.to_thread(read_inside, roots, path, bound)
+        except Unreadable as e:
+            return refusal(f"read_image: {e}.")
+        except TooLarge as e:
+            return refusal(too_large(e.size, bound, Path(path).name))
+        stored = await self.backend.admit(found.data, found.path.name)
+        if isinstance(stored, str):
+            return refusal(stored)
+        return await self._show(ctx, stored, found.path)
+
+    async def read_attachment(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams, ref: str
+    ) -> types.CallToolResult:
+        try:
+            stored = await self.backend.meta(str(Ref.parse(ref)))
+        except AttachstoreError as e:  # the service's errors, or the HTTP client's with the same codes
+            if e.code == InvalidRef.code:
+                return refusal(
+                    f"read_attachment: {shown(ref)} is not a reference; they look like sha256:<hex>."
+                )
+            if e.code == NotFound.code:
+                return refusal(f"read_attachment: there is no attachment {shown(ref)} in this store.")
+            raise
+        return await self._show(ctx, stored, None)
+
+    async def _show(
+        self, ctx: ServerRequestContext[Any, Any], stored: Stored, path: Path | None
+    ) -> types.CallToolResult:
+        sent = await self.backend.picture(stored.ref)
+        if isinstance(sent, str):  # render's placeholder: a text-only route, no variant that fits, damaged
+            return refusal(f"{stored.ref} is stored but cannot be shown: {sent}")
+        metadata = {
+            "ref": stored.ref,
+            "media_type": stored.media_type,
+            "bytes": stored.bytes,
+            "width": stored.width,
+            "height": stored.height,
+        } | ({"path": str(path)} if path is not None else {})
+        # The text says all that structuredContent does: on the hosts that get no structuredContent it is
+        # all the model learns besides the pixels (and the spec asks for the JSON in a text block).
+        text = _text(stored, path, sent) + "\n" + json.dumps(metadata)
+        content: list[types.ContentBlock] = [
+            types.ImageContent(type="image", data=sent.data, mime_type=sent.media_type),
+            types.TextContent(type="text", text=text),
+        ]
+        if self.options.resource_links:
+            content.append(
+                types.ResourceLink(
+                    type="resource_link",
+                    uri=uri_of(stored.ref),
+                    name=stored.name or stored.ref,
+                    mime_type=stored.media_type,
+                    size=stored.bytes,
+                )
+            )
+        structured = path is not None and _structured(ctx, self.options.structured)
+        return types.CallToolResult(content=content, structured_content=metadata if structured else None)
+
+    async def list_resources(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        start = _cursor(params.cursor if params is not None else None)
+        held = await _or_error(self.backend.held())
+        page = held[start : start + PAGE]
+        return types.ListResourcesResult(
+            resources=[
+                types.Resource(
+                    name=s.name or s.ref,
+                    title=f"{s.media_type} {s.width}x{s.height}" + (f" ({s.name})" if s.name else ""),
+                    uri=uri_of(s.ref),
+                    mime_type=s.media_type,
+                    size=s.bytes,
+                )
+                for s in page
+            ],
+            next_cursor=str(start + PAGE) if start + PAGE < len(held) else None,
+        )
+
+    async def list_templates(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        return types.ListResourceTemplatesResult(resource_templates=[TEMPLATE])
+
+    async def read_resource(
+        self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        uri = str(params.uri)
+        ref = ref_of(uri)
+        if ref is None:
+            raise MCPError(types.INVALID_PARAMS, f"not an attachstore resource: {uri[:200]}", {"uri": uri})
+        try:
+            media_type, data = await self.backend.blob(str(ref))
+        except AttachstoreError as e:
+            if e.code == NotFound.code:  # SEP-2164: not found is invalid params, naming the uri
+                raise MCPError(types.INVALID_PARAMS, "Resource not found", {"uri": uri}) from None
+            raise MCPError(types.INTERNAL_ERROR, f"{e.code}: {e.message}", {"uri": uri}) from None
+        blob = base64.b64encode(data).decode("ascii")
+        return types.ReadResourceResult(
+            contents=[types.BlobResourceContents(uri=uri, mime_type=media_type, blob=blob)]
+        )
+
+    async def roots_changed(
+        self, ctx: ServerRequestContext[Any, Any], params: types.NotificationParams
+    ) -> None:
+        self.roots.changed()
+
+
+def _cursor(cursor: str | None) -> int:
+    if cursor is None:
+        return 0
+    if not cursor.isdigit():
+        raise MCPError(types.INVALID_PARAMS, f"not a cursor of this server: {cursor[:40]!r}")
+    return int(cursor)
+
+
+async def _or_error(call: Awaitable[list[Stored]]) -> list[Stored]:
+    try:
+        return await call
+    except AttachstoreError as e:
+        raise MCPError(types.INTERNAL_ERROR, f"{e.code}: {e.message}") from None
+
+
+def build(backend: Backend, roots: Roots, options: Options = Options()) -> Server[Any]:
+    tools = Tools(backend, roots, options)
+    server: Server[Any] = Server(
+        "attachstore",
+        version=__version__,
+        title="attachstore",
+        instructions=INSTRUCTIONS,
+        on_list_tools=tools.list_tools,
+        on_call_tool=tools.call_tool,
+        on_list_resources=tools.list_resources,
+        on_list_resource_templates=tools.list_templates,
+        on_read_resource=tools.read_resource,
+    )
+    # Not Server(on_roots_list_changed=...): that warns (MCPDeprecationWarning) as it is made.
+    server.add_notification_handler(
+        "notifications/roots/list_changed", types.NotificationParams, tools.roots_changed
+    )
+    return server

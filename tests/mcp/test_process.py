@@ -1,0 +1,257 @@
+"""`attachstore mcp` as hosts run it: a real process, spoken to by the MCP Python SDK's client over stdio (on
+a data dir, and with --url on a real daemon) and over streamable HTTP; its flags, and how it stops."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import mcp.types as types
+import pytest
+from mcp import Client, StdioServerParameters
+
+from attachstore.cli import main
+from attachstore.client import AsyncClient
+from tests.mcp.conftest import shot_metadata
+from tests.support.daemon import free_port, wait_ready
+from tests.support.images import png
+
+ROUTES = '[routes."vision"]\ninput_modalities = ["text", "image"]\n[routes."small"]\n'
+ROUTES += 'input_modalities = ["text", "image"]\nmax_request_side = 16\n'
+TOKEN = "ast_mcp-test-token"
+# Warnings are errors in the server too: a deprecated SDK call would end it, and fail the test.
+PYTHON = [sys.executable, "-X", "dev", "-W", "error", "-m", "attachstore"]
+
+
+def sha256(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "shot.png").write_bytes(png(40, 30))
+    (root / "notes.txt").write_text("no image\n")
+    return root
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Path:
+    path = tmp_path / "attachstore.toml"
+    path.write_text(
+        f"data_dir = {json.dumps(str(tmp_path / 'data'))}\n[admission]\ndecode_workers = 1\n{ROUTES}"
+    )
+    return path
+
+
+def text_of(result: types.CallToolResult, error: bool = True) -> str:
+    """The text block of a refusal (or, with error=False, of an image result)."""
+    assert result.is_error is error, result
+    [text] = [b for b in result.content if isinstance(b, types.TextContent)]
+    return text.text
+
+
+def server(*args: str, cwd: Path, env: dict[str, str] | None = None) -> StdioServerParameters:
+    return StdioServerParameters(command=PYTHON[0], args=[*PYTHON[1:], "mcp", *args], cwd=str(cwd), env=env)
+
+
+async def check_tour(c: Client, ws: Path) -> str:
+    """What every transport and backend must do alike; returns the ref read."""
+    shot = (ws / "shot.png").read_bytes()
+    assert [t.name for t in (await c.list_tools()).tools] == ["read_image", "read_attachment"]
+    result = await c.call_tool("read_image", {"path": "shot.png"})
+    assert not result.is_error, result
+    image, text = result.content
+    assert isinstance(image, types.ImageContent)
+    assert isinstance(text, types.TextContent)
+    assert base64.b64decode(image.data) == shot
+    assert result.structured_content == shot_metadata(ws)
+    assert "(UNSUPPORTED_IMAGE_TYPE)" in text_of(await c.call_tool("read_image", {"path": "notes.txt"}))
+    outside = await c.call_tool("read_image", {"path": "../attachstore.toml"})
+    assert "outside the workspace" in text_of(outside)
+    [again, _] = (await c.call_tool("read_attachment", {"ref": sha256(shot)})).content
+    assert isinstance(again, types.ImageContent)
+    assert base64.b64decode(again.data) == shot
+    [resource] = (await c.list_resources()).resources
+    [blob] = (await c.read_resource(str(resource.uri))).contents
+    assert isinstance(blob, types.BlobResourceContents)
+    assert base64.b64decode(blob.blob) == shot
+    return sha256(shot)
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_stdio_on_the_data_dir(config: Path, ws: Path, tmp_path: Path, mode: str) -> None:
+    params = server(
+        "--config", str(config), "--workspace", str(ws), "--route", "vision", "--session", "s-1", cwd=ws
+    )
+    async with Client(params, mode=mode) as c:
+        ref = await check_tour(c, ws)
+    async with Client(params, mode=mode) as c:  # the same session in a new process
+        assert [str(r.uri) for r in (await c.list_resources()).resources] == [
+            f"attachstore://sha256/{ref[7:]}"
+        ]
+    with sqlite3.connect(config.parent / "data" / "index.sqlite3") as db:
+        assert db.execute("SELECT route FROM sessions WHERE id = 's-1'").fetchall() == [("vision",)]
+
+
+async def test_stdio_without_a_session_makes_one_per_process(config: Path, ws: Path) -> None:
+    params = server("--config", str(config), "--route", "vision", cwd=ws)  # the cwd is the workspace
+    for _ in range(2):
+        async with Client(params, mode="legacy") as c:
+            assert not (await c.call_tool("read_image", {"path": "shot.png"})).is_error
+            assert len((await c.list_resources()).resources) == 1
+    with sqlite3.connect(config.parent / "data" / "index.sqlite3") as db:
+        sessions = [id for (id,) in db.execute("SELECT id FROM sessions")]
+    assert len(sessions) == 2
+    assert all(s.startswith("mcp-") for s in sessions)
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[str]:
+    """A real daemon with one tenant, whose token the MCP server gets from $ATTACHSTORE_TOKEN."""
+    path = tmp_path / "daemon.toml"
+    digest = hashlib.sha256(TOKEN.encode()).hexdigest()
+    path.write_text(
+        f"data_dir = {json.dumps(str(tmp_path / 'daemon-data'))}\n[admission]\ndecode_workers = 1\n{ROUTES}"
+        f'[[tenants]]\nname = "alpha"\ntoken_sha256 = "{digest}"\n'
+    )
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ATTACHSTORE_")}
+    proc = subprocess.Popen(
+        [*PYTHON, "serve", "--config", str(path), "--listen", f"127.0.0.1:{port}"],
+        env=env,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_ready(f"http://127.0.0.1:{port}/healthz", proc)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_stdio_on_a_daemon(daemon: str, ws: Path, tmp_path: Path, mode: str) -> None:
+    args = ("--url", daemon, "--workspace", str(ws), "--route", "vision", "--session", "remote-1")
+    async with Client(server(*args, cwd=tmp_path, env={"ATTACHSTORE_TOKEN": TOKEN}), mode=mode) as c:
+        ref = await check_tour(c, ws)
+    async with AsyncClient(daemon, token=TOKEN) as store:
+        session = await store.get_session("remote-1")
+    assert (session.route, session.holds) == ("vision", [ref])
+
+
+async def test_on_a_daemon_the_routes_limits_and_its_errors_reach_the_model(
+    daemon: str, ws: Path, tmp_path: Path
+) -> None:
+    args = ("--url", daemon, "--workspace", str(ws), "--route", "small")
+    async with Client(server(*args, cwd=tmp_path, env={"ATTACHSTORE_TOKEN": TOKEN}), mode="legacy") as c:
+        result = await c.call_tool("read_image", {"path": "shot.png"})
+        assert "Shown here at 16x12, within the model's request limits." in text_of(result, error=False)
+    env = {"ATTACHSTORE_URL": daemon, "ATTACHSTORE_TOKEN": "ast_wrong"}
+    async with Client(server("--workspace", str(ws), cwd=tmp_path, env=env), mode="legacy") as c:
+        result = await c.call_tool("read_image", {"path": "shot.png"})
+        assert "attachstore answered UNAUTHORIZED" in text_of(result)
+    stopped = f"http://127.0.0.1:{free_port()}"
+    async with Client(server("--url", stopped, "--workspace", str(ws), cwd=tmp_path), mode="legacy") as c:
+        result = await c.call_tool("read_image", {"path": "shot.png"})
+        assert "the attachstore daemon is not reachable" in text_of(result)
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_streamable_http_asks_each_client_for_its_roots(
+    config: Path, ws: Path, tmp_path: Path, mode: str
+) -> None:
+    port = free_port()
+    proc = await asyncio.to_thread(
+        subprocess.Popen,
+        [*PYTHON, "mcp", "--config", str(config), "--route", "vision", "--http", f"127.0.0.1:{port}"],
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+    )
+
+    async def roots(context: Any) -> types.ListRootsResult:
+        return types.ListRootsResult(roots=[types.Root(uri=ws.as_uri())])
+
+    try:
+        # Any answer of the MCP endpoint (a GET without an MCP session is refused) means it listens.
+        await asyncio.to_thread(wait_ready, f"http://127.0.0.1:{port}/mcp", proc, (400, 405, 406))
+        async with Client(f"http://127.0.0.1:{port}/mcp", mode=mode, list_roots_callback=roots) as c:
+            await check_tour(c, ws)
+        async with Client(f"http://127.0.0.1:{port}/mcp", mode=mode) as c:  # no roots: the server's cwd
+            result = await c.call_tool("read_image", {"path": "ws/shot.png"})
+            assert not result.is_error, result
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = await asyncio.to_thread(proc.communicate, timeout=30)
+    assert proc.returncode == 0, err
+
+
+def _raw(config: Path, cwd: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [*PYTHON, "mcp", "--config", str(config)],
+        cwd=cwd,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
+}
+
+
+def test_it_ends_when_the_client_closes_its_stdin(config: Path, ws: Path) -> None:
+    proc = _raw(config, ws)
+    out, err = proc.communicate(json.dumps(INITIALIZE).encode() + b"\n", timeout=60)
+    assert proc.returncode == 0, err
+    answer = json.loads(out.splitlines()[0])
+    assert answer["result"]["serverInfo"]["name"] == "attachstore"
+    assert not (config.parent / "data").exists()  # the store is opened at the first call, not before
+
+
+def test_it_ends_cleanly_on_sigterm(config: Path, ws: Path) -> None:
+    proc = _raw(config, ws)
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    proc.stdin.write(json.dumps(INITIALIZE).encode() + b"\n")
+    proc.stdin.flush()
+    assert json.loads(proc.stdout.readline())["id"] == 1
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--http", "0.0.0.0:8000"], "--http: '0.0.0.0' is not a loopback address"),
+        (["--http", "127.0.0.1"], "--http: not HOST:PORT"),
+        (["--workspace", "/no/such/dir"], "--workspace: /no/such/dir: not a directory"),
+        (["--session", ".."], "--session: not a session id"),
+        (["--url", "ftp://x"], "--url: base_url must be an http:// or https:// URL"),
+    ],
+)
+def test_bad_flags_are_usage_errors(
+    args: list[str], said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["mcp", "--data-dir", str(tmp_path / "data"), *args]) == 2
+    assert said in capsys.readouterr().err
