@@ -11,7 +11,7 @@ import msgspec
 from .. import __version__
 from ..gate import MEDIA_TYPES
 from ..render import Rendered, RenderRequest
-from ..service import PREVIEW_SIZES, SESSION_ID_PATTERN
+from ..service import PREVIEW_SIZES, SESSION_ID_PATTERN, SOURCES
 from . import mcpschema, wire
 
 _SHAPES: list[Any] = [
@@ -168,6 +168,11 @@ def _finished(doc: dict[str, Any]) -> dict[str, Any]:
         schema["required"] = list(schema["properties"])
     for (path, method), operation_id in OPERATIONS.items():
         doc["paths"][path][method]["operationId"] = operation_id
+    # The decoder lets `source` be absent so that the service answers a JSON body and a form without it in
+    # the same words; the contract still requires it, and a generated client must too.
+    admit = schemas["AdmitRequest"]
+    admit["properties"]["source"] = {"enum": list(SOURCES), "type": "string"}
+    admit["required"] = sorted({*admit.get("required", ()), "source"})
     _free_form(doc)
     return doc
 

@@ -22,7 +22,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         "mcp", parents=[common], help="an MCP server over stdio: the read_image and read_attachment tools"
     )
     s.add_argument(
-        "--url", metavar="URL", help="use the daemon at URL (else $ATTACHSTORE_URL; else the data dir)"
+        "--url",
+        metavar="URL",
+        help="use the daemon at URL (default: $ATTACHSTORE_URL, else the data dir directly)",
     )
     s.add_argument(
         "--workspace",
@@ -33,12 +35,15 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     s.add_argument("--session", metavar="ID", help="admit into this session (default: one per process)")
     s.add_argument("--route", metavar="MODEL", help="the model the images are for (default: the session's)")
-    s.add_argument("--http", metavar="HOST:PORT", help="serve streamable HTTP on a loopback address instead")
+    s.add_argument(
+        "--http", metavar="HOST:PORT", help="serve streamable HTTP on a loopback address (default: stdio)"
+    )
     s.add_argument(
         "--structured",
         choices=["auto", "always", "never"],
         default="auto",
-        help="structuredContent on read_image results (auto: not for hosts that then drop the image)",
+        help="structuredContent on read_image results (default: %(default)s, not for hosts that then drop "
+        "the image)",
     )
     s.add_argument(
         "--resource-links", action="store_true", help="add a resource_link block to read_image results"

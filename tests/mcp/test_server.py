@@ -131,7 +131,8 @@ async def test_a_file_over_the_source_bound_is_refused_as_the_gate_would(
     connect: Connect, ws: Path, mode: str
 ) -> None:
     (ws / "big.png").write_bytes(png(200, 200))
-    async with connect(config={"limits": {"max_image_bytes": 1000}}, mode=mode) as c:
+    bound = {"limits": {"max_image_bytes": 1000}, "admission": {"fit_max_bytes": 1000}}
+    async with connect(config=bound, mode=mode) as c:
         text = refusal(await c.call_tool("read_image", {"path": "big.png"}))
     assert text.startswith(
         "The tool result contained an image, but it was not attached: the limit is 1,000 bytes"
@@ -140,20 +141,33 @@ async def test_a_file_over_the_source_bound_is_refused_as_the_gate_would(
 
 
 @pytest.mark.parametrize(
-    ("route", "said"),
+    ("route", "said", "told"),
     [
-        ("text-only", "the model 'text-only' does not accept images (MODALITY_UNSUPPORTED)"),
-        (None, "no model is named that accepts images (MODALITY_UNSUPPORTED)"),
-        ("unknown-model", "the model 'unknown-model' is not configured as accepting images"),
+        (
+            "text-only",
+            "the model 'text-only' does not accept images (declared by [routes.\"text-only\"] in",
+            "Tell the user that the current model cannot see images",
+        ),
+        (
+            None,
+            "no model is named for these images (MODALITY_UNSUPPORTED)",
+            "the host names the model with the session's route",
+        ),
+        (
+            "unknown-model",
+            "the model 'unknown-model' is not declared as accepting images",
+            'declare it in the attachstore configuration: [routes."unknown-model"]',
+        ),
     ],
 )
 async def test_a_route_without_images_refuses_tool_images(
-    connect: Connect, mode: str, route: str | None, said: str
+    connect: Connect, mode: str, route: str | None, said: str, told: str
 ) -> None:
+    """The text states the true cause, and what the one who can fix it should do."""
     async with connect(route=route, mode=mode) as c:
         text = refusal(await c.call_tool("read_image", {"path": "shot.png"}))
     assert said in text
-    assert "Tell the user that the current model cannot see images" in text
+    assert told in text
 
 
 async def test_bad_arguments_and_unknown_tools_are_tool_errors(connect: Connect, mode: str) -> None:
