@@ -44,6 +44,7 @@ class Store:
         self.variants = Variants(config, index, pool, self.reads.verified, publisher, self.metrics)
         # What the edges call.
         self.admit = self.admissions.admit
+        self.check = self.admissions.check
         self.admission_slot = self.admissions.slots.take
         self.body_slot = self.admissions.slots.body
         self.scope = self.reads.scope
