@@ -190,9 +190,8 @@ def _proc_writers(st: os.stat_result, proc: Path) -> Writers:
         except PermissionError:
             # Another user's process cannot be looked at, and is not the host writing this user's session;
             # one of the same user's (or of the file's owner) that cannot be looked at leaves it unknown.
-            with contextlib.suppress(OSError):
-                if entry.stat().st_uid in ours:
-                    hidden.append(pid)
+            if _owner(entry.path) in ours:
+                hidden.append(pid)
             continue
         except OSError:  # it exited meanwhile
             continue
@@ -212,6 +211,13 @@ def _proc_writers(st: os.stat_result, proc: Path) -> Writers:
             [], f"the open files of {len(hidden)} of this user's processes cannot be read ({shown})"
         )
     return Writers(found)
+
+
+def _owner(path: str) -> int | None:
+    try:
+        return os.stat(path).st_uid
+    except OSError:
+        return None
 
 
 def _writable(fdinfo: Path) -> bool:

@@ -112,11 +112,13 @@ def image(raw: bytes) -> Inline | Unusable:
             )
         text = text.replace(b"\\/", b"/")
         escaped = True
+    if not text:
+        return Unusable("INVALID_IMAGE_BASE64", "the base64 text is empty")
     try:
         data = binascii.a2b_base64(text, strict_mode=True)
     except binascii.Error:
         return Unusable("INVALID_IMAGE_BASE64", "the base64 text is not valid base64")
-    if not data or base64.b64encode(data) != text:
+    if base64.b64encode(data) != text:
         return Unusable(
             "INVALID_IMAGE_BASE64",
             "the base64 text is not canonical: it could not be written back byte for byte",

@@ -19,7 +19,8 @@ HEAD = 32  # the bytes a policy may look at before it must say whether it wants 
 _SMALL = 64  # the longest key remembered
 _GAP = 4096  # the most whitespace looked through between a key and its value
 _WHITESPACE = b" \t\r\n"
-_ESCAPED = {ord("n"): "\n", ord("t"): "\t", ord("r"): "\r", ord('"'): '"', ord("\\"): "\\"}
+_ESCAPED = {ord(k): v for k, v in {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f"}.items()}
+_ESCAPED |= {ord(c): c for c in '"\\/'}
 
 # What the current string of the document is being read as.
 _OUT, _OPENING, _FAST, _HOLD, _DEEP = range(5)
@@ -135,11 +136,11 @@ class Scanner:
         end = n if self._cut < 0 else self._cut
         if self._hold is None and self._from < end:
             self._events.append(self._mv[self._from : end])
-        if self._mode != _OUT:  # the current string goes on in the next chunk
+        if self._mode != _OUT:  # the current string goes on in the next chunk (a cut escape with it)
             carry = self._carry
-            size = end - self._start
+            size = n - self._start
             self._carry = (
-                None if carry is None or len(carry) + size > _SMALL else carry + data[self._start : end]
+                None if carry is None or len(carry) + size > _SMALL else carry + data[self._start : n]
             )
             self._start = 0
         return self._events
@@ -378,7 +379,10 @@ class Scanner:
             self._last1 = None if small is None else bytes(small)
             self._gap1 = 0
             return
-        self._small1 = None  # an escape inside: not a key compared
+        small = self._small1  # the inner text as written: the escape's character
+        if small is not None:
+            text = char.encode("utf-8", "surrogatepass")
+            self._small1 = small + text if len(small) + len(text) <= _SMALL else None
         self._bs1 = not self._bs1 and char == "\\"
 
     # -- holding a string the policy may want ------------------------------------------------------------
