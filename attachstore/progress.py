@@ -24,8 +24,11 @@ def human_bytes(n: float) -> str:
 
 
 class Progress:
-    def __init__(self, label: str, objects: int, size: int, stream: TextIO | None = None) -> None:
+    def __init__(
+        self, label: str, objects: int, size: int, stream: TextIO | None = None, *, unit: str = "objects"
+    ) -> None:
         self.label = label
+        self.unit = unit
         self.total_objects = objects
         self.total_bytes = size
         self.stream = stream or sys.stderr
@@ -53,7 +56,7 @@ class Progress:
         else:
             eta = "ETA -"
         return (
-            f"{self.label}: {self.objects}/{self.total_objects} objects, "
+            f"{self.label}: {self.objects}/{self.total_objects} {self.unit}, "
             f"{human_bytes(self.bytes)}/{human_bytes(self.total_bytes)}, {human_bytes(rate)}/s, {eta}"
         )
 

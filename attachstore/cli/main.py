@@ -21,7 +21,7 @@ from ..errors import AttachstoreError, ConfigError, InvalidRequest
 from ..index import IndexUnusable, SessionRow
 from ..progress import rfc3339
 from ..service import SOURCES, Admission, ImageRef, Store, Upload
-from . import maintenance
+from . import maintenance, transcript
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 TENANT_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
@@ -63,6 +63,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("ref")
 
     maintenance.add_parsers(sub, common)
+    transcript.register(sub, common)
 
     s = sub.add_parser("token", help="make bearer tokens for tenants")
     s.add_argument("action", choices=["new"])
@@ -242,6 +243,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {
     "gc": maintenance.run_gc,
     "audit": maintenance.run_audit,
     "migrate": maintenance.run_migrate,
+    "transcript": transcript.run,
 }
 
 

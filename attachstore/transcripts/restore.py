@@ -163,7 +163,8 @@ async def restore_file(
     try:
         await _restore_file(restorer, source, output, expect, assume_closed, steps, on_bytes, report)
     except TranscriptError as e:
-        report.status, report.reason, report.message = "skipped", e.code, e.message
+        report.status = "failed" if e.code == "TRANSCRIPT_UNVERIFIED" else "skipped"
+        report.reason, report.message = e.code, e.message
     except AttachstoreError as e:
         report.status, report.reason, report.message = "failed", e.code, e.message
     except OSError as e:

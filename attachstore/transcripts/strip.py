@@ -189,6 +189,7 @@ class Stripper:
         self.restorer = Restorer(store, options.tenant)
         self.total = Tally()
         self._outcomes: OrderedDict[bytes, asyncio.Task[_Outcome] | _Outcome] = OrderedDict()
+        self._sessions: dict[SessionKey, asyncio.Future[None]] = {}
         limits = store.config.limits
         b64 = (limits.max_image_bytes + 2) // 3 * 4
         self.cap = b64 + b64 // 16 + inline.PLACEHOLDER_MAX  # a data URL's prefix, '\/' escapes
@@ -211,8 +212,9 @@ class Stripper:
         report = Report(str(source), "failed", str(output) if output is not None else None)
         try:
             await self._strip(source, output, fmt, session, report)
-        except TranscriptError as e:
-            report.status, report.reason, report.message = "skipped", e.code, e.message
+        except TranscriptError as e:  # a busy file is left for later; one that would not restore is a failure
+            report.status = "failed" if e.code == "TRANSCRIPT_UNVERIFIED" else "skipped"
+            report.reason, report.message = e.code, e.message
         except AttachstoreError as e:
             report.status, report.reason, report.message = "failed", e.code, e.message
         except OSError as e:
@@ -235,9 +237,7 @@ class Stripper:
             if not options.dry_run:
                 if output is None:
                     raise ValueError("strip: an output path, or dry_run")
-                report.session = session or session_for(output)
-                key = (options.tenant, report.session)
-                await self._session(key)
+                key = (options.tenant, session or session_for(output))
             staged = None
             if not options.dry_run and output is not None:
                 staged = await asyncio.to_thread(Staged, output, options.steps)
@@ -271,6 +271,7 @@ class Stripper:
             report.status = "unchanged"
             return
         if held and key is not None:  # refs admitted for other files' sessions, and an earlier strip's
+            await self._session(key)
             ordered = sorted(held)
             for i in range(0, len(ordered), _HOLDS_PER_CALL):
                 await self.store.sessions.hold(key, ordered[i : i + _HOLDS_PER_CALL])
@@ -291,11 +292,20 @@ class Stripper:
                     hint="a string of the transcript reads as a placeholder; report this",
                 )
         self.options.steps("verified")
+        if key is not None and (tally.replaced or held):
+            report.session = key[1]
         check_writers = not self.options.assume_closed
         await asyncio.to_thread(replace, staged, source, before, check_writers=check_writers, done="stripped")
         report.status = "stripped" if tally.replaced else "unchanged"
 
     async def _session(self, key: SessionKey) -> None:
+        """The session exists: created (with no route) the first time a file needs it."""
+        made = self._sessions.get(key)
+        if made is None or (made.done() and (made.cancelled() or made.exception() is not None)):
+            made = self._sessions[key] = asyncio.ensure_future(self._create(key))
+        await asyncio.shield(made)
+
+    async def _create(self, key: SessionKey) -> None:
         try:
             await self.store.sessions.get(key)
         except SessionNotFound:
@@ -403,6 +413,7 @@ class Stripper:
                 return _Outcome(None, None, verdict.code, None)
             ref = str(Ref.of(self.store.config.hash, image.data))
             return _Outcome(image.placeholder(ref), ref, None, None)
+        await self._session(key)
         try:
             result = await self.store.admit([upload], "user", session=key[1], tenant=tenant, exact=True)
         except Rejected as e:

@@ -274,7 +274,7 @@ async def test_a_stripped_file_that_would_not_restore_exactly_is_not_written(
     source.write_bytes(original)
     monkeypatch.setattr(inline.Placeholder, "base64", lambda self, data: b"AAAA")
     report = await strip(store, source)
-    assert (report.status, report.reason) == ("skipped", "TRANSCRIPT_UNVERIFIED")
+    assert (report.status, report.reason) == ("failed", "TRANSCRIPT_UNVERIFIED")
     assert source.read_bytes() == original
     assert files_in(tmp_path) == ["data", "i.jsonl"]
 
@@ -286,7 +286,7 @@ async def test_restore_checks_the_hash_it_is_given(store: Store, tmp_path: Path)
     await strip(store, source)
     stripped = source.read_bytes()
     wrong = await restore_file(Restorer(store), source, source, expect="0" * 64)
-    assert (wrong.status, wrong.reason) == ("skipped", "TRANSCRIPT_UNVERIFIED")
+    assert (wrong.status, wrong.reason) == ("failed", "TRANSCRIPT_UNVERIFIED")
     assert source.read_bytes() == stripped
     right = await restore_file(Restorer(store), source, source, expect=hashlib.sha256(original).hexdigest())
     assert right.status == "restored"
