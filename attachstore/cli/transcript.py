@@ -35,7 +35,8 @@ from ..transcripts import (
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 DEFAULT_MIN_AGE = "10m"
-_WORKERS = 4  # decode workers, and admissions at once
+_WORKERS = 4  # decode workers at most
+_ADMITTING = 16  # admissions at once: each one mostly waits for its fsyncs
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -167,7 +168,7 @@ async def _run(args: argparse.Namespace, store: Store, jobs: Sequence[_Job]) -> 
             tenant=args.tenant,
             dry_run=args.dry_run,
             assume_closed=args.assume_closed,
-            concurrency=store.pool.size,
+            concurrency=_ADMITTING,
             on_bytes=lambda n: progress.advance(0, n),
         ),
     )

@@ -4,7 +4,6 @@ written exactly as it was, so that the result is the original transcript byte fo
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
 import time
 from collections import OrderedDict
@@ -16,6 +15,7 @@ from typing import Any, BinaryIO
 from ..errors import AttachstoreError
 from ..service import Store
 from . import inline
+from .digest import Digest
 from .files import Snapshot, Staged, Steps, TranscriptError, replace, same_file
 from .scanner import Found, Scanner
 
@@ -24,11 +24,11 @@ _KEPT_BYTES = 32 << 20  # base64 of recently restored images kept for their next
 
 
 class Sink:
-    """Where a pass writes: a file or nothing, hashed and counted either way."""
+    """Where a pass writes: a file or nothing, counted and sha256-hashed either way (in a thread)."""
 
     def __init__(self, file: BinaryIO | None = None) -> None:
         self.file = file
-        self.hash = hashlib.sha256()
+        self.hash = Digest()
         self.size = 0
 
     def write(self, data: bytes | memoryview) -> None:

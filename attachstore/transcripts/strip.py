@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hashlib
 import os
 import time
 from collections import OrderedDict, deque
@@ -15,11 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import blake3
+
 from ..errors import AttachstoreError, Rejected, SessionNotFound
 from ..index import SessionKey
 from ..refs import Ref
 from ..service import Store, Upload
 from . import inline
+from .digest import Digest
 from .files import Snapshot, Staged, Steps, TranscriptError, replace, same_file
 from .formats import HEAD_BYTES, Format, detect
 from .restore import CHUNK, Restorer, Sink, restored_hash
@@ -106,7 +108,7 @@ class Options:
     tenant: str = ""
     dry_run: bool = False
     assume_closed: bool = False  # do not look for processes that have the file open for writing
-    concurrency: int = 4  # admissions at once
+    concurrency: int = 16  # admissions at once (each mostly waits for its fsyncs)
     steps: Steps = lambda _step: None  # called after each step of the replacement (crash tests)
     on_bytes: Callable[[int], None] | None = None  # progress: bytes read
 
@@ -322,7 +324,7 @@ class Stripper:
     ) -> str:
         """Read `source` once: write the stripped text to `sink`; returns the sha256 of what was read."""
         tally = report.tally
-        read = hashlib.sha256()
+        read = Digest()
 
         def settle(outcome: _Outcome, raw: bytes, image_key: bytes) -> bytes:
             if outcome.replacement is None:
@@ -366,7 +368,7 @@ class Stripper:
                 held.add(found.ref)
             ordered.plain(raw)
             return
-        image_key = hashlib.sha256(raw).digest()
+        image_key = blake3.blake3(raw).digest()  # the same text, the same outcome
         tally.found += 1
         if not event.complete:
             tally.refuse(_CUT[event.reason or "torn"], image_key)
