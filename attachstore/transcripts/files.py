@@ -129,11 +129,17 @@ def replace(staged: Staged, source: Path, before: Snapshot, *, check_writers: bo
             f"{source} changed while it was {done} (a host wrote to it); it is left as it was",
             hint="run again once its session is idle",
         )
-    if check_writers and staged.target.exists():
-        refusal = writers(staged.target).refusal(staged.target)
+    if check_writers:
+        refuse_writers(staged.target)
+    staged.commit(before)
+
+
+def refuse_writers(target: Path) -> None:
+    """TranscriptError if a process has `target` (when it exists) open for writing, or that cannot be told."""
+    if target.exists():
+        refusal = writers(target).refusal(target)
         if refusal is not None:
             raise refusal
-    staged.commit(before)
 
 
 def fsync_dir(path: Path) -> None:

@@ -16,7 +16,7 @@ from ..errors import AttachstoreError
 from ..service import Store
 from . import inline
 from .digest import Digest
-from .files import Snapshot, Staged, Steps, TranscriptError, replace, same_file
+from .files import Snapshot, Staged, Steps, TranscriptError, refuse_writers, replace, same_file
 from .scanner import Found, Scanner
 
 CHUNK = 1 << 20
@@ -186,6 +186,8 @@ async def _restore_file(
     with await asyncio.to_thread(open, source, "rb") as f:
         before = Snapshot.of(os.fstat(f.fileno()))
         report.bytes_before = before.size
+        if output is not None and not assume_closed:
+            await asyncio.to_thread(refuse_writers, output)
         staged = None if output is None else await asyncio.to_thread(Staged, output, steps)
         try:
             done = await restorer.restore(

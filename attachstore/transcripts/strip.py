@@ -22,7 +22,7 @@ from ..refs import Ref
 from ..service import Store, Upload
 from . import inline
 from .digest import Digest
-from .files import Snapshot, Staged, Steps, TranscriptError, replace, same_file
+from .files import Snapshot, Staged, Steps, TranscriptError, refuse_writers, replace, same_file
 from .formats import HEAD_BYTES, Format, detect
 from .restore import CHUNK, Restorer, Sink, restored_hash
 from .scanner import Event, Found, Scanner
@@ -242,6 +242,10 @@ class Stripper:
                 key = (options.tenant, session or session_for(output))
             staged = None
             if not options.dry_run and output is not None:
+                if (
+                    not options.assume_closed
+                ):  # a live Codex session: refused before any work, and again at the end
+                    await asyncio.to_thread(refuse_writers, output)
                 staged = await asyncio.to_thread(Staged, output, options.steps)
             try:
                 held: set[str] = set()

@@ -236,6 +236,9 @@ async def test_a_file_open_for_writing_is_refused_in_place(store: Store, tmp_pat
         assert (report.status, report.reason) == ("skipped", "TRANSCRIPT_BUSY")
         assert f"pid {holder.pid}" in (report.message or "")
         assert source.read_bytes() == original
+        assert await store.index.refs() == set()  # refused before any work
+        back = await restore_file(Restorer(store), source, source)
+        assert (back.status, back.reason) == ("skipped", "TRANSCRIPT_BUSY")
         forced = await strip(store, source, assume_closed=True)
         assert forced.status == "stripped"
 
