@@ -25,10 +25,18 @@ def human_bytes(n: float) -> str:
 
 class Progress:
     def __init__(
-        self, label: str, objects: int, size: int, stream: TextIO | None = None, note: str = ""
+        self,
+        label: str,
+        objects: int,
+        size: int,
+        stream: TextIO | None = None,
+        note: str = "",
+        *,
+        unit: str = "objects",
     ) -> None:
         self.label = label
         self.note = note  # said after the rate, e.g. "throttled to 50.0 MiB/s"
+        self.unit = unit
         self.total_objects = objects
         self.total_bytes = size
         self.stream = stream or sys.stderr
@@ -56,7 +64,7 @@ class Progress:
         else:
             eta = "ETA -"
         return (
-            f"{self.label}: {self.objects}/{self.total_objects} objects, "
+            f"{self.label}: {self.objects}/{self.total_objects} {self.unit}, "
             f"{human_bytes(self.bytes)}/{human_bytes(self.total_bytes)}, {human_bytes(rate)}/s"
             + (f" ({self.note})" if self.note else "")
             + f", {eta}"

@@ -38,7 +38,16 @@ def test_quick_bench_reports_every_scenario(tmp_path: Path) -> None:
     assert "scenario" in done.stdout  # the table was printed
     result = json.loads(out.read_text())
     scenarios = result["scenarios"]
-    assert set(scenarios) >= {"read", "admit", "render", "scale", "memory", "variant", "scaleout"}
+    assert set(scenarios) >= {
+        "read",
+        "admit",
+        "render",
+        "scale",
+        "memory",
+        "variant",
+        "scaleout",
+        "transcript",
+    }
 
     read = scenarios["read"]
     assert [level["connections"] for level in read["levels"]] == [16, 64]
@@ -89,6 +98,14 @@ def test_quick_bench_reports_every_scenario(tmp_path: Path) -> None:
     for key in ("read", "read_cache", "admit"):
         assert _number(scaleout[f"{key}_ratio"])
         assert _number(scaleout[f"{key}_p99_ratio"])
+
+    transcript = scenarios["transcript"]
+    assert (transcript["images"], transcript["distinct"]) == (40, 8)
+    assert 0 < transcript["bytes_after"] < transcript["bytes_before"]
+    for what in ("strip", "restore"):
+        _side(transcript[what], ("seconds", "peak_rss_mb"))
+        assert _number(transcript[f"{what}_ratio"])
+    assert _number(transcript["floor_seconds"])
 
     memory = scenarios["memory"]
     assert _number(memory["peak_rss_mb"])

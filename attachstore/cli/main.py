@@ -21,7 +21,7 @@ from ..errors import AttachstoreError, ConfigError, InvalidRequest
 from ..index import IndexUnusable, SessionRow
 from ..progress import rfc3339
 from ..service import SOURCES, Admission, ImageRef, Store, Upload
-from . import maintenance, mcp, routes
+from . import maintenance, mcp, routes, transcript
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 TENANT_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
@@ -129,6 +129,7 @@ def _parser() -> argparse.ArgumentParser:
     maintenance.add_parsers(sub, common)
     routes.add_parser(sub, common)
     mcp.register(sub, common)
+    transcript.register(sub, common)
 
     s = sub.add_parser("token", help="make bearer tokens for tenants (reads no configuration)")
     s.add_argument("action", choices=["new"], help="new: make a token and print the lines to configure")
@@ -320,6 +321,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {
     "migrate": maintenance.run_migrate,
     "routes": routes.run,
     "mcp": mcp.run,
+    "transcript": transcript.run,
 }
 
 

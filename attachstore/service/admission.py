@@ -164,12 +164,15 @@ class Admissions:
         session: str | None = None,
         tenant: str = "",
         slot: Slot | None = None,
+        exact: bool = False,
     ) -> Admission:
         """Validate every member, then store every member, then publish all rows (and the session's holds)
         in one transaction. A rejection raises for `user`/`command` and degrades for `tool`/`mcp`.
 
         `slot` is the place an edge took before it read the uploads; without one, the admission takes its
-        own."""
+        own. `exact` stores every image byte for byte as it came, whatever `[admission] oversize` and
+        `strip_metadata` say: what the stored limits refuse is refused (`attachstore transcript`, whose
+        restore must give back the very bytes)."""
         if not source:  # the same words whether JSON or a form left it out
             raise InvalidRequest(
                 f"source: missing; say where the images come from: one of {', '.join(SOURCES)}"
@@ -181,11 +184,11 @@ class Admissions:
         if slot is None:
             with self.slots.take(tenant, source) as taken:
                 return await self.admit(
-                    uploads, source, route=route, session=session, tenant=tenant, slot=taken
+                    uploads, source, route=route, session=session, tenant=tenant, slot=taken, exact=exact
                 )
         result = "admitted"
         try:
-            admission = await self._admit(uploads, source, route, session, tenant)
+            admission = await self._admit(uploads, source, route, session, tenant, exact)
             if admission.degraded:
                 result = next((d.code for d in admission.diagnostics if d.code), "degraded")
             return admission
@@ -198,8 +201,37 @@ class Admissions:
         finally:
             self.metrics.admissions.labels(source, result).inc()
 
+    async def check(
+        self,
+        uploads: Sequence[Upload],
+        source: str,
+        *,
+        route: str | None = None,
+        tenant: str = "",
+        exact: bool = False,
+    ) -> list[Rejected | None]:
+        """The gate's verdict on each upload, the one `admit` would reach, with nothing stored (dry runs):
+        None for an image that would be admitted."""
+        if source not in SOURCES:
+            raise InvalidRequest(f"source: must be one of {', '.join(SOURCES)}, not {source!r}")
+        if not uploads:
+            raise InvalidRequest("images: at least one image is required")
+        with self.slots.take(tenant, source):
+            batch_error, verdicts = await self._validate(
+                uploads, source, route, every_image=True, tenant=tenant, exact=exact
+            )
+        if batch_error is not None:
+            return [batch_error] * len(uploads)
+        return [v if isinstance(v, Rejected) else None for v in verdicts]
+
     async def _admit(
-        self, uploads: Sequence[Upload], source: str, route: str | None, session: str | None, tenant: str
+        self,
+        uploads: Sequence[Upload],
+        source: str,
+        route: str | None,
+        session: str | None,
+        tenant: str,
+        exact: bool,
     ) -> Admission:
         hold = session_route = None
         if session is not None:
@@ -210,7 +242,13 @@ class Admissions:
         names = [display_name(u.name) for u in uploads]
         soft = source in policy.SOFT_SOURCES
         batch_error, verdicts = await self._validate(
-            uploads, source, route, every_image=soft, session=(session, session_route), tenant=tenant
+            uploads,
+            source,
+            route,
+            every_image=soft,
+            session=(session, session_route),
+            tenant=tenant,
+            exact=exact,
         )
         if batch_error is not None or any(isinstance(v, Rejected) for v in verdicts):
             if soft:
@@ -268,6 +306,7 @@ class Admissions:
         every_image: bool,
         session: tuple[str | None, str | None] = (None, None),
         tenant: str = "",
+        exact: bool = False,
     ) -> tuple[Rejected | None, list[_Admitted | Rejected]]:
         """The gate of SPEC section 4: a batch-level failure, or a verdict per image.
 
@@ -278,7 +317,7 @@ class Admissions:
         (`[admission] request_decode_timeout`); cancelling the admission (its client left) stops them."""
         limits = self.config.limits
         admission = self.config.admission
-        fit_limits = admission.fit_limits(limits) if admission.oversize == "fit" else None
+        fit_limits = admission.fit_limits(limits) if admission.oversize == "fit" and not exact else None
         # A tool can read its file again; a person attaches the image again.
         again = gate.READ_AGAIN if source in policy.SOFT_SOURCES else gate.ATTACH_AGAIN
         try:
@@ -308,7 +347,7 @@ class Admissions:
                     self.config.hash,
                     trailing_data=admission.trailing_data,
                     fit_limits=fit_limits,
-                    strip_metadata=admission.strip_metadata,
+                    strip_metadata=admission.strip_metadata and not exact,
                     again=again,
                     tenant=tenant,
                     batch=batch,
@@ -325,6 +364,10 @@ class Admissions:
         for i, c in enumerate(cheap):
             found = c if isinstance(c, Rejected) else deep[i]
             if isinstance(found, Passed) and not isinstance(c, Rejected):
+                if (
+                    exact and found.data is not None
+                ):  # pragma: no cover - nothing asked the worker to change it
+                    raise AttachstoreError("an exact admission came back with other bytes")
                 data = c if found.data is None else found.data
                 verdicts.append(_Admitted(Ref(self.config.hash, found.digest), data, found))
                 continue

@@ -59,6 +59,7 @@ class Store:
         previews = Previews(self.reads, self.variants)
         # What the edges call.
         self.admit = self.admissions.admit
+        self.check = self.admissions.check
         self.admission_slot = self.admissions.slots.take
         self.body_slot = self.admissions.slots.body
         self.scope = self.reads.scope

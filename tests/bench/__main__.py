@@ -15,12 +15,12 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from . import report, scaleout, scenarios, tools, variants
+from . import report, scaleout, scenarios, tools, transcript, variants
 from .drive import Driver
 from .procs import REPO, Daemon, Profiler
 from .spy import render_text
 
-SCENARIOS = ["read", "render", "admit", "scale", "variant", "scaleout"]
+SCENARIOS = ["read", "render", "admit", "scale", "variant", "scaleout", "transcript"]
 
 
 def _clean(x: Any) -> Any:
@@ -141,6 +141,12 @@ def main(argv: list[str] | None = None) -> int:
             step("variant", lambda: results.__setitem__("variant", variants.variant(work, args.quick)))
         if "scaleout" in only:
             step("scaleout", lambda: results.__setitem__("scaleout", scaleout.scaleout(bench)))
+        if "transcript" in only:
+
+            def strip_restore() -> None:
+                results["transcript"] = transcript.transcript(work, args.quick, plan.transcript_rounds)
+
+            step("transcript", strip_restore)
     finally:
         if args.keep:
             print(f"bench: kept {work}", file=sys.stderr)
@@ -176,8 +182,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(report.table(table_rows))
     print(
-        "baseline: nginx (read), the in-process floor (admit, render), raw sha256 (audit); for scale and gc "
-        "rows 'attachstore' is the large store and 'baseline' the 1k one, the ratio is large/small."
+        "baseline: nginx (read), the in-process floor (admit, render, transcript), raw sha256 (audit); "
+        "for scale and gc rows 'attachstore' is the large store and 'baseline' the 1k one, the ratio is "
+        "large/small."
     )
     if "scale" in results and "note" in results["scale"]:
         print(f"scale: {results['scale']['note']}")

@@ -183,6 +183,18 @@ def rows(results: dict[str, Any]) -> list[Row]:
                 "times",
             )
         )
+    transcript = results.get("transcript")
+    if transcript:
+        n = transcript["bytes_before"]
+        size = f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
+        floor = transcript["floor_seconds"]
+        for what in ("strip", "restore"):
+            name = f"transcript {what} {size} vs floor"
+            seconds = transcript[what]["seconds"]
+            out.append(_row(name, "seconds", seconds, floor, transcript[f"{what}_ratio"], None, "times"))
+            out.append(_row(name, "peak RSS MB", transcript[what]["peak_rss_mb"], ""))
+        before, after = transcript["bytes_before"], transcript["bytes_after"]
+        out.append(_row(f"transcript {size} stripped", "MB after", after / 1e6, before / 1e6, after / before))
     memory = results.get("memory")
     if memory:
         out.append(

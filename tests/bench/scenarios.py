@@ -52,6 +52,7 @@ class Plan:
     gc_rounds: int
     audit_rounds: int
     profile_seconds: float
+    transcript_rounds: int  # strip and restore of the 1 GB rollout, each against the floor
 
     @classmethod
     def make(cls, quick: bool, scale_objects: int | None, rounds: int | None) -> Plan:
@@ -76,6 +77,7 @@ class Plan:
                 gc_rounds=1,
                 audit_rounds=1,
                 profile_seconds=2,
+                transcript_rounds=1,
             )
         return cls(
             quick=False,
@@ -97,6 +99,7 @@ class Plan:
             gc_rounds=1,  # 26 s a dry run of a million objects; the five-minute budget allows one
             audit_rounds=2,
             profile_seconds=5,
+            transcript_rounds=rounds or 2,
         )
 
 

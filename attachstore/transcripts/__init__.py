@@ -1,0 +1,34 @@
+"""Transcripts: the inline images of agent hosts' session logs moved into the store and back, byte for byte
+(docs/transcripts.md). Beside the service, like maintenance: it admits and reads through the `Store`.
+
+`scanner` streams JSON text and hands over the strings a policy wants; `inline` knows images and
+placeholders; `formats` the hosts' files; `strip` and `restore` the two directions; `files` the safe
+replacement of a file and who has it open; `walk` the trees and sessions; `release` the end of a session."""
+
+from .files import TranscriptError, Writers, writers
+from .formats import FORMATS, Format, detect, named
+from .release import release
+from .restore import Restorer, RestoreReport, restore_file
+from .strip import Options, Report, Stripper, Tally
+from .walk import Candidate, candidates, session_for
+
+__all__ = [
+    "FORMATS",
+    "Candidate",
+    "Format",
+    "Options",
+    "Report",
+    "RestoreReport",
+    "Restorer",
+    "Stripper",
+    "Tally",
+    "TranscriptError",
+    "Writers",
+    "candidates",
+    "detect",
+    "named",
+    "release",
+    "restore_file",
+    "session_for",
+    "writers",
+]

@@ -1,0 +1,273 @@
+"""Replacing a transcript without ever losing it: the new version goes to a temporary file beside the target,
+is fsynced and checked, and only then renamed over it (then the directory is fsynced). Until the rename the
+target is untouched; after it, the target is the complete, checked new version. And whether a host has the
+file open for writing, which a rename would make it go on writing into the old, unlinked file (Codex keeps
+its rollout open for the whole session)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import stat
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from ..errors import AttachstoreError
+
+Steps = Callable[[str], None]
+TEMP_SUFFIX = ".tmp"
+_BUFFER = 1 << 20
+
+
+class TranscriptError(AttachstoreError):
+    """A transcript that cannot be stripped or restored now; `code` says why (docs/transcripts.md)."""
+
+    code = "TRANSCRIPT_BUSY"
+
+
+def temp_name(target: Path) -> Path:
+    """A hidden name beside `target` that no host reads as a transcript (none ends in .json or .jsonl)."""
+    return target.with_name(f".{target.name}.attachstore-{secrets.token_hex(4)}{TEMP_SUFFIX}")
+
+
+def is_temp(path: Path) -> bool:
+    return path.name.startswith(".") and ".attachstore-" in path.name and path.name.endswith(TEMP_SUFFIX)
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What a file was when it was read: the same inode, size and mtime later mean nobody wrote to it."""
+
+    dev: int
+    ino: int
+    size: int
+    mtime_ns: int
+    atime_ns: int
+    mode: int
+    uid: int
+    gid: int
+    links: int
+
+    @classmethod
+    def of(cls, st: os.stat_result) -> Snapshot:
+        return cls(
+            st.st_dev,
+            st.st_ino,
+            st.st_size,
+            st.st_mtime_ns,
+            st.st_atime_ns,
+            stat.S_IMODE(st.st_mode),
+            st.st_uid,
+            st.st_gid,
+            st.st_nlink,
+        )
+
+    def unchanged(self, path: Path) -> bool:
+        try:
+            now = Snapshot.of(os.stat(path))
+        except FileNotFoundError:
+            return False
+        return (now.dev, now.ino, now.size, now.mtime_ns) == (self.dev, self.ino, self.size, self.mtime_ns)
+
+
+class Staged:
+    """The temporary file a new version is written to, beside its target."""
+
+    def __init__(self, target: Path, steps: Steps) -> None:
+        self.target = target
+        self.path = temp_name(target)
+        self.steps = steps
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        self.file: BinaryIO = os.fdopen(fd, "wb", buffering=_BUFFER)
+        self.steps("created")
+
+    def write(self, data: bytes | memoryview) -> None:
+        self.file.write(data)
+
+    def sync(self) -> None:
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        self.steps("synced")
+
+    def commit(self, like: Snapshot | None) -> None:
+        """Rename it over the target, with the mode, owner and times of `like` (the file it replaces), and
+        make the rename durable."""
+        fd = self.file.fileno()
+        if like is not None:
+            os.fchmod(fd, like.mode)
+            if os.geteuid() == 0:
+                os.fchown(fd, like.uid, like.gid)
+            os.utime(fd, ns=(like.atime_ns, like.mtime_ns))
+            os.fsync(fd)
+        self.file.close()
+        os.replace(self.path, self.target)
+        self.steps("renamed")
+        fsync_dir(self.target.parent)
+        self.steps("dir_synced")
+
+    def discard(self) -> None:
+        with contextlib.suppress(OSError):
+            self.file.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+
+def same_file(a: Path, b: Path) -> bool:
+    return a == b or (a.exists() and b.exists() and os.path.samefile(a, b))
+
+
+def replace(staged: Staged, source: Path, before: Snapshot, *, check_writers: bool, done: str) -> None:
+    """The last steps, at once: `source` is as it was when it was read (`before`), no process has the target
+    open for writing, then the rename. Else TranscriptError, and the target is left as it was."""
+    if not before.unchanged(source):
+        raise TranscriptError(
+            f"{source} changed while it was {done} (a host wrote to it); it is left as it was",
+            hint="run again once its session is idle",
+        )
+    if check_writers:
+        refuse_writers(staged.target)
+    staged.commit(before)
+
+
+def refuse_writers(target: Path) -> None:
+    """TranscriptError if a process has `target` (when it exists) open for writing, or that cannot be told."""
+    if target.exists():
+        refusal = writers(target).refusal(target)
+        if refusal is not None:
+            raise refusal
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True, slots=True)
+class Writers:
+    """The processes that have a file open for writing, or why that could not be told."""
+
+    found: list[tuple[int, str]]  # pid, command
+    unknown: str | None = None
+
+    def refusal(self, path: Path) -> TranscriptError | None:
+        if self.found:
+            who = ", ".join(f"{command} (pid {pid})" for pid, command in self.found)
+            return TranscriptError(
+                f"{path} is open for writing by {who}: a host is still writing it",
+                hint="stop that session (or wait for it to end), then run again",
+            )
+        if self.unknown is not None:
+            return TranscriptError(
+                f"cannot tell whether a process has {path} open for writing: {self.unknown}",
+                hint="make sure no host has the session open, then run again with --assume-closed",
+            )
+        return None
+
+
+def writers(path: Path, proc: Path = Path("/proc")) -> Writers:
+    """Who has `path` open for writing: from /proc on Linux, else from lsof, else it cannot tell."""
+    st = os.stat(path)
+    if (proc / "self" / "fd").is_dir():
+        return _proc_writers(st, proc)
+    lsof = shutil.which("lsof")
+    if lsof is not None:
+        return _lsof_writers(path, lsof)
+    return Writers([], "this system has neither /proc nor lsof")
+
+
+def _proc_writers(st: os.stat_result, proc: Path) -> Writers:
+    found: list[tuple[int, str]] = []
+    hidden: list[int] = []
+    ours = {os.getuid(), st.st_uid}
+    for entry in os.scandir(proc):
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        try:
+            fds = os.listdir(f"{entry.path}/fd")
+        except PermissionError:
+            # Another user's process cannot be looked at, and is not the host writing this user's session;
+            # one of the same user's (or of the file's owner) that cannot be looked at leaves it unknown.
+            if _owner(entry.path) in ours:
+                hidden.append(pid)
+            continue
+        except OSError:  # it exited meanwhile
+            continue
+        for fd in fds:
+            try:
+                target = os.stat(f"{entry.path}/fd/{fd}")
+            except OSError:
+                continue
+            if (target.st_dev, target.st_ino) != (st.st_dev, st.st_ino):
+                continue
+            if _writable(Path(entry.path) / "fdinfo" / fd):
+                found.append((pid, _command(Path(entry.path))))
+                break
+    if hidden and not found:
+        shown = ", ".join(str(p) for p in hidden[:5])
+        return Writers(
+            [], f"the open files of {len(hidden)} of this user's processes cannot be read ({shown})"
+        )
+    return Writers(found)
+
+
+def _owner(path: str) -> int | None:
+    try:
+        return os.stat(path).st_uid
+    except OSError:
+        return None
+
+
+def _writable(fdinfo: Path) -> bool:
+    try:
+        text = fdinfo.read_text()
+    except OSError:
+        return True  # it was open a moment ago; count it
+    for line in text.splitlines():
+        if line.startswith("flags:"):
+            return (int(line.split()[1], 8) & os.O_ACCMODE) in (os.O_WRONLY, os.O_RDWR)
+    return True
+
+
+def _command(process: Path) -> str:
+    try:
+        return (process / "comm").read_text().strip() or "?"
+    except OSError:
+        return "?"
+
+
+def _lsof_writers(path: Path, lsof: str) -> Writers:
+    try:
+        done = subprocess.run(
+            [lsof, "-w", "-F", "pca", "--", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return Writers([], f"lsof did not answer: {e}")
+    return parse_lsof(done.stdout)
+
+
+def parse_lsof(output: str) -> Writers:
+    """lsof -F pca: 'p<pid>', 'c<command>', then per descriptor 'a<access>' (r, w or u)."""
+    found: list[tuple[int, str]] = []
+    pid, command = 0, "?"
+    for line in output.splitlines():
+        field, value = line[:1], line[1:]
+        if field == "p":
+            pid, command = int(value), "?"
+        elif field == "c":
+            command = value
+        elif field == "a" and value in ("w", "u") and (pid, command) not in found:
+            found.append((pid, command))
+    return Writers(found)
