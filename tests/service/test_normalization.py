@@ -7,6 +7,7 @@ import asyncio
 import base64
 import hashlib
 from io import BytesIO
+from pathlib import Path
 from typing import Any
 
 from aiohttp.test_utils import TestClient
@@ -120,11 +121,14 @@ async def test_a_clean_image_within_the_limits_keeps_its_exact_bytes(make_client
     assert await read(client, a["ref"]) == clean
 
 
-async def test_oversize_images_are_fitted_by_default_and_refused_with_reject(make_client: MakeClient) -> None:
+async def test_oversize_images_are_fitted_by_default_and_refused_with_reject(
+    make_client: MakeClient, tmp_path: Path
+) -> None:
     status, body = await admit(await make_client(), photo(4000, 3000))
     assert status == 201
     assert body["attachments"][0]["normalized"]["steps"][-2:] == ["resized", "reencoded"]
-    client = await make_client(admission={"oversize": "reject"})
+    # Another store: a live daemon's store has one policy (docs/configuration.md#one-policy-per-store).
+    client = await make_client(data_dir=str(tmp_path / "rejecting"), admission={"oversize": "reject"})
     status, body = await admit(client, photo(4000, 3000))
     assert status == 422
     assert body["error"]["code"] == "IMAGE_DIMENSION_TOO_LARGE"

@@ -100,11 +100,13 @@ def animation(width: int, height: int, frames: int) -> bytes:
     [
         (screenshot(1280, 800), "PNG", (512, 320), ("RGB", "P")),  # a screenshot stays sharp
         (logo(900, 600), "PNG", (512, 341), ("RGBA", "P")),  # transparency is kept
-        (images.png(900, 600, "RGBA"), "WEBP", (512, 341), ("RGBA",)),  # no PNG of noise fits: WebP
-        (images.webp(900, 600), "JPEG", (512, 341), ("RGB",)),  # an opaque photo
+        # Alpha stays lossless: no full-colour PNG of noise fits, so its colours are reduced to a palette.
+        (images.png(900, 600, "RGBA"), "PNG", (512, 341), ("P",)),
+        (images.webp(900, 600), "WEBP", (512, 341), ("RGB",)),  # a WebP photo stays a WebP
+        (images.jpeg(900, 600), "JPEG", (512, 341), ("RGB",)),  # a JPEG photo stays a JPEG
         (animation(700, 700, 5), "PNG", (512, 512), ("RGB", "P")),  # an animation: its first frame
     ],
-    ids=["screenshot", "transparent", "transparent-noise", "photo", "animation"],
+    ids=["screenshot", "transparent", "transparent-noise", "webp-photo", "jpeg-photo", "animation"],
 )
 async def test_the_format_suits_the_source(
     client: Client, source: bytes, fmt: str, size: tuple[int, int], modes: tuple[str, ...]
@@ -117,10 +119,13 @@ async def test_the_format_suits_the_source(
     assert headers["Content-Type"] == f"image/{fmt.lower()}"
 
 
-async def test_a_noisy_screenshot_past_the_png_budget_becomes_a_jpeg(client: Client) -> None:
-    ref = await admit(client, images.png(1024, 1024))  # noise: no PNG of it fits 512 KiB at 512 px
+async def test_a_noisy_png_past_the_budget_stays_a_png_of_fewer_colours(client: Client) -> None:
+    ref = await admit(
+        client, images.png(1024, 1024)
+    )  # noise: no full-colour PNG of it fits 512 KiB at 512 px
     data, _ = await preview(client, ref, 512)
-    assert opened(data)[:2] == ("JPEG", (512, 512))
+    assert opened(data)[:2] == ("PNG", (512, 512))
+    assert opened(data)[3] == "P"
 
 
 async def test_a_small_still_image_is_its_own_preview(client: Client) -> None:

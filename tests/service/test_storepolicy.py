@@ -72,7 +72,7 @@ async def test_a_command_with_the_daemons_policy_applies_it(index: Index) -> Non
 async def test_a_command_with_another_policy_refuses_naming_each_key(index: Index) -> None:
     await serve(index, config(routes=VISION, limits={"max_side": 4000}))
     mine = config(
-        routes={"gpt-4o": {"input_modalities": ["text"]}, "extra": {}}, admission={"oversize": "fit"}
+        routes={"gpt-4o": {"input_modalities": ["text"]}, "extra": {}}, admission={"oversize": "reject"}
     )
     with pytest.raises(PolicyMismatch) as e:
         await settle(mine, index, "apply")
@@ -82,7 +82,7 @@ async def test_a_command_with_another_policy_refuses_naming_each_key(index: Inde
         'routes."gpt-4o".input_modalities: ["text","image"] in the store\'s policy, ["text"] here',
         'routes."local-llm": declared in the store\'s policy, not here',
         "limits.max_side: 4000 in the store's policy, 2000 here",
-        'admission.oversize: "reject" in the store\'s policy, "fit" here',
+        'admission.oversize: "fit" in the store\'s policy, "reject" here',
     ):
         assert said in message
 
