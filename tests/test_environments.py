@@ -18,15 +18,19 @@ from packaging.requirements import Requirement
 ROOT = Path(__file__).resolve().parent.parent
 
 # Every module the daemon and the command line can load without an extra (the s3 and postgresql backends
-# import theirs only when configured, and say which extra to install).
+# import theirs only when configured, and say which extra to install; `attachstore mcp` is the mcp extra).
 SERVING = """
 import importlib, json, pkgutil, sys
 before = set(sys.modules)
 import attachstore
-skip = ("attachstore.storage.s3", "attachstore.index.postgres", "attachstore.index.pg")
-for m in pkgutil.walk_packages(attachstore.__path__, "attachstore."):
-    if not m.name.startswith(skip) and not m.name.endswith("__main__"):
-        importlib.import_module(m.name)
+skip = ("attachstore.storage.s3", "attachstore.index.postgres", "attachstore.index.pg", "attachstore.mcp")
+def walk(path, prefix):  # not pkgutil.walk_packages, which imports a skipped package to look inside it
+    for m in pkgutil.iter_modules(path, prefix):
+        if not m.name.startswith(skip) and not m.name.endswith("__main__"):
+            module = importlib.import_module(m.name)
+            if m.ispkg:
+                walk(module.__path__, m.name + ".")
+walk(attachstore.__path__, "attachstore.")
 print(json.dumps(sorted({name.split(".")[0] for name in set(sys.modules) - before})))
 """
 

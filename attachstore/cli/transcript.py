@@ -46,7 +46,12 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
     def action(name: str, help: str) -> argparse.ArgumentParser:
         a: argparse.ArgumentParser = actions.add_parser(name, parents=[common], help=help)
-        a.add_argument("--tenant", default="", metavar="NAME", help="admit and read as this tenant")
+        a.add_argument(
+            "--tenant",
+            default="",
+            metavar="NAME",
+            help="admit and read as this tenant (default: the open one, '')",
+        )
         a.add_argument("--json", action="store_true", help="print the summary as JSON")
         return a
 
@@ -65,7 +70,11 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     a = action("restore", "put every image back from the store, verified, byte for byte")
     a.add_argument("paths", nargs="+", metavar="PATH", help="stripped transcripts, or directories of them")
     _outputs(a)
-    a.add_argument("--sha256", metavar="HEX", help="the sha256 the restored file must have (one file)")
+    a.add_argument(
+        "--sha256",
+        metavar="HEX",
+        help="the sha256 the restored file must have, one file only (default: not checked)",
+    )
     a.add_argument("--dry-run", action="store_true", help="read every image back verified, write nothing")
 
     a = action("release", "drop a stripped transcript's session, so that gc may collect its images")
@@ -76,7 +85,10 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def _outputs(a: argparse.ArgumentParser) -> None:
     a.add_argument(
-        "-o", "--output", metavar="OUT", help="write here (a file, or for a directory a directory)"
+        "-o",
+        "--output",
+        metavar="OUT",
+        help="write here: a file, or for a directory a directory (default: none; see --in-place)",
     )
     a.add_argument("--in-place", action="store_true", help="replace each input")
     a.add_argument(

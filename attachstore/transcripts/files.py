@@ -12,10 +12,11 @@ import secrets
 import shutil
 import stat
 import subprocess
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 from ..errors import AttachstoreError
 
@@ -28,6 +29,31 @@ class TranscriptError(AttachstoreError):
     """A transcript that cannot be stripped or restored now; `code` says why (docs/transcripts.md)."""
 
     code = "TRANSCRIPT_BUSY"
+
+
+class Outcome(Protocol):
+    status: str
+    reason: str | None
+    message: str | None
+    seconds: float
+
+
+@contextlib.contextmanager
+def outcome(report: Outcome) -> Iterator[None]:
+    """Record how one file's strip or restore ended in `report`, and how long it took: a refusal of the file
+    (busy, changed, not a transcript) skips it, a result that would not restore or any other error fails it.
+    The caller sets the status of a success."""
+    started = time.monotonic()
+    try:
+        yield
+    except TranscriptError as e:  # a busy file is left for later; one that would not restore is a failure
+        report.status = "failed" if e.code == "TRANSCRIPT_UNVERIFIED" else "skipped"
+        report.reason, report.message = e.code, e.message
+    except AttachstoreError as e:
+        report.status, report.reason, report.message = "failed", e.code, e.message
+    except OSError as e:
+        report.status, report.reason, report.message = "failed", "IO_ERROR", str(e)
+    report.seconds = time.monotonic() - started
 
 
 def temp_name(target: Path) -> Path:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,7 +15,7 @@ from ..errors import AttachstoreError
 from ..service import Store
 from . import inline
 from .digest import Digest
-from .files import Snapshot, Staged, Steps, TranscriptError, refuse_writers, replace, same_file
+from .files import Snapshot, Staged, Steps, TranscriptError, outcome, refuse_writers, replace, same_file
 from .scanner import Found, Scanner
 
 CHUNK = 1 << 20
@@ -158,18 +157,9 @@ async def restore_file(
     """Restore `source` into `output` (the same path: in place; None: check only, nothing written). With
     `expect`, the result must have that sha256, else nothing is written. The target is replaced only by a
     complete, fsynced result (files.py)."""
-    started = time.monotonic()
     report = RestoreReport(str(source), "failed", None if output is None else str(output))
-    try:
+    with outcome(report):
         await _restore_file(restorer, source, output, expect, assume_closed, steps, on_bytes, report)
-    except TranscriptError as e:
-        report.status = "failed" if e.code == "TRANSCRIPT_UNVERIFIED" else "skipped"
-        report.reason, report.message = e.code, e.message
-    except AttachstoreError as e:
-        report.status, report.reason, report.message = "failed", e.code, e.message
-    except OSError as e:
-        report.status, report.reason, report.message = "failed", "IO_ERROR", str(e)
-    report.seconds = time.monotonic() - started
     return report
 
 

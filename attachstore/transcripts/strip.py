@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
-import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,13 +15,13 @@ from typing import Any, BinaryIO
 
 import blake3
 
-from ..errors import AttachstoreError, Rejected, SessionNotFound
+from ..errors import Rejected, SessionNotFound
 from ..index import SessionKey
 from ..refs import Ref
 from ..service import Store, Upload
 from . import inline
 from .digest import Digest
-from .files import Snapshot, Staged, Steps, TranscriptError, refuse_writers, replace, same_file
+from .files import Snapshot, Staged, Steps, TranscriptError, outcome, refuse_writers, replace, same_file
 from .formats import HEAD_BYTES, Format, detect
 from .restore import CHUNK, Restorer, Sink, restored_hash
 from .scanner import Event, Found, Scanner
@@ -210,18 +209,9 @@ class Stripper:
         session: str | None = None,
     ) -> Report:
         """Strip `source` into `output` (the same path: in place; None with dry_run: nothing written)."""
-        started = time.monotonic()
         report = Report(str(source), "failed", str(output) if output is not None else None)
-        try:
+        with outcome(report):
             await self._strip(source, output, fmt, session, report)
-        except TranscriptError as e:  # a busy file is left for later; one that would not restore is a failure
-            report.status = "failed" if e.code == "TRANSCRIPT_UNVERIFIED" else "skipped"
-            report.reason, report.message = e.code, e.message
-        except AttachstoreError as e:
-            report.status, report.reason, report.message = "failed", e.code, e.message
-        except OSError as e:
-            report.status, report.reason, report.message = "failed", "IO_ERROR", str(e)
-        report.seconds = time.monotonic() - started
         self.total.add(report.tally)
         return report
 
