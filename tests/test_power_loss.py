@@ -204,6 +204,22 @@ async def derive(store: Store, s: Scenario) -> None:
     s.answer(variant.ref)
 
 
+async def reindex_a_stray(store: Store, s: Scenario) -> None:
+    # What an admission SIGKILLed between its link and its directory fsyncs leaves: an object file whose name
+    # sits in the page cache, not yet durable. The audit's repair then publishes a row for it.
+    data = png(20, 10, seed=5)
+    ref = Ref.of("sha256", data)
+    blobs = store.local
+    assert blobs is not None
+    final = blobs.path(ref)
+    blobs._make_parents(final.parent)
+    blobs.ops.link(blobs._stage(data), final)
+    report = await Audit(store, repair=True, settle=0).run()
+    assert [f.repair for f in report.findings] == ["re-indexed"]
+    s.expected[str(ref)] = data
+    s.answer(str(ref))
+
+
 # -- the tests ------------------------------------------------------------------------------------------
 
 
@@ -238,6 +254,10 @@ async def test_quarantining_on_read(tmp_path: Path, make_config: MakeConfig) -> 
 
 async def test_deriving_a_variant(tmp_path: Path, make_config: MakeConfig) -> None:
     await run(tmp_path, make_config(), derive, with_a_large_one)
+
+
+async def test_the_audit_reindexing_a_stray(tmp_path: Path, make_config: MakeConfig) -> None:
+    await run(tmp_path, make_config(), reindex_a_stray)
 
 
 async def test_migrate_copy(tmp_path: Path, make_config: MakeConfig, monkeypatch: pytest.MonkeyPatch) -> None:
