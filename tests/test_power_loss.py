@@ -35,8 +35,19 @@ from tests.conftest import MakeConfig
 from tests.support.faults import flip_byte
 from tests.support.http import object_path
 from tests.support.images import png
-from tests.support.powercut import Explored, Journal, JournalOps, Lost, State, commits_recorded, explore
+from tests.support.powercut import (
+    Explored,
+    Journal,
+    JournalOps,
+    Lost,
+    RecordingBucket,
+    State,
+    commits_recorded,
+    explore,
+)
 
+# The bucket an S3 store opened now talks to (the `bucket` fixture puts it behind S3BlobStore.start).
+SERVING: list[RecordingBucket] = []
 SEED = int(os.environ.get("POWERCUT_SEED", random.randrange(1 << 32)))
 DAY = 86400.0
 Action = Callable[[Store, "Scenario"], Awaitable[None]]
@@ -80,6 +91,8 @@ def checker(scenario: Scenario) -> Callable[[Path, State], Awaitable[None]]:
     async def check(data_dir: Path, state: State) -> None:
         must = scenario.kept | set(state.answered)
         config = msgspec.structs.replace(scenario.config, data_dir=str(data_dir))
+        # On S3, the bucket as the cut left it, every object two days old (as the files are: materialize).
+        SERVING[:] = [RecordingBucket(None, state.bucket, age=2 * DAY)]
         store = await Store.open(config)
         try:
             for ref in sorted(must):
@@ -115,10 +128,14 @@ async def run(
     ops: type[JournalOps] = JournalOps,
     budget: int = 60,
     per_cut: int = 64,
+    late_puts: bool = False,
 ) -> Explored:
     """Set the store up (durable, not recorded), record `action`, then explore every cut of the record."""
     journal = Journal(Path(config.data_dir))
     scenario = Scenario(journal, config)
+    journal.bucket = RecordingBucket(journal)
+    journal.bucket.late = late_puts
+    SERVING[:] = [journal.bucket]
     store = await Store.open(config, ops(journal))
     try:
         if setup is not None:
@@ -288,12 +305,46 @@ async def test_migrate_copy(tmp_path: Path, make_config: MakeConfig, monkeypatch
 
         s.then = run_again
 
-    await run(tmp_path, target_config, copy)
+    await run(tmp_path, target_config, copy, budget=100)
+
+
+LOST_REF = str(Ref.of("sha256", png(20, 10, seed=1)))  # what admit_new answers
+
+
+# -- S3: the bucket's durability at a PUT's answer, and the order of PUTs, DELETEs and commits ------------
+
+
+@pytest.fixture
+def s3_config(make_config: MakeConfig, monkeypatch: pytest.MonkeyPatch) -> Config:
+    from attachstore.storage.s3 import S3BlobStore
+
+    async def start(self: S3BlobStore) -> None:
+        self._client = SERVING[0]
+
+    monkeypatch.setattr(S3BlobStore, "start", start)
+    return make_config(storage={"backend": "s3", "endpoint": "http://127.0.0.1:9", "bucket": "recorded"})
+
+
+async def test_s3_admitting_a_new_object(tmp_path: Path, s3_config: Config) -> None:
+    await run(tmp_path, s3_config, admit_new)
+
+
+async def test_s3_admitting_a_batch(tmp_path: Path, s3_config: Config) -> None:
+    await run(tmp_path, s3_config, admit_batch, with_one)
+
+
+async def test_s3_a_gc_sweep(tmp_path: Path, s3_config: Config) -> None:
+    await run(tmp_path, s3_config, sweep, with_garbage)
+
+
+async def test_s3_a_put_answered_before_it_is_durable_loses_the_ref_and_is_caught(
+    tmp_path: Path, s3_config: Config
+) -> None:
+    with pytest.raises(Lost, match=f"{LOST_REF} was answered and does not read back"):
+        await run(tmp_path, s3_config, admit_new, late_puts=True)
 
 
 # -- the mutation runs: a broken write path must fail, naming the lost ref ------------------------------
-
-LOST_REF = str(Ref.of("sha256", png(20, 10, seed=1)))
 
 
 def _is_bucket(ops: JournalOps, path: Path, depth: int) -> bool:

@@ -31,8 +31,11 @@ import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from botocore.exceptions import ClientError  # type: ignore[import-untyped]
 
 from attachstore.index import Index
 from attachstore.storage import FileOps
@@ -112,7 +115,18 @@ class Answer:
         return f"answer {', '.join(self.refs)}"
 
 
-Event = Data | Sync | Entry | DirSync | Commit | Answer
+@dataclass(frozen=True, slots=True)
+class Put:
+    """An S3 PUT (or DELETE: `data` None) the bucket acknowledged: durable from then on (S3's promise)."""
+
+    key: str
+    data: bytes | None
+
+    def __str__(self) -> str:
+        return f"{'PUT' if self.data is not None else 'DELETE'} {self.key}"
+
+
+Event = Data | Sync | Entry | DirSync | Commit | Answer | Put
 
 
 def snapshot(path: Path) -> bytes:
@@ -139,6 +153,8 @@ class Journal:
         self.base_files: dict[str, int] = {}
         self.contents: dict[int, bytes] = {}  # what the baseline's files hold
         self.base_db = b""
+        self.bucket: RecordingBucket | None = None  # the S3 backend's, when it is the one recorded
+        self.base_bucket: dict[str, bytes] = {}
         self.names: dict[str, int] = {}  # the live name -> inode, as the operations go
         self._inodes = itertools.count()
         self._pairs = itertools.count()
@@ -167,6 +183,8 @@ class Journal:
                     self.contents[inode] = Path(here, f).read_bytes()
             self.names = dict(self.base_files)
             self.base_db = snapshot(self.root / INDEX_FILE)
+            if self.bucket is not None:
+                self.base_bucket = {k: o.data for k, o in self.bucket.objects.items()}
             self.events = []
             self.recording = True
 
@@ -331,8 +349,15 @@ class Journal:
 
         kept_dirs = frozenset(d for d in dirs if reachable(d))
         kept = {p: contents.get(i, b"") for p, i in files.items() if reachable(p)}
+        bucket = dict(self.base_bucket)
+        for e in events:
+            if isinstance(e, Put):
+                if e.data is None:
+                    bucket.pop(e.key, None)
+                else:
+                    bucket[e.key] = e.data
         where = str(events[cut - 1]) if cut else "the start"
-        return State(cut, where, kept, kept_dirs, db, answered, tuple(lost))
+        return State(cut, where, kept, kept_dirs, db, answered, tuple(lost), bucket)
 
 
 @dataclass(frozen=True, slots=True)
@@ -356,10 +381,13 @@ class State:
     db: bytes
     answered: tuple[str, ...]
     lost: tuple[str, ...]
+    bucket: dict[str, bytes] = field(default_factory=dict)  # the S3 backend's objects
 
     def key(self) -> tuple[Any, ...]:
         files = tuple(sorted((p, hashlib.sha256(c).digest()) for p, c in self.files.items()))
-        return (files, tuple(sorted(self.dirs)), hashlib.sha256(self.db).digest(), frozenset(self.answered))
+        objects = tuple(sorted((k, hashlib.sha256(c).digest()) for k, c in self.bucket.items()))
+        db = hashlib.sha256(self.db).digest()
+        return (files, tuple(sorted(self.dirs)), objects, db, frozenset(self.answered))
 
     def describe(self) -> str:
         lost = "; ".join(self.lost) or "nothing lost"
@@ -386,6 +414,99 @@ class State:
             if p.startswith("objects/"):
                 os.chmod(path, 0o444)
         (root / INDEX_FILE).write_bytes(self.db)
+
+
+# -- the S3 client that records ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StoredS3:
+    data: bytes
+    etag: str
+    modified: datetime
+
+
+def _client_error(code: str, status: int, operation: str) -> ClientError:
+    return ClientError({"Error": {"Code": code}, "ResponseMetadata": {"HTTPStatusCode": status}}, operation)
+
+
+class _Body:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    async def __aenter__(self) -> _Body:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+    async def read(self) -> bytes:
+        return self.data
+
+
+class RecordingBucket:
+    """An S3 client on one in-memory bucket (the calls S3BlobStore makes), recording each PUT and DELETE in
+    the journal as the bucket acknowledges it. `late`: (a mutation run) each PUT's record held back until
+    the next answer, as if the bucket acknowledged a PUT before the bytes were durable."""
+
+    def __init__(self, journal: Journal | None, objects: dict[str, bytes] | None = None, age: float = 0.0):
+        self.journal = journal
+        self.late = False
+        when = datetime.fromtimestamp(time.time() - age, UTC)
+        self.objects = {k: StoredS3(d, hashlib.md5(d).hexdigest(), when) for k, d in (objects or {}).items()}
+
+    def _record(self, event: Put) -> None:
+        if self.journal is None:
+            return
+        with self.journal.lock:
+            if self.late and event.data is not None and self.journal.recording:
+                journal = self.journal
+                journal.deferred.append(lambda: journal.record(event))
+            else:
+                self.journal.record(event)
+
+    def _found(self, key: str, operation: str) -> StoredS3:
+        if key not in self.objects:
+            raise _client_error("NoSuchKey" if operation == "GetObject" else "404", 404, operation)
+        return self.objects[key]
+
+    async def head_bucket(self, Bucket: str) -> dict[str, Any]:  # botocore names the arguments
+        return {}
+
+    async def head_object(self, Bucket: str, Key: str) -> dict[str, Any]:
+        o = self._found(Key, "HeadObject")
+        return {"ContentLength": len(o.data), "ETag": f'"{o.etag}"', "LastModified": o.modified}
+
+    async def get_object(self, Bucket: str, Key: str) -> dict[str, Any]:
+        o = self._found(Key, "GetObject")
+        etag = f'"{o.etag}"'
+        return {"Body": _Body(o.data), "ContentLength": len(o.data), "ETag": etag, "LastModified": o.modified}
+
+    async def put_object(self, Bucket: str, Key: str, Body: bytes, **options: str) -> dict[str, Any]:
+        if options.get("IfNoneMatch") == "*" and Key in self.objects:
+            raise _client_error("PreconditionFailed", 412, "PutObject")
+        etag = hashlib.md5(Body).hexdigest()
+        self.objects[Key] = StoredS3(bytes(Body), etag, datetime.now(UTC))
+        self._record(Put(Key, bytes(Body)))
+        return {"ETag": f'"{etag}"'}
+
+    async def delete_object(self, Bucket: str, Key: str, IfMatch: str | None = None) -> dict[str, Any]:
+        if IfMatch is not None and Key in self.objects and f'"{self.objects[Key].etag}"' != IfMatch:
+            raise _client_error("PreconditionFailed", 412, "DeleteObject")
+        self.objects.pop(Key, None)
+        self._record(Put(Key, None))
+        return {}
+
+    def get_paginator(self, name: str) -> RecordingBucket:
+        return self
+
+    async def paginate(self, Bucket: str, Prefix: str) -> AsyncIterator[dict[str, Any]]:
+        found = [
+            {"Key": k, "Size": len(o.data), "LastModified": o.modified}
+            for k, o in sorted(self.objects.items())
+            if k.startswith(Prefix)
+        ]
+        yield {"Contents": found}
 
 
 # -- the FileOps that record --------------------------------------------------------------------------
