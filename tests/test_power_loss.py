@@ -240,41 +240,24 @@ async def reindex_a_stray(store: Store, s: Scenario) -> None:
 # -- the tests ------------------------------------------------------------------------------------------
 
 
-async def test_admitting_a_new_object(tmp_path: Path, make_config: MakeConfig) -> None:
-    explored = await run(tmp_path, make_config(), admit_new)
-    assert explored.checked >= 10
+SCENARIOS: dict[str, tuple[Action, Action | None]] = {  # (what is recorded, what comes before it)
+    "admitting a new object": (admit_new, None),
+    "admitting an existing object": (admit_again, with_one),
+    "healing a damaged object": (admit_again, with_one_damaged),
+    "admitting a batch": (admit_batch, with_one),
+    "admitting one after another": (admit_two_in_turn, None),
+    "a gc sweep": (sweep, with_garbage),
+    "quarantining on read": (read_damaged, with_two_one_damaged),
+    "deriving a variant": (derive, with_a_large_one),
+    "the audit re-indexing a stray": (reindex_a_stray, None),
+}
 
 
-async def test_admitting_an_existing_object(tmp_path: Path, make_config: MakeConfig) -> None:
-    await run(tmp_path, make_config(), admit_again, with_one)
-
-
-async def test_healing_a_damaged_object(tmp_path: Path, make_config: MakeConfig) -> None:
-    await run(tmp_path, make_config(), admit_again, with_one_damaged)
-
-
-async def test_admitting_a_batch(tmp_path: Path, make_config: MakeConfig) -> None:
-    await run(tmp_path, make_config(), admit_batch, with_one)
-
-
-async def test_admitting_one_after_another(tmp_path: Path, make_config: MakeConfig) -> None:
-    await run(tmp_path, make_config(), admit_two_in_turn)
-
-
-async def test_a_gc_sweep(tmp_path: Path, make_config: MakeConfig) -> None:
-    await run(tmp_path, make_config(), sweep, with_garbage)
-
-
-async def test_quarantining_on_read(tmp_path: Path, make_config: MakeConfig) -> None:
-    await run(tmp_path, make_config(), read_damaged, with_two_one_damaged)
-
-
-async def test_deriving_a_variant(tmp_path: Path, make_config: MakeConfig) -> None:
-    await run(tmp_path, make_config(), derive, with_a_large_one)
-
-
-async def test_the_audit_reindexing_a_stray(tmp_path: Path, make_config: MakeConfig) -> None:
-    await run(tmp_path, make_config(), reindex_a_stray)
+@pytest.mark.parametrize(("action", "setup"), SCENARIOS.values(), ids=list(SCENARIOS))
+async def test_every_power_cut_keeps_every_promise(
+    tmp_path: Path, make_config: MakeConfig, action: Action, setup: Action | None
+) -> None:
+    await run(tmp_path, make_config(), action, setup)
 
 
 async def test_migrate_copy(tmp_path: Path, make_config: MakeConfig, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -325,16 +308,16 @@ def s3_config(make_config: MakeConfig, monkeypatch: pytest.MonkeyPatch) -> Confi
     return make_config(storage={"backend": "s3", "endpoint": "http://127.0.0.1:9", "bucket": "recorded"})
 
 
-async def test_s3_admitting_a_new_object(tmp_path: Path, s3_config: Config) -> None:
-    await run(tmp_path, s3_config, admit_new)
+S3_SCENARIOS = {
+    name: SCENARIOS[name] for name in ("admitting a new object", "admitting a batch", "a gc sweep")
+}
 
 
-async def test_s3_admitting_a_batch(tmp_path: Path, s3_config: Config) -> None:
-    await run(tmp_path, s3_config, admit_batch, with_one)
-
-
-async def test_s3_a_gc_sweep(tmp_path: Path, s3_config: Config) -> None:
-    await run(tmp_path, s3_config, sweep, with_garbage)
+@pytest.mark.parametrize(("action", "setup"), S3_SCENARIOS.values(), ids=list(S3_SCENARIOS))
+async def test_on_s3_every_power_cut_keeps_every_promise(
+    tmp_path: Path, s3_config: Config, action: Action, setup: Action | None
+) -> None:
+    await run(tmp_path, s3_config, action, setup)
 
 
 async def test_s3_a_put_answered_before_it_is_durable_loses_the_ref_and_is_caught(
