@@ -383,6 +383,10 @@ class Audit:
             if await self.store.blobs.stat(ref) is None:
                 raise FileNotFoundError(str(ref))
 
+        # Durable before published, as for an admission: a stray's name may never have been made durable
+        # (its writer was killed between its link and its directory fsyncs); put verifies the file and
+        # fsyncs its directory chain (and writes it again from `data` if it changed meanwhile).
+        await self.store.blobs.put(ref, data)
         try:
             await self.store.index.publish([row], still_there)
         except FileNotFoundError:

@@ -53,6 +53,9 @@ class FileOps:
     def unlink(self, path: Path) -> None:
         os.unlink(path)
 
+    def rmdir(self, path: Path) -> None:
+        os.rmdir(path)
+
     def statvfs(self, path: Path) -> os.statvfs_result:
         return os.statvfs(path)
 

@@ -336,7 +336,7 @@ class LocalBlobStore:
 
     def _rmdir(self, path: Path) -> int:
         try:
-            os.rmdir(path)
+            self.ops.rmdir(path)
         except OSError:  # not empty, not a directory, or gone already: leave it
             return 0
         self._sync_after_removal(path.parent)

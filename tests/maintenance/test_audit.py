@@ -12,19 +12,21 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor as ProcessPool
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from attachstore.cli import main
 from attachstore.errors import StorageUnavailable
-from attachstore.index import ObjectRow
+from attachstore.index import Index, ObjectRow
 from attachstore.maintenance import Audit, Kind, filepass
 from attachstore.maintenance import audit as audit_module
 from attachstore.progress import Progress
 from attachstore.refs import Ref
 from attachstore.service import Store, Upload
 from attachstore.storage import Listing
-from tests.support.faults import flip_byte
+from tests.conftest import MakeConfig
+from tests.support.faults import RecordingOps, flip_byte
 from tests.support.images import jpeg, png
 
 
@@ -99,6 +101,34 @@ async def test_a_stray_file_that_verifies_is_reindexed(store: Store) -> None:
     meta = await store.meta(str(ref))
     assert (meta.media_type, meta.width, meta.height, meta.bytes) == ("image/jpeg", 12, 7, len(image))
     assert await audit(store) == []
+
+
+async def test_a_reindexed_stray_is_made_durable_before_its_row_is_committed(
+    make_config: MakeConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A stray's name may never have been fsynced (its writer was killed between its link and its directory
+    # fsyncs): published as it was, a power cut could leave the row without its file (test_power_loss.py).
+    ops = RecordingOps()
+    store = await Store.open(make_config(), ops)
+    try:
+        image = jpeg(12, 7)
+        path = store.local.path(Ref.of("sha256", image))
+        path.parent.mkdir(parents=True)
+        path.write_bytes(image)
+        real = Index.publish
+
+        async def publish(self: Index, *args: Any) -> None:
+            await real(self, *args)
+            ops.log.append("commit")
+
+        monkeypatch.setattr(Index, "publish", publish)
+        ops.log.clear()
+        assert [f.repair for f in (await Audit(store, repair=True, settle=0).run()).findings] == [
+            "re-indexed"
+        ]
+        assert ops.log == ["fsync_dir"] * 4 + ["commit"]  # the bucket and each level up to objects/
+    finally:
+        await store.close()
 
 
 @pytest.mark.usefixtures("passes")
