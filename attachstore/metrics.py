@@ -51,6 +51,11 @@ class Metrics:
             ["kind"],
             registry=r,
         )
+        self.check_mismatches = Counter(
+            "attachstore_check_mismatches",
+            "Reads whose bytes hashed to their address but not to the keyed check of their index row",
+            registry=r,
+        )
         self.decodes = Counter(
             "attachstore_decodes",
             "Jobs a decode worker took (admission checks, normalizations, variants), by how they ended: "

@@ -17,7 +17,7 @@ from typing import Any
 
 from . import report, scaleout, scenarios, tools, variants
 from .drive import Driver
-from .procs import REPO, Daemon, Profiler
+from .procs import CHECK_KEY, REPO, Daemon, Profiler
 from .spy import render_text
 
 SCENARIOS = ["read", "render", "admit", "scale", "variant", "scaleout"]
@@ -73,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         help="leave out the scaleout scenario (it installs and starts Ceph RGW and PostgreSQL)",
     )
     args = p.parse_args(argv)
+    os.environ["ATTACHSTORE_CHECK_KEY"] = CHECK_KEY  # every daemon and command of the run, and the synthesis
     started = time.monotonic()
     only = set(args.only or SCENARIOS) - ({"scaleout"} if args.no_services else set())
 

@@ -52,6 +52,10 @@ def wait_http(url: str, timeout: float = 30.0, proc: subprocess.Popen[bytes] | N
         time.sleep(0.05)
 
 
+# The key of the keyed check for every process the bench starts (set in the environment by __main__): the
+# synthesized scale stores carry checks made with it, so that the audit finds them as admissions leave them.
+CHECK_KEY = "be" * 32
+
 # One serving process per core, as a deployment on this machine would run it (`serve --workers N`).
 DAEMON_WORKERS = os.cpu_count() or 1
 
