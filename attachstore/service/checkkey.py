@@ -44,8 +44,9 @@ def _outside(config: Config, path: Path) -> Path:
     where = path.resolve()
     if where == data or data in where.parents:
         raise ConfigError(
-            f"integrity: the check key {path} is inside the data dir {config.data_dir}: keep it elsewhere "
-            "(a key beside the objects and the index protects nothing)"
+            f"integrity: the check key {path} is inside the data dir {config.data_dir}, where a key protects "
+            "nothing: give it as [integrity] check_key_file, $ATTACHSTORE_CHECK_KEY or the systemd "
+            f"credential {CREDENTIAL} (docs/security.md), kept outside the data dir"
         )
     return path
 
