@@ -210,6 +210,15 @@ class IndexConfig(_Section, frozen=True):
     max_connections: Annotated[int, Meta(ge=2)] = 10  # connection pool of each daemon process
 
 
+class Integrity(_Section, frozen=True):
+    """The key of the keyed BLAKE3 check that reads verify sha256-addressed objects with (docs/security.md).
+    It must not live with the objects or the index. Neither set: $CREDENTIALS_DIRECTORY/check-key (a systemd
+    credential) if there is one, else a key generated once in $XDG_CONFIG_HOME/attachstore/check-key."""
+
+    check_key: Annotated[str, Meta(pattern=r"^[0-9a-f]{64}$")] | None = None  # 64 hex; $ATTACHSTORE_CHECK_KEY
+    check_key_file: str | None = None  # a file holding the 64 hex
+
+
 class Tenant(_Section, frozen=True):
     name: Annotated[str, Meta(pattern=r"^[A-Za-z0-9._-]{1,64}$")]
     token_sha256: Annotated[str, Meta(pattern=r"^[0-9a-f]{64}$")]
@@ -229,6 +238,7 @@ class Config(_Section, frozen=True):
     gc: Gc = Gc()
     storage: Storage = Storage()
     index: IndexConfig = IndexConfig()
+    integrity: Integrity = Integrity()
     routes: dict[str, Route] = msgspec.field(default_factory=dict)
     tenants: list[Tenant] = msgspec.field(default_factory=list)
 
@@ -260,6 +270,7 @@ SECTION_ENV_KEYS = {
     "ATTACHSTORE_INDEX_DSN": ("index", "dsn"),
     "ATTACHSTORE_S3_ACCESS_KEY_ID": ("storage", "access_key_id"),
     "ATTACHSTORE_S3_SECRET_ACCESS_KEY": ("storage", "secret_access_key"),
+    "ATTACHSTORE_CHECK_KEY": ("integrity", "check_key"),
 }
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 # Latency buckets for requests: from a cached read (sub-millisecond) to a batch of full decodes.
@@ -51,6 +53,11 @@ class Metrics:
             ["kind"],
             registry=r,
         )
+        self.check_mismatches = Counter(
+            "attachstore_check_mismatches",
+            "Reads whose bytes hashed to their address but not to the keyed check of their index row",
+            registry=r,
+        )
         self.decodes = Counter(
             "attachstore_decodes",
             "Jobs a decode worker took (admission checks, normalizations, variants), by how they ended: "
@@ -81,6 +88,9 @@ class Metrics:
             buckets=_BUCKETS,
             registry=r,
         )
+        # The child of each (method, endpoint, status) once looked up: labels() takes a lock and builds a
+        # key on every call, and every request asks for one.
+        self._request_children: dict[tuple[str, str, int], Any] = {}
         self.write_stalls = Counter(
             "attachstore_write_stalls",
             "Connections aborted because their client took no byte of an answer for [http] write_timeout",
@@ -116,3 +126,16 @@ class Metrics:
             registry=r,
             multiprocess_mode="mostrecent",
         )
+
+    def request_child(self, method: str, endpoint: str, status: int) -> Any:
+        """The request-latency histogram's child for these labels, looked up once."""
+        key = (method, endpoint, status)
+        child = self._request_children.get(key)
+        if child is None:
+            if len(self._request_children) >= _CHILDREN_KEPT:  # endpoints are routes: a bound, not a leak
+                self._request_children.clear()
+            child = self._request_children[key] = self.request_seconds.labels(method, endpoint, str(status))
+        return child
+
+
+_CHILDREN_KEPT = 4096

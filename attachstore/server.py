@@ -134,6 +134,13 @@ def bind(config: Config, *, listen: bool = True, reuse_port: bool = False) -> so
     return sock
 
 
+def cores() -> int:
+    """The cores this process may run on: `serve`'s default number of workers."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
+
+
 def run(config: Config, workers: int = 1, *, replace_policy: bool = False) -> int:
     """`attachstore serve`: check, bind, then serve in this process or in `workers` processes. With
     `replace_policy` this daemon's policy becomes the store's even while other nodes enforce another."""
@@ -264,18 +271,22 @@ def _supervise(config: Config, sock: socket.socket, workers: int, replace_policy
     for number in range(workers):
         if not stopping:
             children.append(subprocess.Popen(argv, env=child_env(number), pass_fds=fds))
-    failed = False
+    failed: int | None = None  # the exit status of the first worker that failed
     while any(child.poll() is None for child in children):
         for child in children:
             if child.poll() not in (None, 0) and not stopping:
                 log.error("worker %d exited with %s; stopping the others", child.pid, child.returncode)
-                failed = True
+                failed = child.returncode
                 stop(signal.SIGTERM, None)
         time.sleep(0.2)
     samples.cleanup()
     # A worker still starting when asked to stop dies of the SIGTERM itself (it serves nothing yet): clean.
     clean = (0, -signal.SIGTERM) if stopping else (0,)
-    return 1 if failed or any(child.returncode not in clean for child in children) else 0
+    # A worker could not serve this configuration (the store's policy): exit as one process would. (All the
+    # workers may have ended between two looks of the loop: their statuses say it then.)
+    if failed == 2 or (failed is None and any(child.returncode == 2 for child in children)):
+        return 2
+    return 1 if failed is not None or any(child.returncode not in clean for child in children) else 0
 
 
 def _die_with_parent() -> None:
@@ -305,6 +316,7 @@ def _worker_main(where: str) -> None:
         _run_loop(serve_on(config, sock, replace_policy=replace_policy))
     except ConfigError as e:  # the store's policy, say: the supervisor stops the others
         log.error("worker %d cannot serve: %s", os.getpid(), e)
+        print(f"attachstore: {e}", file=sys.stderr)  # as `serve --workers 1` says it
         sys.exit(2)
 
 

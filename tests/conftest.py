@@ -40,6 +40,18 @@ def _stop_the_services_this_session_started() -> Iterator[None]:
             services.down(kind)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _check_keys_of_this_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The default check key is made in $XDG_CONFIG_HOME (outside every data dir): the tests' go to a
+    directory of their own, never the developer's, and so do those of the daemons they start."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg-config")))
+    mp.delenv("ATTACHSTORE_CHECK_KEY", raising=False)
+    mp.delenv("CREDENTIALS_DIRECTORY", raising=False)
+    yield
+    mp.undo()
+
+
 @pytest.fixture
 def data_dir(tmp_path: Path) -> Path:
     return tmp_path / "data"

@@ -4,6 +4,7 @@ and GET /metrics."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 import re
@@ -27,11 +28,26 @@ CLIENT_GONE = 499  # the status logged for a request whose client disconnected b
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
+class _Ids:
+    """Request ids without a system call each: a random prefix per process and a counter (unique, which is
+    all an id must be; os.urandom was a getrandom call on every request)."""
+
+    def __init__(self) -> None:
+        self._prefix = os.urandom(8).hex()
+        self._next = itertools.count()
+
+    def __call__(self) -> str:
+        return f"{self._prefix}{next(self._next):016x}"
+
+
+_new_id = _Ids()
+
+
 @web.middleware
 async def access(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Accept the caller's X-Request-Id (if it is a plain token) or make one, echo it, and log the request."""
-    given = request.headers.get("X-Request-Id", "")
-    request_id = given if _REQUEST_ID.fullmatch(given) else os.urandom(16).hex()
+    given = request.headers.get("X-Request-Id")
+    request_id = given if given is not None and _REQUEST_ID.fullmatch(given) else _new_id()
     request[REQUEST_ID] = request_id
     started = time.perf_counter()
     status = 500
@@ -51,22 +67,24 @@ async def access(request: web.Request, handler: Handler) -> web.StreamResponse:
         elapsed = time.perf_counter() - started
         resource = request.match_info.route.resource
         endpoint = resource.canonical if resource is not None else "unmatched"
-        request.app[STORE].metrics.request_seconds.labels(request.method, endpoint, str(status)).observe(
-            elapsed
-        )
+        method = request.method
+        request.app[STORE].metrics.request_child(method, endpoint, status).observe(elapsed)
+        # Only what this request can have: a GET has no body, a success no error code (each missing key is
+        # a KeyError inside request.get).
+        body = method == "POST"
         log.info(
             "request",
             extra=fields(
                 request_id=request_id,
-                method=request.method,
+                method=method,
                 endpoint=endpoint,
                 status=status,
-                code=request.get(ERROR_CODE),
+                code=request.get(ERROR_CODE) if status >= 400 else None,
                 duration_ms=round(elapsed * 1000, 3),
                 tenant=request.get(TENANT),
                 ref=request.match_info.get("ref", "")[:140] or None,
-                body_bytes=request.get(BODY_BYTES),
-                parts=request.get(PARTS),
+                body_bytes=request.get(BODY_BYTES) if body else None,
+                parts=request.get(PARTS) if body else None,
             ),
         )
 

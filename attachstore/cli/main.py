@@ -76,7 +76,11 @@ def _parser() -> argparse.ArgumentParser:
         "--unix-socket", metavar="PATH", help="listen on this Unix socket instead of TCP (default: none)"
     )
     s.add_argument(
-        "--workers", type=int, default=1, metavar="N", help="serve from N processes (default: %(default)s)"
+        "--workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="serve from N processes (default: one per core; 1 serves from this process alone)",
     )
     s.add_argument(
         "--replace-policy",
@@ -302,11 +306,12 @@ def _cmd_token(args: argparse.Namespace, config: Config) -> int:
 
 def _cmd_serve(args: argparse.Namespace, config: Config) -> int:
     logs.setup()
-    if args.workers < 1:
+    if args.workers is not None and args.workers < 1:
         raise InvalidRequest("--workers: at least 1")
     from .. import server  # aiohttp and the app: only `serve` pays for importing them
 
-    return server.run(config, args.workers, replace_policy=args.replace_policy)
+    workers = server.cores() if args.workers is None else args.workers
+    return server.run(config, workers, replace_policy=args.replace_policy)
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {

@@ -198,6 +198,11 @@ def run_audit(args: argparse.Namespace, config: Config) -> int:
             f"audit{' (' + ', '.join(how) + ')' if how else ''}: {_count(report.files, 'file')} "
             f"({human_bytes(report.bytes)}) re-hashed, {_count(report.rows, 'row')} checked; "
             + (f"{_count(len(report.findings), 'finding')} ({kinds})" if report.findings else "clean")
+            + (
+                f"; {_count(report.checks_recorded, 'keyed check')} recorded"
+                if report.checks_recorded
+                else ""
+            )
         )
         for step in _next_steps(report, args):
             print(f"next: {step}")

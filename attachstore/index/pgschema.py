@@ -102,6 +102,9 @@ MIGRATIONS: list[list[str]] = [
         seen_at     double precision NOT NULL
         )""",
     ],
+    [
+        "ALTER TABLE objects ADD COLUMN keyed_check text",
+    ],
 ]
 if len(MIGRATIONS) != len(schema.MIGRATIONS):
     raise ImportError(

@@ -57,11 +57,12 @@ T = TypeVar("T")
 # Not held by a session and not a variant some source still links to: what GC may consider.
 _UNHELD = """NOT EXISTS (SELECT 1 FROM holds WHERE holds.ref = objects.ref)
     AND NOT EXISTS (SELECT 1 FROM variants WHERE variants.variant = objects.ref)"""
-_UPSERT_OBJECT = f"""INSERT INTO objects ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'ok')
+_UPSERT_OBJECT = f"""INSERT INTO objects ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'ok', $10)
     ON CONFLICT (ref) DO UPDATE SET
         media_type = excluded.media_type, bytes = excluded.bytes, width = excluded.width,
         height = excluded.height, frames = excluded.frames, name = COALESCE(objects.name, excluded.name),
-        lease_at = excluded.lease_at, state = 'ok'"""
+        lease_at = excluded.lease_at, state = 'ok',
+        keyed_check = COALESCE(excluded.keyed_check, objects.keyed_check)"""
 _PUBLISHED = "SELECT 1 FROM objects WHERE ref = $1"
 _COLLECTIBLE = f"SELECT bytes FROM objects WHERE ref = $1 AND lease_at < $2 AND {_UNHELD}"
 # A variant that only its source kept: no hold, no other source, no grant from an admission of its bytes.
@@ -70,7 +71,18 @@ _DELETE = "DELETE FROM objects WHERE ref = $1"
 
 
 def _object_values(r: ObjectRow) -> tuple[object, ...]:
-    return (r.ref, r.media_type, r.bytes, r.width, r.height, r.frames, r.name, r.created_at, r.lease_at)
+    return (
+        r.ref,
+        r.media_type,
+        r.bytes,
+        r.width,
+        r.height,
+        r.frames,
+        r.name,
+        r.created_at,
+        r.lease_at,
+        r.keyed_check,
+    )
 
 
 class Operations(ABC):
@@ -153,6 +165,15 @@ class Operations(ABC):
                 await sessions.insert_holds(
                     tx, hold.key, [r.ref for r in rows], rows[0].lease_at if rows else time.time()
                 )
+
+        await self._write(work)
+
+    async def record_check(self, ref: str, check: str) -> None:
+        """Record the keyed check of an object's bytes, just verified by their address (a row older than
+        checks, or one made with another key)."""
+
+        async def work(tx: Tx) -> None:
+            await tx.execute("UPDATE objects SET keyed_check = $2 WHERE ref = $1", ref, check)
 
         await self._write(work)
 

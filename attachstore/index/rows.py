@@ -21,9 +21,12 @@ class ObjectRow(NamedTuple):
     created_at: float
     lease_at: float
     state: str = "ok"
+    # The keyed check of the bytes (refs.Checker: "<key id>:<hex>"), recorded at admission; None on rows
+    # older than it until a verified read or the audit records one.
+    keyed_check: str | None = None
 
 
-COLUMNS = "ref, media_type, bytes, width, height, frames, name, created_at, lease_at, state"  # ObjectRow
+COLUMNS = "ref, media_type, bytes, width, height, frames, name, created_at, lease_at, state, keyed_check"
 
 SessionKey = tuple[str, str]  # (tenant, session id)
 

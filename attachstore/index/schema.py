@@ -99,6 +99,10 @@ MIGRATIONS: list[list[str]] = [
         seen_at     REAL NOT NULL
         ) STRICT""",
     ],
+    [
+        # The keyed check of an object's bytes beside its address (refs.Checker), which reads verify.
+        "ALTER TABLE objects ADD COLUMN keyed_check TEXT",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -157,17 +157,18 @@ class Audit:
             else None
         )
         loop = asyncio.get_running_loop()
+        checker = self.store.checker
 
         def trip() -> filepass.Trip | None:
             parts = next(trips, None)
-            return None if parts is None else filepass.examine(parts, run.rows)
+            return None if parts is None else filepass.examine(parts, run.rows, checker)
 
         async def elsewhere() -> filepass.Trip | None:
             parts = await loop.run_in_executor(lister, next, trips, None)
             if parts is None or database is None:
                 return None
             try:
-                return await loop.run_in_executor(pool, filepass.examine_elsewhere, parts, database)
+                return await loop.run_in_executor(pool, filepass.examine_elsewhere, parts, database, checker)
             except (sqlite3.Error, BrokenProcessPool) as e:  # the index, or a worker killed (out of memory)
                 raise StorageUnavailable(f"an audit process failed: {e or type(e).__name__}") from e
 
@@ -299,6 +300,14 @@ class Audit:
             problems.append(f"header {found} != row {(row.media_type, row.width, row.height)}")
         if row.state != "ok":
             problems.append(f"row marked {row.state!r} but the bytes verify")
+        checker = self.store.checker
+        if ref.algorithm == "sha256" and checker.mine(row.keyed_check):
+            if not checker.holds(row.keyed_check or "", data):
+                problems.append("the keyed check does not fit the bytes (damaged or forged in the index)")
+        elif ref.algorithm == "sha256" and not problems:
+            # A row older than checks (or with another key's): it gains one, as on its first verified read.
+            await self.store.index.record_check(str(ref), checker.of(data))
+            report.checks_recorded += 1
         if not problems:
             return
         done = await self._reindex(ref, data, row.name) if self.repair else None
@@ -377,6 +386,7 @@ class Audit:
             name,
             existing.created_at if existing else now,
             now,
+            keyed_check=self.store.checker.of(data) if ref.algorithm == "sha256" else None,
         )
 
         async def still_there() -> None:

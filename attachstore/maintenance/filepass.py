@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..gate import probe_header
 from ..index import BUSY_TIMEOUT_MS, ObjectRow, rows_in
-from ..refs import Ref, hasher
+from ..refs import Checker, Ref, hasher
 from ..storage import Listing, StoredFile
 
 # Files go to the pass a trip of about TRIP_FILES files or TRIP_BYTES bytes (by the index's sizes) at a
@@ -67,10 +67,11 @@ def trips(parts: Iterable[Part], per_trip: int) -> Iterator[list[Part]]:
         yield trip
 
 
-def examine(parts: list[Part], rows: dict[str, ObjectRow]) -> Trip:
+def examine(parts: list[Part], rows: dict[str, ObjectRow], checker: Checker) -> Trip:
     """Read and hash every named file. A file is clean when its bytes hash to its name, have the size of its
-    row and carry the header its row records. This loop runs once per object, so it does the least it can:
-    two strings (the ref and the path), three system calls (open, one read, close), no stat, no objects."""
+    row, carry the header its row records and (sha256) fit the row's keyed check, made with this key. This
+    loop runs once per object, so it does the least it can: two strings (the ref and the path), three system
+    calls (open, one read, close), no stat, no objects."""
     trip = Trip()
     refs, suspects = trip.refs, trip.suspects
     size = 0
@@ -103,10 +104,15 @@ def examine(parts: list[Part], rows: dict[str, ObjectRow]) -> Trip:
             h = hasher(algorithm)
             h.update(data)
             header = probe_header(data)
+            check = row.keyed_check
             if (
                 h.hexdigest() != name  # also proves the name is 64 lowercase hex digits, as a ref's
                 or len(data) != expected
                 or row.state != "ok"
+                or (
+                    algorithm == "sha256"
+                    and not (check and checker.mine(check) and checker.holds(check, data))
+                )
                 or header is None
                 or header.media_type != row.media_type
                 or header.width != row.width
@@ -139,7 +145,7 @@ def worker_start() -> None:
         threading.Thread(target=watch, name="audit-parent", daemon=True).start()
 
 
-def examine_elsewhere(parts: list[Part], index: str) -> Trip:
+def examine_elsewhere(parts: list[Part], index: str, checker: Checker) -> Trip:
     """`examine` in a worker process, against the rows of the trip's files as the index has them now, a
     moment after the audit's snapshot. A file clean against its current row is clean; anything else is a
     suspect, looked at again and judged against the snapshot like any other."""
@@ -148,7 +154,7 @@ def examine_elsewhere(parts: list[Part], index: str) -> Trip:
         uri = f"{Path(index).resolve().as_uri()}?mode=ro"
         _database = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
     names = [f"{listing.algorithm}:{n}" for listing, part in parts if listing.algorithm for n in part]
-    return examine(parts, rows_in(_database, names))
+    return examine(parts, rows_in(_database, names), checker)
 
 
 def processes(rows: int) -> int:

@@ -29,6 +29,7 @@ class AuditReport:
     bytes: int = 0
     rows: int = 0
     sample: float = 1.0
+    checks_recorded: int = 0  # rows that gained their keyed check (older than checks, or another key's)
     findings: list[Finding] = field(default_factory=list)
 
     @property

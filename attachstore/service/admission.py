@@ -15,7 +15,7 @@ from ..errors import AttachstoreError, InvalidRequest, Rejected
 from ..gate import DecodePool, Passed
 from ..index import Hold, Index, ObjectRow
 from ..metrics import Metrics
-from ..refs import Ref
+from ..refs import Checker, Ref
 from ..storage import Put
 from . import policy
 from .model import ImageRef, Normalization
@@ -141,8 +141,10 @@ class Admissions:
         sessions: Sessions,
         publisher: Publisher,
         metrics: Metrics,
+        checker: Checker,
     ) -> None:
         self.config = config
+        self.checker = checker
         self.index = index
         self.pool = pool
         self.sessions = sessions
@@ -407,6 +409,8 @@ class Admissions:
                     name=first_name.get(a.ref),
                     created_at=existing[str(a.ref)].created_at if str(a.ref) in existing else now,
                     lease_at=now,
+                    # Over the very buffer that is stored, which the decode worker hashed to its address.
+                    keyed_check=self.checker.of(a.data) if a.ref.algorithm == "sha256" else None,
                 )
                 for a in members
             ]

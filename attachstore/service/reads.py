@@ -5,20 +5,23 @@ scope (SPEC section 11); any other ref answers exactly like a missing one, befor
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from ..config import Config
-from ..errors import Corrupt, Missing, NotFound, StorageUnavailable
+from ..errors import AttachstoreError, Corrupt, Missing, NotFound, StorageUnavailable
 from ..gate import Header, HeaderTooDeep, probe_header
 from ..index import Index, ObjectRow
 from ..metrics import Metrics
-from ..refs import Ref
-from ..storage import BlobStore, LocalBlobStore, Resident
+from ..refs import Buffer, Checker, Ref
+from ..storage import BlobStore, LocalBlobStore, Resident, Verify
 from .model import ImageRef, image_ref
 
 if TYPE_CHECKING:
     from ..index.postgres import PgIndex
+
+log = logging.getLogger("attachstore.reads")
 
 # Reads of one object by one request when its file changes under them (healed, or collected and admitted
 # again between the read and the look under the lock).
@@ -33,8 +36,10 @@ class Reads:
         index: Index | PgIndex,
         local: LocalBlobStore | None,
         metrics: Metrics,
+        checker: Checker,
     ) -> None:
         self.config = config
+        self.checker = checker
         self.blobs = blobs
         self.index = index
         self.metrics = metrics
@@ -73,7 +78,7 @@ class Reads:
         resident = self.resident
         if resident is not None:
             # Without the index when this process served the same file to the same scope a moment ago.
-            hit = resident.recall(ref, scope)
+            hit = resident.recall(ref, scope, self._verify)
             if hit is not None:
                 if await self._header_fits(hit[0], hit[1]):
                     self.metrics.reads_ok.inc()
@@ -85,12 +90,43 @@ class Reads:
             self.metrics.reads.labels("not_found").inc()
             raise
         if resident is not None and row.state == "ok":
-            found = resident.read(ref, row.bytes)
+            found = resident.read(ref, row.bytes, self._verify(ref, row))
             if found is not None and await self._header_fits(row, found[0]):
+                await self._record_check(ref, row, found[0])
                 resident.remember(row, scope, found[1])
                 self.metrics.reads_ok.inc()
                 return image_ref(row), found[0]
         return await self.verified(ref, row, scope)
+
+    def _verify(self, ref: Ref, row: ObjectRow) -> Verify:
+        """What the bytes of `row` must pass: its keyed check when this key made it, else their address
+        (blake3 addresses, rows older than checks, checks made with another key). A check that fails over
+        bytes that still hash to their address is the row's fault, not the bytes': they are served, and
+        the mismatch counted and logged (the audit reports it, and --repair records the right check)."""
+        check = row.keyed_check
+        if ref.algorithm != "sha256" or check is None or not self.checker.mine(check):
+            return ref.matches
+        checker = self.checker
+
+        def verify(data: Buffer) -> bool:
+            if checker.holds(check, data):
+                return True
+            if not ref.matches(data):
+                return False
+            self.metrics.check_mismatches.inc()
+            log.warning("the keyed check of %s does not fit its verified bytes", ref)
+            return True
+
+        return verify
+
+    async def _record_check(self, ref: Ref, row: ObjectRow, data: Buffer) -> None:
+        """A row without a check of this key gains one on its first verified read (verified by address)."""
+        if ref.algorithm != "sha256" or self.checker.mine(row.keyed_check):
+            return
+        try:
+            await self.index.record_check(row.ref, self.checker.of(data))
+        except AttachstoreError as e:  # the read is verified all the same; the next one records it
+            log.warning("could not record the keyed check of %s: %s", ref, e.message)
 
     async def verified(self, ref: Ref, row: ObjectRow, scope: str | None) -> tuple[ImageRef, bytes]:
         """The bytes of an object whose row the caller has already looked up under `scope` (and may see):
@@ -113,7 +149,9 @@ class Reads:
             error: Missing | Corrupt
             try:
                 # A row marked missing is only set right by the store's own copy, not a cached one.
-                data = await self.blobs.read(ref, row.bytes, fresh=row.state != "ok")
+                data = await self.blobs.read(
+                    ref, row.bytes, fresh=row.state != "ok", verify=self._verify(ref, row)
+                )
             except Missing as e:
                 error, settled = e, await self._settle(ref, scope, self._absent(ref))
             except Corrupt as e:
@@ -125,6 +163,7 @@ class Reads:
                     # The bytes are the admitted ones (the hash matched), so the row is what is wrong: do not
                     # serve, do not quarantine good bytes; admitting them again rewrites the row.
                     raise Corrupt(f"the index entry of {ref} does not match its bytes")
+                await self._record_check(ref, row, data)
                 return image_ref(row), data
             if settled is None:
                 raise NotFound(f"no attachment {ref}") from None  # gc collected it meanwhile

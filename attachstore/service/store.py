@@ -15,7 +15,9 @@ from ..errors import ConfigError
 from ..gate import DecodePool
 from ..index import Index
 from ..metrics import Metrics
+from ..refs import Checker
 from ..storage import BlobStore, FileOps, LocalBackend, LocalBlobStore, ReadCache
+from . import checkkey
 from .admission import Admissions
 from .catalog import Catalog, builtin
 from .policy import RouteTable
@@ -38,8 +40,11 @@ class Store:
         index: Index | PgIndex,
         pool: DecodePool,
         catalog: Catalog | None = None,
+        checker: Checker | None = None,
     ) -> None:
         self.config = config
+        # The keyed check recorded at admission and verified by reads (docs/security.md).
+        self.checker = checker or checkkey.checker(config)
         self.blobs = blobs
         # The file-system store behind the local backend, for what only it has (staging files, the audit's
         # direct walk); None on S3.
@@ -51,11 +56,15 @@ class Store:
         self.routes = RouteTable(config.routes, catalog or builtin())
         self.policy: Applied | None = None  # set by open(): the policy applied, and the daemon's node
         self.sessions = Sessions(config, index, self.routes)
-        self.reads = Reads(config, blobs, index, self.local, self.metrics)
+        self.reads = Reads(config, blobs, index, self.local, self.metrics, self.checker)
         self.resident = self.reads.resident
         publisher = Publisher(blobs, index)
-        self.admissions = Admissions(config, index, pool, self.sessions, publisher, self.metrics)
-        self.variants = Variants(config, index, pool, self.reads.verified, publisher, self.metrics)
+        self.admissions = Admissions(
+            config, index, pool, self.sessions, publisher, self.metrics, self.checker
+        )
+        self.variants = Variants(
+            config, index, pool, self.reads.verified, publisher, self.metrics, self.checker
+        )
         previews = Previews(self.reads, self.variants)
         # What the edges call.
         self.admit = self.admissions.admit
@@ -95,6 +104,7 @@ class Store:
             config = msgspec.structs.replace(
                 config, storage=msgspec.structs.replace(config.storage, cache_dir=None)
             )
+        checker = checkkey.checker(config)  # before anything is opened: a bad key stops here
         blobs = _blob_store(config, ops)
         await blobs.start()
         try:
@@ -112,7 +122,7 @@ class Store:
         pool = DecodePool(
             workers or config.admission.workers, config.admission.decode_timeout_seconds, Metrics()
         )
-        store = cls(config, blobs, index, pool, applied.catalog)
+        store = cls(config, blobs, index, pool, applied.catalog, checker)
         store.policy = applied
         if applied.node is not None:
             applied.node.start()

@@ -17,7 +17,7 @@ from ..errors import AttachstoreError, Corrupt, Missing, NotFound, Rejected, Sto
 from ..gate import DecodePool
 from ..index import Index, ObjectRow
 from ..metrics import Metrics
-from ..refs import Ref
+from ..refs import Checker, Ref
 from ..storage import Put
 from .model import ImageRef
 from .publish import Check, Publisher
@@ -68,8 +68,10 @@ class Variants:
         verified: Verified,
         publisher: Publisher,
         metrics: Metrics,
+        checker: Checker,
     ) -> None:
         self.config = config
+        self.checker = checker
         self.index = index
         self.pool = pool
         self.verified = verified
@@ -158,6 +160,7 @@ class Variants:
                 None,
                 existing[str(ref)].created_at if str(ref) in existing else now,
                 now,
+                keyed_check=self.checker.of(derived) if ref.algorithm == "sha256" else None,
             )
             if not await self.index.publish_variant(row, source.ref, spec.key, check):
                 raise NotFound(f"no attachment {source.ref}: it was collected while its variant was made")

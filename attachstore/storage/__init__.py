@@ -6,7 +6,7 @@ from .backend import BlobStore, LocalBackend, StoredObject
 from .cache import ReadCache
 from .fileops import FileOps
 from .listing import Listing, StoredFile
-from .local import IN_FLIGHT, LocalBlobStore, Put
+from .local import IN_FLIGHT, LocalBlobStore, Put, Verify
 from .resident import Resident
 
 __all__ = [
@@ -21,4 +21,5 @@ __all__ = [
     "Resident",
     "StoredFile",
     "StoredObject",
+    "Verify",
 ]

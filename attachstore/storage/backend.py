@@ -6,9 +6,10 @@ Every implementation keeps the same contract, checked by one suite (tests/storag
 - `put(ref, data)` returns only once `data` is durable under the name of `ref`. An intact existing object is
   kept (EXISTED); a damaged one is replaced from `data` (HEALED), its damaged bytes kept in quarantine; a
   missing one is written (CREATED). Concurrent puts of one ref all succeed and leave one intact object.
-- `read(ref, size)` returns the object's bytes only if their length is `size` and their hash is `ref`: it
-  raises `Missing` when there is no object and `Corrupt` when there is one that does not match. Damaged
-  bytes are never returned.
+- `read(ref, size, verify=)` returns the object's bytes only if their length is `size` and their hash is
+  `ref` (or, given `verify`, `verify(bytes)` is true: the keyed check of the index row): it raises `Missing`
+  when there is no object and `Corrupt` when there is one that does not match. Damaged bytes are never
+  returned.
 - `quarantine(ref)` re-checks the object and moves it aside only if it is damaged; it answers what it found:
   "intact" (a concurrent heal got there first; left in place), "quarantined" or "missing".
 - `discard(ref)` removes the object; removing a missing one is not an error. Durable when it returns.
@@ -33,7 +34,7 @@ from ..errors import StorageUnavailable
 from ..refs import Ref
 from .fileops import storage_error
 from .listing import StoredFile
-from .local import LocalBlobStore, Put
+from .local import LocalBlobStore, Put, Verify
 
 _WALK_BATCH = 1000
 
@@ -58,8 +59,9 @@ class BlobStore(Protocol):
 
     async def put(self, ref: Ref, data: bytes) -> Put: ...
 
-    async def read(self, ref: Ref, size: int, *, fresh: bool = False) -> bytes:
-        """`fresh`: from the store itself, past any cache."""
+    async def read(self, ref: Ref, size: int, *, fresh: bool = False, verify: Verify | None = None) -> bytes:
+        """`fresh`: from the store itself, past any cache. `verify`: what the bytes must pass in place of
+        their address (run off the event loop)."""
 
     async def quarantine(self, ref: Ref) -> str: ...
 
@@ -104,8 +106,8 @@ class LocalBackend:
     async def put(self, ref: Ref, data: bytes) -> Put:
         return await self.blobs.put(ref, data)
 
-    async def read(self, ref: Ref, size: int, *, fresh: bool = False) -> bytes:
-        return await self.blobs.read(ref, size)  # no cache: always fresh
+    async def read(self, ref: Ref, size: int, *, fresh: bool = False, verify: Verify | None = None) -> bytes:
+        return await self.blobs.read(ref, size, verify)  # no cache: always fresh
 
     async def quarantine(self, ref: Ref) -> str:
         return await self.blobs.quarantine(ref)

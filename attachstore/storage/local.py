@@ -16,13 +16,13 @@ import errno
 import os
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from enum import Enum
 from pathlib import Path
 
 from ..errors import Corrupt, Missing, StorageUnavailable
 from ..progress import human_bytes
-from ..refs import Ref, hasher
+from ..refs import Buffer, Ref, hasher
 from .fileops import OBJECT_MODE, FileOps, NotRegular, open_regular, storage_error
 from .layout import object_name
 from .listing import Listing, StoredFile, listings, sorted_entries, stored
@@ -34,6 +34,10 @@ IN_FLIGHT = 60.0
 _PLACE_ATTEMPTS = 3
 _PROBE_BLOCK = 4096  # what the readiness probe writes: one block of the file system
 _INODES_PER_OBJECT = 4  # a new object's file, and up to three new bucket directories
+
+
+# What a read's bytes must pass in place of their address (the keyed check of the index row).
+Verify = Callable[[Buffer], bool]
 
 
 class Put(Enum):
@@ -70,8 +74,8 @@ class LocalBlobStore:
     async def put(self, ref: Ref, data: bytes) -> Put:
         return await asyncio.to_thread(self.put_sync, ref, data)
 
-    async def read(self, ref: Ref, size: int) -> bytes:
-        return await asyncio.to_thread(self.read_sync, ref, size)
+    async def read(self, ref: Ref, size: int, verify: Verify | None = None) -> bytes:
+        return await asyncio.to_thread(self.read_sync, ref, size, verify)
 
     async def quarantine(self, ref: Ref) -> str:
         return await asyncio.to_thread(self.quarantine_sync, ref)
@@ -218,7 +222,7 @@ class LocalBlobStore:
 
     # -- read path -------------------------------------------------------------------------------------
 
-    def read_sync(self, ref: Ref, size: int) -> bytes:
+    def read_sync(self, ref: Ref, size: int, verify: Verify | None = None) -> bytes:
         path = self.path(ref)
         try:
             with open_regular(path) as f:
@@ -229,7 +233,7 @@ class LocalBlobStore:
             raise Corrupt(f"what is stored under {ref} is not a regular file") from None
         except OSError as e:
             raise storage_error(e, "reading an object") from e
-        if len(data) != size or not ref.matches(data):
+        if len(data) != size or not (ref.matches(data) if verify is None else verify(data)):
             raise Corrupt(f"the stored bytes of {ref} do not match their reference")
         return data
 

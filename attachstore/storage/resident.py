@@ -36,11 +36,12 @@ import os
 import stat
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Generic, NamedTuple, Protocol, TypeVar
 
 from ..refs import Ref
 from .fileops import OPEN_READ
-from .local import LocalBlobStore
+from .local import LocalBlobStore, Verify
 
 RESIDENT_MAX = 1 << 20  # hashing 1 MiB takes under a millisecond here: about what a thread hop costs
 SETTLED_NS = 2_000_000_000  # a file changed more recently than this before its read is not remembered
@@ -83,10 +84,13 @@ class Resident(Generic[R]):
         self._rows: OrderedDict[tuple[str, str | None], _Remembered[R]] = OrderedDict()
         self.enabled = bool(_NOWAIT)
 
-    def read(self, ref: Ref, size: int, file: FileId | None = None) -> tuple[bytearray, FileId | None] | None:
+    def read(
+        self, ref: Ref, size: int, verify: Verify, file: FileId | None = None
+    ) -> tuple[bytearray, FileId | None] | None:
         """The object's bytes and which file they came from, if it is a regular file of exactly `size`
-        bytes (and, given `file`, that very file), all of them are in the page cache, and they hash to
-        `ref`. The file is None when it changed too recently to be told apart from a successor."""
+        bytes (and, given `file`, that very file), all of them are in the page cache, and they pass
+        `verify` (their keyed check, or their address). The file is None when it changed too recently to
+        be told apart from a successor."""
         if not self.enabled or size > RESIDENT_MAX:
             return None
         try:
@@ -109,7 +113,7 @@ class Resident(Generic[R]):
             return None
         finally:
             os.close(fd)
-        if not ref.matches(data):
+        if not verify(data):
             return None
         return data, found if settled else None
 
@@ -125,16 +129,18 @@ class Resident(Generic[R]):
         if len(self._rows) > self.entries:
             self._rows.popitem(last=False)
 
-    def recall(self, ref: Ref, scope: str | None) -> tuple[R, bytearray] | None:
-        """A remembered row and the object's verified bytes, read from the same file as before; None (and
-        the row forgotten) on any doubt."""
+    def recall(
+        self, ref: Ref, scope: str | None, verify: Callable[[Ref, R], Verify]
+    ) -> tuple[R, bytearray] | None:
+        """A remembered row and the object's bytes, read from the same file as before and verified as
+        `verify(ref, row)` says; None (and the row forgotten) on any doubt."""
         key = (str(ref), scope)
         got = self._rows.get(key)
         if got is None:
             return None
         now = time.monotonic_ns()
         current = now / 1e9 < got.until and wall_ns() - now > got.offset - STEP_NS
-        found = self.read(ref, got.row.bytes, got.file) if current else None
+        found = self.read(ref, got.row.bytes, verify(ref, got.row), got.file) if current else None
         if found is None:
             del self._rows[key]
             return None

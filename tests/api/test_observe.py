@@ -17,6 +17,7 @@ from aiohttp.test_utils import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from attachstore import logs
+from attachstore.api.common import STORE
 from attachstore.logs import JsonFormatter
 from tests.conftest import MakeClient
 from tests.support.faults import flip_byte
@@ -177,3 +178,16 @@ def test_the_log_writer_ends_even_with_lines_queued_after_its_stop() -> None:
     writer.thread.join(timeout=30)
     assert not writer.thread.is_alive()
     assert [json.loads(line)["msg"] for line in out.getvalue().splitlines()] == ["before", "after"]
+
+
+async def test_made_request_ids_differ_and_latencies_count_per_label(client: Client) -> None:
+    ids = {(await client.get("/healthz")).headers["X-Request-Id"] for _ in range(5)}
+    assert len(ids) == 5
+    assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
+    await client.get("/v1/attachments/sha256:" + "0" * 64)  # 404, another child of the histogram
+    store = client.app[STORE]
+    count = store.metrics.registry.get_sample_value
+    labels = {"method": "GET", "endpoint": "/healthz", "status": "200"}
+    assert count("attachstore_request_duration_seconds_count", labels) == 5
+    missing = {"method": "GET", "endpoint": "/v1/attachments/{ref}", "status": "404"}
+    assert count("attachstore_request_duration_seconds_count", missing) == 1

@@ -17,7 +17,7 @@ from typing import Any
 
 from . import report, scaleout, scenarios, tools, transcript, variants
 from .drive import Driver
-from .procs import REPO, Daemon, Profiler
+from .procs import CHECK_KEY, REPO, Daemon, Profiler
 from .spy import render_text
 
 SCENARIOS = ["read", "render", "admit", "scale", "variant", "scaleout", "transcript"]
@@ -73,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         help="leave out the scaleout scenario (it installs and starts Ceph RGW and PostgreSQL)",
     )
     args = p.parse_args(argv)
+    os.environ["ATTACHSTORE_CHECK_KEY"] = CHECK_KEY  # every daemon and command of the run, and the synthesis
     started = time.monotonic()
     only = set(args.only or SCENARIOS) - ({"scaleout"} if args.no_services else set())
 
@@ -182,9 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(report.table(table_rows))
     print(
-        "baseline: nginx (read), the in-process floor (admit, render, transcript), raw sha256 (audit); "
-        "for scale and gc rows 'attachstore' is the large store and 'baseline' the 1k one, the ratio is "
-        "large/small."
+        "baseline: nginx and the verified ceiling (read: read + keyed check, no HTTP), the in-process floor "
+        "(admit, render, transcript), raw sha256 (audit); for scale and gc rows 'attachstore' is the large "
+        "store and 'baseline' the 1k one, the ratio is large/small."
     )
     if "scale" in results and "note" in results["scale"]:
         print(f"scale: {results['scale']['note']}")

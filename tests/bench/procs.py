@@ -52,7 +52,11 @@ def wait_http(url: str, timeout: float = 30.0, proc: subprocess.Popen[bytes] | N
         time.sleep(0.05)
 
 
-# One serving process per core, as a deployment on this machine would run it (`serve --workers N`).
+# The key of the keyed check for every process the bench starts (set in the environment by __main__): the
+# synthesized scale stores carry checks made with it, so that the audit finds them as admissions leave them.
+CHECK_KEY = "be" * 32
+
+# One serving process per core: what `serve` runs by default, and the ceiling's processes.
 DAEMON_WORKERS = os.cpu_count() or 1
 
 
@@ -78,8 +82,7 @@ class Daemon:
                     str(self.data_dir),
                     "--listen",
                     f"127.0.0.1:{self.port}",
-                    "--workers",
-                    str(DAEMON_WORKERS),
+                    # No --workers: `make run`'s default, one serving process per core (DAEMON_WORKERS).
                     *(["--config", str(self.config)] if self.config else []),
                 ],
                 stdout=log,

@@ -27,7 +27,10 @@ from typing import Any
 import msgspec
 
 from attachstore.config import Config
+from attachstore.refs import Checker
 from attachstore.service import Store
+
+from .procs import CHECK_KEY
 
 OBJECT_SIZE = 300
 _SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -52,9 +55,12 @@ def tiny_object(i: int) -> bytes:
     return _HEAD + _chunk(b"tEXt", text) + _TAIL
 
 
-def _write_range(args: tuple[str, int, int]) -> bytes:
-    """Write objects lo..hi-1 under `objects`; return their sha256 digests, concatenated."""
+def _write_range(args: tuple[str, int, int]) -> tuple[bytes, list[str]]:
+    """Write objects lo..hi-1 under `objects`; return their sha256 digests, concatenated, and their keyed
+    checks (with the bench's key, procs.CHECK_KEY), in the same order."""
     objects, lo, hi = args
+    checker = Checker(bytes.fromhex(CHECK_KEY))
+    checks: list[str] = []
     root = Path(objects) / "sha256"
     made: set[str] = set()
     digests = bytearray()
@@ -63,6 +69,7 @@ def _write_range(args: tuple[str, int, int]) -> bytes:
         data = tiny_object(i)
         digest = hashlib.sha256(data).digest()
         digests += digest
+        checks.append(checker.of(data))
         hex_ = digest.hex()
         bucket = f"{root}/{hex_[0:2]}/{hex_[2:4]}"
         if bucket not in made:
@@ -73,13 +80,13 @@ def _write_range(args: tuple[str, int, int]) -> bytes:
             os.write(fd, data)
         finally:
             os.close(fd)
-    return bytes(digests)
+    return bytes(digests), checks
 
 
 def synthesize(data_dir: Path, n: int, processes: int | None = None) -> dict[str, Any]:
     """A store at `data_dir` holding objects 0..n-1. Returns timings (seconds) of its parts."""
     started = time.perf_counter()
-    config = msgspec.convert({"data_dir": str(data_dir)}, Config)
+    config = msgspec.convert({"data_dir": str(data_dir), "integrity": {"check_key": CHECK_KEY}}, Config)
 
     async def migrate() -> None:
         store = await Store.open(config, workers=1)
@@ -96,8 +103,12 @@ def synthesize(data_dir: Path, n: int, processes: int | None = None) -> dict[str
     else:
         parts = [_write_range(r) for r in ranges]
     written = time.perf_counter()
-    blob = b"".join(parts)
-    refs = sorted("sha256:" + blob[i : i + 32].hex() for i in range(0, len(blob), 32))
+    blob = b"".join(p[0] for p in parts)
+    checks = [c for p in parts for c in p[1]]
+    rows = sorted(
+        ("sha256:" + blob[i : i + 32].hex(), c) for i, c in zip(range(0, len(blob), 32), checks, strict=True)
+    )
+    refs = [r for r, _ in rows]
     now = time.time()
     old = now - 7 * 86400  # admitted a week ago: past any grace
     db = sqlite3.connect(data_dir / "index.sqlite3", isolation_level=None)
@@ -107,8 +118,8 @@ def synthesize(data_dir: Path, n: int, processes: int | None = None) -> dict[str
         db.execute("BEGIN")
         db.executemany(
             "INSERT INTO objects (ref, media_type, bytes, width, height, frames, name, created_at, lease_at,"
-            " state) VALUES (?, 'image/png', ?, 1, 1, 1, NULL, ?, ?, 'ok')",
-            ((r, OBJECT_SIZE, old, old) for r in refs),
+            " state, keyed_check) VALUES (?, 'image/png', ?, 1, 1, 1, NULL, ?, ?, 'ok', ?)",
+            ((r, OBJECT_SIZE, old, old, c) for r, c in rows),
         )
         db.executemany("INSERT INTO grants (tenant, ref) VALUES ('', ?)", ((r,) for r in refs))
         db.execute("COMMIT")
@@ -133,7 +144,7 @@ def synthesize(data_dir: Path, n: int, processes: int | None = None) -> dict[str
 # <repo>/.bench/scale/ (git-ignored) and reset at the start of each run instead: whatever an earlier run
 # admitted into them is removed, so that they hold exactly the synthesized objects again.
 
-FORMAT = 1  # bump when tiny_object() or the layout changes: older caches are rebuilt
+FORMAT = 2  # bump when tiny_object() or the layout changes: older caches are rebuilt
 MARKER = "bench-synth.json"
 BLOCK = 4096
 

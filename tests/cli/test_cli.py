@@ -245,6 +245,25 @@ def test_serve_with_two_worker_processes(tmp_path: Path) -> None:
     assert b"with 2 worker(s)" in err
 
 
+@pytest.mark.parametrize("flags", [[], ["--workers", "1"]], ids=["default", "one"])
+def test_serve_uses_one_worker_per_core_unless_told(tmp_path: Path, flags: list[str]) -> None:
+    port = free_port()
+    env = {**os.environ, "ATTACHSTORE_DATA_DIR": str(tmp_path / "data")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "attachstore", "serve", "--listen", f"127.0.0.1:{port}", *flags],
+        env=env,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_ready(f"http://127.0.0.1:{port}/readyz", proc)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    expected = 1 if flags else len(os.sched_getaffinity(0))
+    assert f"with {expected} worker(s)".encode() in err
+
+
 def _serve_on_a_held_port(tmp_path: Path, *flags: str, reuse_port: bool = False) -> tuple[int, str]:
     with socket.socket() as other:
         if reuse_port:

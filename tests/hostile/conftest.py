@@ -168,6 +168,10 @@ def start_daemon(tmp_path: Path) -> Iterator[Any]:
                     str(config),
                     "--listen",
                     f"127.0.0.1:{port}",
+                    # One process: the bounds under test are each process's, and its RSS is read from
+                    # /proc of this pid.
+                    "--workers",
+                    "1",
                 ],
                 env=env,
                 stdout=out,

@@ -324,7 +324,35 @@ async def test_an_older_index_is_migrated_forward(blank: Store) -> None:
     assert await index.variant(A, "fit") == row(B, None)
 
 
+async def test_a_version_7_index_gains_the_keyed_check_column_empty(blank: Store) -> None:
+    await blank.build(7)
+    await blank.execute(
+        f"""INSERT INTO objects (ref, media_type, bytes, width, height, frames, name, created_at, lease_at)
+        VALUES ('{A}', 'image/png', 10, 2, 3, 1, NULL, 1.0, 1.0)"""
+    )
+    index = await blank.open()
+    assert await blank.version() == SCHEMA_VERSION == 8
+    got = await index.get(A)
+    assert got is not None
+    assert got.keyed_check is None
+
+
 # -- objects ---------------------------------------------------------------------------------------------
+
+
+async def test_the_keyed_check_is_published_recorded_and_kept_by_a_publication_without_one(
+    index: AnyIndex,
+) -> None:
+    await index.publish([row(A)._replace(keyed_check="k1:aa")], nothing)
+    assert (await index.get(A)).keyed_check == "k1:aa"  # type: ignore[union-attr]
+    await index.publish([row(A, at=200.0)], nothing)  # e.g. the audit's re-index by an older attachstore
+    assert (await index.get(A)).keyed_check == "k1:aa"  # type: ignore[union-attr]
+    await index.record_check(A, "k2:bb")
+    assert (await index.get(A)).keyed_check == "k2:bb"  # type: ignore[union-attr]
+    await index.publish([row(A, at=300.0)._replace(keyed_check="k2:cc")], nothing)
+    assert (await index.get(A)).keyed_check == "k2:cc"  # type: ignore[union-attr]
+    await index.record_check(B, "k2:dd")  # no row: nothing to record it on
+    assert await index.get(B) is None
 
 
 async def test_publish_and_get(index: AnyIndex) -> None:

@@ -22,7 +22,7 @@ from attachstore.index import Index, ObjectRow
 from attachstore.maintenance import Audit, Kind, filepass
 from attachstore.maintenance import audit as audit_module
 from attachstore.progress import Progress
-from attachstore.refs import Ref
+from attachstore.refs import Checker, Ref
 from attachstore.service import Store, Upload
 from attachstore.storage import Listing
 from tests.conftest import MakeConfig
@@ -354,9 +354,11 @@ async def test_a_file_swept_between_the_listing_and_its_read_is_no_finding_of_it
     [ref] = await put(store, png(9, 9))
     examine = filepass.examine
 
-    def sweep_first(parts: list[tuple[Listing, list[str]]], rows: dict[str, ObjectRow]) -> object:
+    def sweep_first(
+        parts: list[tuple[Listing, list[str]]], rows: dict[str, ObjectRow], checker: Checker
+    ) -> object:
         store.local.path(Ref.parse(ref)).unlink()  # what a GC sweep does first
-        return examine(parts, rows)
+        return examine(parts, rows, checker)
 
     monkeypatch.setattr("attachstore.maintenance.filepass.examine", sweep_first)
     report = await Audit(store, settle=0).run()

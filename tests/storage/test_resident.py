@@ -19,7 +19,7 @@ import pytest
 
 from attachstore.errors import Corrupt, NotFound
 from attachstore.maintenance import gc
-from attachstore.refs import Ref
+from attachstore.refs import Checker, Ref
 from attachstore.service import Store, Upload
 from attachstore.storage import resident
 from tests.conftest import MakeConfig
@@ -96,8 +96,10 @@ async def test_a_second_read_is_served_without_the_index_and_still_hashed(
     ref = await put(store, image)
     gets = CountingGets(store)
     hashed: list[int] = []
-    matches = Ref.matches
-    monkeypatch.setattr(Ref, "matches", lambda self, data: hashed.append(len(data)) or matches(self, data))
+    holds = Checker.holds
+    monkeypatch.setattr(
+        Checker, "holds", lambda self, check, data: hashed.append(len(data)) or holds(self, check, data)
+    )
     for _ in range(3):
         found, data = await store.read(ref)
         assert (found.ref, bytes(data)) == (ref, image)
@@ -116,6 +118,7 @@ async def test_a_remembered_read_whose_bytes_do_not_hash_is_not_served(
     await remembered(store, ref)
     # What damage that leaves the file's change time alone (bit rot under the file system) looks like:
     monkeypatch.setattr(Ref, "matches", lambda self, data: False)
+    monkeypatch.setattr(Checker, "holds", lambda self, check, data: False)
     with pytest.raises(Corrupt):
         await store.read(ref)
     assert not path_of(store, ref).exists()  # quarantined by the usual path
