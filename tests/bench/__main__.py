@@ -182,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(report.table(table_rows))
     print(
-        "baseline: nginx (read), the in-process floor (admit, render, transcript), raw sha256 (audit); "
+        "baseline: nginx (read), the physical floor (admit), the in-process floor (render, transcript), "
+        "raw sha256 (audit); "
         "for scale and gc rows 'attachstore' is the large store and 'baseline' the 1k one, the ratio is "
         "large/small."
     )
