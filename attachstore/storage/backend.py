@@ -56,7 +56,7 @@ class BlobStore(Protocol):
 
     async def close(self) -> None: ...
 
-    async def put(self, ref: Ref, data: bytes) -> Put: ...
+    async def put(self, ref: Ref, data: bytes | memoryview) -> Put: ...
 
     async def read(self, ref: Ref, size: int, *, fresh: bool = False) -> bytes:
         """`fresh`: from the store itself, past any cache."""
@@ -101,7 +101,7 @@ class LocalBackend:
     async def close(self) -> None:
         return None
 
-    async def put(self, ref: Ref, data: bytes) -> Put:
+    async def put(self, ref: Ref, data: bytes | memoryview) -> Put:
         return await self.blobs.put(ref, data)
 
     async def read(self, ref: Ref, size: int, *, fresh: bool = False) -> bytes:
