@@ -4,13 +4,14 @@
 
 LIST names one file per image: its bytes, or with --base64 its base64 text (a JSON upload's). PROCESSES
 processes (one per core, as many as decode) take the images in turn, and for each do what no admission that
-keeps SPEC's promises can skip: (JSON) one base64 decode; a full decode of every frame with Pillow; sha256;
-a staging file in DIR/tmp written, fsynced and closed, linked to its object path under DIR/objects, the
-directory chain fsynced up to objects/, the staging name removed; one SQLite commit of its row (WAL,
-synchronous=FULL, one database for all the processes). Each process decodes on its one thread and hands
-the durable write and the commit to a few threads of its own, so that the core decodes the next image while
-the disk syncs the last (as the daemon overlaps them). No HTTP, no body parsing, no gate checks beyond the
-decode, no pipes between processes, no asyncio. An image's latency runs from its decode to its commit.
+keeps SPEC's promises can skip: (JSON) one base64 decode; a
+full decode of every frame with Pillow; sha256; a staging file in DIR/tmp written, fsynced and closed,
+linked to its object path under DIR/objects, the directory chain fsynced up to objects/, the staging name
+removed; one SQLite commit of its row (WAL, synchronous=FULL, one database for all the processes). Each
+process decodes on its one thread and hands the durable write and the commit to a few threads of its own,
+so that the core decodes the next image while the disk syncs the last (as the daemon overlaps them). No
+HTTP, no body parsing, no gate checks beyond the decode, no pipes between processes, no asyncio. An image's
+latency runs from its decode to its commit.
 """
 
 from __future__ import annotations
@@ -38,11 +39,27 @@ _IO_THREADS = 4  # per process: fsyncs wait on the disk, and meanwhile the core 
 _root = Path()
 _paths: list[str] = []
 _next: Any = None  # the index of the next image to take, shared by the processes
-_local = threading.local()
+
+
+class _Writer:
+    """The process's one writer connection, behind a lock."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.db: sqlite3.Connection | None = None
+
+    def __enter__(self) -> None:
+        self.lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+
+
+_writer = _Writer()
 
 
 def _connect(root: Path) -> sqlite3.Connection:
-    db = sqlite3.connect(root / "index.sqlite3", isolation_level=None, timeout=30)
+    db = sqlite3.connect(root / "index.sqlite3", isolation_level=None, timeout=30, check_same_thread=False)
     db.execute("PRAGMA journal_mode = WAL")
     db.execute("PRAGMA synchronous = FULL")
     return db
@@ -74,7 +91,8 @@ def _decode(raw: bytes, is_base64: bool) -> tuple[bytes, str]:
     return data, hashlib.sha256(data).hexdigest()
 
 
-def _durable(data: bytes, digest: str) -> None:
+def _durable(data: bytes, digest: str) -> float:
+    """The durable write and the commit; returns when they were done."""
     objects = _root / "objects"
     bucket = objects / "sha256" / digest[:2] / digest[2:4]
     staging = _root / "tmp" / f"{secrets.token_hex(16)}.tmp"
@@ -97,15 +115,19 @@ def _durable(data: bytes, digest: str) -> None:
             break
         d = d.parent
     os.unlink(staging)
-    db = getattr(_local, "db", None)
-    if db is None:
-        db = _local.db = _connect(_root)
-    db.execute("BEGIN IMMEDIATE")
-    db.execute(
-        "INSERT OR REPLACE INTO objects (ref, bytes, created_at) VALUES (?, ?, ?)",
-        (f"sha256:{digest}", len(data), time.time()),
-    )
-    db.execute("COMMIT")
+    # One writer connection per process, its commits one at a time, as the daemon's: connections of one
+    # process contending for SQLite's lock would spend their time in its busy handler's sleeps.
+    with _writer:
+        db = _writer.db
+        if db is None:
+            db = _writer.db = _connect(_root)
+        db.execute("BEGIN IMMEDIATE")
+        db.execute(
+            "INSERT OR REPLACE INTO objects (ref, bytes, created_at) VALUES (?, ?, ?)",
+            (f"sha256:{digest}", len(data), time.time()),
+        )
+        db.execute("COMMIT")
+    return time.perf_counter()
 
 
 def _take() -> int:
@@ -117,21 +139,14 @@ def _take() -> int:
 
 def run(is_base64: bool) -> list[float]:
     """This process's share: images taken in turn until none is left; each one's seconds."""
-    latencies: list[float] = []
-
-    def finish(started: float, future: Future[None]) -> None:
-        future.result()
-        latencies.append(time.perf_counter() - started)
-
+    pending: list[tuple[float, Future[float]]] = []
     with ThreadPoolExecutor(_IO_THREADS) as io_threads:
         while (i := _take()) < len(_paths):
             raw = Path(_paths[i]).read_bytes()
             started = time.perf_counter()
             data, digest = _decode(raw, is_base64)
-            io_threads.submit(_durable, data, digest).add_done_callback(
-                lambda f, started=started: finish(started, f)
-            )
-    return latencies
+            pending.append((started, io_threads.submit(_durable, data, digest)))
+    return [done.result() - started for started, done in pending]  # a failure fails the run
 
 
 def measure(root: Path, paths: list[str], processes: int, is_base64: bool) -> dict[str, float | str]:
