@@ -4,7 +4,7 @@
 
 LIST names one file per image: its bytes, or with --base64 its base64 text (a JSON upload's). PROCESSES
 processes (one per core, as many as decode) take the images in turn, and for each do what no admission that
-keeps SPEC's promises can skip: (JSON) one base64 decode; a
+keeps SPEC's promises can skip: (JSON) one base64 decode, with the decoder the daemon uses (pybase64); a
 full decode of every frame with Pillow; sha256; a staging file in DIR/tmp written, fsynced and closed,
 linked to its object path under DIR/objects, the directory chain fsynced up to objects/, the staging name
 removed; one SQLite commit of its row (WAL, synchronous=FULL, one database for all the processes). Each
@@ -16,7 +16,6 @@ latency runs from its decode to its commit.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import hashlib
 import io
@@ -31,6 +30,8 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+import pybase64
 
 from .stats import percentile
 
@@ -83,7 +84,7 @@ def _fsync_dir(path: Path) -> None:
 def _decode(raw: bytes, is_base64: bool) -> tuple[bytes, str]:
     from PIL import Image
 
-    data = base64.b64decode(raw) if is_base64 else raw
+    data = pybase64.b64decode(raw, validate=True) if is_base64 else raw
     with Image.open(io.BytesIO(data)) as im:
         for frame in range(getattr(im, "n_frames", 1)):
             im.seek(frame)

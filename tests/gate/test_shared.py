@@ -183,3 +183,23 @@ def test_a_write_to_a_sealed_buffer_fails_with_eperm() -> None:
     with pytest.raises(PermissionError) as e:
         buf.write(b"more")
     assert e.value.errno == errno.EPERM
+
+
+def test_the_fast_decoder_accepts_exactly_what_decode_base64_does() -> None:
+    """Random short texts over the alphabet, padding and what is not base64: decode_base64_shared (pybase64
+    on each piece, decode_base64 on a failure) gives decode_base64's bytes or its refusal, every time."""
+    import random
+
+    rng = random.Random(20)
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/" + "=" * 8 + "-_ \n\xe9"
+    for _ in range(20_000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.choice([0, 2, 4, 8, 12, 16])))
+        try:
+            expected: bytes | str = decode_base64(text)
+        except Rejected as e:
+            expected = e.message
+        try:
+            got: bytes | str = bytes(decode_base64_shared(text).seal())
+        except Rejected as e:
+            got = e.message
+        assert got == expected, text
