@@ -33,7 +33,9 @@ from typing import Any
 
 import pybase64
 
-from .stats import percentile
+from attachstore.transcripts.files import fsync_dir
+
+from .stats import timed
 
 _IO_THREADS = 4  # per process: fsyncs wait on the disk, and meanwhile the core decodes the next image
 
@@ -73,14 +75,6 @@ def _start(root: str, paths: list[str], counter: Any) -> None:
     _root, _paths, _next = Path(root), paths, counter
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _decode(raw: bytes, is_base64: bool) -> tuple[bytes, str]:
     from PIL import Image
 
@@ -111,7 +105,7 @@ def _durable(data: bytes, digest: str) -> float:
         os.link(staging, bucket / digest)
     d = bucket
     while True:
-        _fsync_dir(d)
+        fsync_dir(d)
         if d == objects:
             break
         d = d.parent
@@ -164,15 +158,7 @@ def measure(root: Path, paths: list[str], processes: int, is_base64: bool) -> di
         shares = pool.map(run, [is_base64] * processes, chunksize=1)
         seconds = time.perf_counter() - started
     latencies = [x for share in shares for x in share]
-    return {
-        "tool": "floor",
-        "requests": len(latencies),
-        "rps": len(latencies) / seconds,
-        "p50_ms": percentile(latencies, 50) * 1000,
-        "p99_ms": percentile(latencies, 99) * 1000,
-        "errors": 0,
-        "seconds": seconds,
-    }
+    return timed("floor", latencies, seconds)
 
 
 def main() -> None:

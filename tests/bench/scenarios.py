@@ -19,7 +19,7 @@ from .drive import Driver, Result, post_each
 from .nginx import Nginx
 from .procs import DAEMON_WORKERS, REPO, Daemon, MemorySampler, Profiler, attachstore_command
 from .spy import summarise
-from .stats import alternate, paired_ratio, percentile, summary
+from .stats import alternate, paired_ratio, summary, timed
 from .workload import MULTIPART, Item
 
 
@@ -410,16 +410,7 @@ def _floor_render(files: list[Path], seconds: float) -> Result:
             hashlib.sha256(data).hexdigest()
             base64.b64encode(data)
         latencies.append(time.perf_counter() - t0)
-    total = time.perf_counter() - start
-    return {
-        "tool": "in-process",
-        "requests": len(latencies),
-        "rps": len(latencies) / total,
-        "p50_ms": percentile(latencies, 50) * 1000,
-        "p99_ms": percentile(latencies, 99) * 1000,
-        "errors": 0,
-        "seconds": total,
-    }
+    return timed("in-process", latencies, time.perf_counter() - start)
 
 
 def render(b: Bench, daemon: Daemon) -> dict[str, Any]:
