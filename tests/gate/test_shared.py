@@ -10,6 +10,7 @@ import fcntl
 import gc
 import mmap
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,20 @@ def mapped_uploads() -> int:
         except OSError:
             continue
     return mappings() + fds
+
+
+def _decode_workers() -> list[int]:
+    """The pids of this process's decode workers."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            command = (entry / "cmdline").read_bytes()
+        except (OSError, IndexError):
+            continue
+        if int(stat[1]) == os.getpid() and b"attachstore.gate" in command:
+            found.append(int(entry.name))
+    return found
 
 
 def test_a_sealed_buffer_cannot_be_changed_by_anyone() -> None:
@@ -169,8 +184,18 @@ async def test_a_worker_that_dies_or_is_cut_off_leaves_no_shared_memory_behind()
         job.cancel()
         with pytest.raises(asyncio.CancelledError):
             await job
+        crashing = asyncio.ensure_future(
+            pool.inspect(SharedBuffer.of(images.jpeg_scan_bomb(3000)), None, DEFAULTS, "sha256")
+        )
+        while not pool.metrics.registry.get_sample_value("attachstore_decodes_running"):  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+        for child in _decode_workers():
+            os.kill(child, signal.SIGKILL)  # a decoder crash, as a segfault would end it
+        with pytest.raises(Rejected) as crashed:
+            await crashing
+        assert crashed.value.code == "INVALID_IMAGE"
         bomb.close()
-        del bomb, job, slow
+        del bomb, job, slow, crashing, crashed
         assert (await pool.inspect(SharedBuffer.of(images.png(4, 4)), None, DEFAULTS, "sha256")).width == 4
     finally:
         await pool.close()
