@@ -17,7 +17,7 @@ import pytest
 
 from attachstore.config import Limits
 from attachstore.errors import Rejected
-from attachstore.gate import DecodePool, SharedBuffer, decode_base64, decode_base64_shared
+from attachstore.gate import DecodePool, Passed, SharedBuffer, decode_base64, decode_base64_shared
 from tests.support import images
 
 DEFAULTS = Limits()
@@ -160,6 +160,20 @@ async def test_a_worker_reads_the_upload_from_shared_memory() -> None:
         await pool.close()
 
 
+def _bomb(pool: DecodePool) -> asyncio.Future[Passed]:
+    return asyncio.ensure_future(
+        pool.inspect(SharedBuffer.of(images.jpeg_scan_bomb(3000)), None, DEFAULTS, "sha256")
+    )
+
+
+async def _decoding(pool: DecodePool) -> asyncio.Future[Passed]:
+    """A slow job, once a worker decodes it."""
+    job = _bomb(pool)
+    while not pool.metrics.registry.get_sample_value("attachstore_decodes_running"):  # noqa: ASYNC110
+        await asyncio.sleep(0.01)
+    return job
+
+
 async def test_a_worker_that_dies_or_is_cut_off_leaves_no_shared_memory_behind() -> None:
     gc.collect()
     before = mapped_uploads()
@@ -169,26 +183,16 @@ async def test_a_worker_that_dies_or_is_cut_off_leaves_no_shared_memory_behind()
         with pytest.raises(Rejected) as slow:
             await pool.inspect(bomb, None, DEFAULTS, "sha256")
         assert slow.value.code == "INVALID_IMAGE"
-        job = asyncio.ensure_future(
-            pool.inspect(SharedBuffer.of(images.jpeg_scan_bomb(3000)), None, DEFAULTS, "sha256")
-        )
+        job = _bomb(pool)
         await asyncio.sleep(0.05)  # cancelled while its worker starts
         job.cancel()
         with pytest.raises(asyncio.CancelledError):
             await job
-        job = asyncio.ensure_future(
-            pool.inspect(SharedBuffer.of(images.jpeg_scan_bomb(3000)), None, DEFAULTS, "sha256")
-        )
-        while not pool.metrics.registry.get_sample_value("attachstore_decodes_running"):  # noqa: ASYNC110
-            await asyncio.sleep(0.01)
+        job = await _decoding(pool)
         job.cancel()
         with pytest.raises(asyncio.CancelledError):
             await job
-        crashing = asyncio.ensure_future(
-            pool.inspect(SharedBuffer.of(images.jpeg_scan_bomb(3000)), None, DEFAULTS, "sha256")
-        )
-        while not pool.metrics.registry.get_sample_value("attachstore_decodes_running"):  # noqa: ASYNC110
-            await asyncio.sleep(0.01)
+        crashing = await _decoding(pool)
         for child in _decode_workers():
             os.kill(child, signal.SIGKILL)  # a decoder crash, as a segfault would end it
         with pytest.raises(Rejected) as crashed:
