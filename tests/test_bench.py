@@ -64,10 +64,13 @@ def test_quick_bench_reports_every_scenario(tmp_path: Path) -> None:
         assert _number(level["ceiling_ratio"])
     assert _number(read["ceiling_sha256"]["rps"])
 
-    for name in ("admit", "render"):
-        _side(scenarios[name]["attachstore"])
-        _side(scenarios[name]["floor_in_process"])
-        assert _number(scenarios[name]["ratio"])
+    for path in ("multipart", "json"):
+        _side(scenarios["admit"][path]["attachstore"])
+        _side(scenarios["admit"][path]["floor"])
+        assert _number(scenarios["admit"][path]["ratio"])
+    _side(scenarios["render"]["attachstore"])
+    _side(scenarios["render"]["floor_in_process"])
+    assert _number(scenarios["render"]["ratio"])
 
     scale = scenarios["scale"]
     small, large = (str(n) for n in scale["sizes"])

@@ -8,7 +8,7 @@ from aiohttp import web
 from ..errors import InvalidRequest, UnsupportedMediaType
 from ..service import PREVIEW_SIZES, PREVIEW_SIZES_HINT, Admission, ImageRef, Upload
 from . import wire
-from .bodies import IMAGES_HINT, read_multipart
+from .bodies import IMAGES_HINT, close_uploads, read_multipart
 from .common import CONFIG, STORE, json_response, read_json, tenant_of
 from .sending import View, sending
 
@@ -67,14 +67,17 @@ async def admit(request: web.Request) -> web.Response:
         else:
             text_fields, uploads = await read_multipart(request, config, slot.hold)
             fields = {k: text_fields.get(k) or None for k in ("source", "route", "session")}
-        result = await store.admit(
-            uploads,
-            fields["source"],
-            route=fields["route"],
-            session=fields["session"],
-            tenant=tenant_of(request),
-            slot=slot,
-        )
+        try:
+            result = await store.admit(
+                uploads,
+                fields["source"],
+                route=fields["route"],
+                session=fields["session"],
+                tenant=tenant_of(request),
+                slot=slot,
+            )
+        finally:
+            close_uploads(uploads)
     return admit_answer(result)
 
 

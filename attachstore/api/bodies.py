@@ -17,6 +17,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from ..config import Config
 from ..errors import InvalidRequest, PayloadTooLarge, Rejected, RequestTimeout
+from ..gate import SharedBuffer
 from ..service import Upload
 
 _CHUNK = 1 << 16
@@ -173,51 +174,55 @@ async def _read_parts(
     fields: dict[str, str] = {}
     uploads: list[Upload] = []
     n = 0
-    while True:
-        stream.between_parts()
-        part = await reader.next()
-        stream.in_part()
-        if part is None:
-            return fields, uploads
-        n += 1
-        request[PARTS] = n
-        if n > max_images + len(_TEXT_FIELDS):
-            raise Rejected(
-                "TOO_MANY_IMAGES",
-                f"more than {max_images} images in one request: the body has more parts than its images "
-                f"and the text fields {', '.join(_TEXT_FIELDS)}",
-                hint=f"send at most {max_images} images per request",
+    try:
+        while True:
+            stream.between_parts()
+            part = await reader.next()
+            stream.in_part()
+            if part is None:
+                return fields, uploads
+            n += 1
+            request[PARTS] = n
+            if n > max_images + len(_TEXT_FIELDS):
+                raise Rejected(
+                    "TOO_MANY_IMAGES",
+                    f"more than {max_images} images in one request: the body has more parts than its images "
+                    f"and the text fields {', '.join(_TEXT_FIELDS)}",
+                    hint=f"send at most {max_images} images per request",
+                )
+            if not isinstance(part, BodyPartReader):
+                raise InvalidRequest("nested multipart bodies are not accepted")
+            encoding = part.headers.get("Content-Transfer-Encoding", "").strip().lower()
+            if encoding not in _AS_THEY_ARE:
+                raise InvalidRequest(
+                    f"form part {n}: Content-Transfer-Encoding {encoding[:40]!r} is not supported",
+                    hint="send each part's bytes as they are, without a Content-Transfer-Encoding",
+                )
+            if part.filename is not None and len(part.filename) > MAX_FILENAME:
+                raise InvalidRequest(f"a file part's filename is longer than {MAX_FILENAME} characters")
+            if part.filename is None:
+                name = _text_field(part, fields)
+                value, size = await _content(part, _MAX_TEXT_FIELD)
+                if size > _MAX_TEXT_FIELD:
+                    raise InvalidRequest(f"form field {name!r} is too long")
+                try:
+                    fields[name] = value.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise InvalidRequest(f"form field {name!r} is not UTF-8") from None
+                continue
+            kept, size = await _file_content(part, keep)
+            declared = part.headers.get("Content-Type", "")
+            uploads.append(
+                Upload(
+                    kept,
+                    size,
+                    None if declared.split(";")[0].strip().lower() in UNDECLARED else declared,
+                    part.filename,
+                )
             )
-        if not isinstance(part, BodyPartReader):
-            raise InvalidRequest("nested multipart bodies are not accepted")
-        encoding = part.headers.get("Content-Transfer-Encoding", "").strip().lower()
-        if encoding not in _AS_THEY_ARE:
-            raise InvalidRequest(
-                f"form part {n}: Content-Transfer-Encoding {encoding[:40]!r} is not supported",
-                hint="send each part's bytes as they are, without a Content-Transfer-Encoding",
-            )
-        if part.filename is not None and len(part.filename) > MAX_FILENAME:
-            raise InvalidRequest(f"a file part's filename is longer than {MAX_FILENAME} characters")
-        if part.filename is None:
-            name = _text_field(part, fields)
-            value, size = await _content(part, _MAX_TEXT_FIELD)
-            if size > _MAX_TEXT_FIELD:
-                raise InvalidRequest(f"form field {name!r} is too long")
-            try:
-                fields[name] = value.decode("utf-8")
-            except UnicodeDecodeError:
-                raise InvalidRequest(f"form field {name!r} is not UTF-8") from None
-            continue
-        kept, size = await _content(part, keep)
-        declared = part.headers.get("Content-Type", "")
-        uploads.append(
-            Upload(
-                kept,
-                size,
-                None if declared.split(";")[0].strip().lower() in UNDECLARED else declared,
-                part.filename,
-            )
-        )
+    except BaseException:  # the shared memory of the parts read so far goes at once
+        close_uploads(uploads)
+        raise
 
 
 async def _content(part: BodyPartReader, keep: int) -> tuple[bytes, int]:
@@ -231,6 +236,33 @@ async def _content(part: BodyPartReader, keep: int) -> tuple[bytes, int]:
         if size > keep:
             del kept[64:]
     return bytes(kept), size
+
+
+async def _file_content(part: BodyPartReader, keep: int) -> tuple[bytes | SharedBuffer, int]:
+    """As _content, but the kept bytes go straight into shared memory as they arrive, where the decode
+    worker reads them: no buffer to grow, and no copy of the image on its way to the worker."""
+    kept = SharedBuffer()
+    head = b""
+    size = 0
+    try:
+        while chunk := await part.read_chunk(_CHUNK):
+            size += len(chunk)
+            if size <= keep:
+                kept.write(chunk)
+            elif not head:  # too large: only its head is kept, for the type checks
+                head = (kept.head(64) + chunk[:64])[:64]
+                kept.close()
+    except BaseException:
+        kept.close()
+        raise
+    return (kept if size <= keep else head), size
+
+
+def close_uploads(uploads: list[Upload]) -> None:
+    """Let go of the shared memory of uploads (see SharedBuffer.close)."""
+    for u in uploads:
+        if isinstance(u.payload, SharedBuffer):
+            u.payload.close()
 
 
 def _text_field(part: BodyPartReader, fields: dict[str, str]) -> str:

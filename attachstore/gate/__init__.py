@@ -2,7 +2,7 @@
 lossless metadata surgery and the normalization of oversized images, and the pool of decode worker processes
 that runs the expensive part. Pure functions of the bytes, except the pool."""
 
-from .base64text import base64_decoded_size, decode_base64
+from .base64text import base64_decoded_size, decode_base64, decode_base64_shared
 from .batch import Batch, Unwanted
 from .checks import (
     ATTACH_AGAIN,
@@ -17,6 +17,7 @@ from .checks import (
 )
 from .pool import DecodePool
 from .probe import JPEG_HEADER_STEPS, MEDIA_TYPES, Header, HeaderTooDeep, probe_header, sniff
+from .shared import SharedBuffer
 from .worker import Original, Passed
 
 __all__ = [
@@ -32,11 +33,13 @@ __all__ = [
     "Inspection",
     "Original",
     "Passed",
+    "SharedBuffer",
     "Unwanted",
     "base64_decoded_size",
     "canonical_type",
     "check_batch",
     "decode_base64",
+    "decode_base64_shared",
     "inspect",
     "precheck",
     "probe_header",

@@ -6,7 +6,10 @@ from __future__ import annotations
 import binascii
 import re
 
+import pybase64
+
 from ..errors import Rejected
+from .shared import SharedBuffer
 
 _NOT_BASE64 = re.compile(r"[^A-Za-z0-9+/=]")
 
@@ -30,6 +33,32 @@ def decode_base64(text: str) -> bytes:
     if binascii.b2a_base64(data[-tail:], newline=False) != text[-4:].encode("ascii"):
         raise _bad_base64("the base64 text is not canonical: the bits left over before the '=' are not zero")
     return data
+
+
+_CHUNK = 1 << 16  # characters per decoded piece: a multiple of 4
+
+
+def decode_base64_shared(text: str) -> SharedBuffer:
+    """decode_base64, straight into shared memory for the decode worker, a piece at a time: one decode, no
+    copy of the whole image in between, with pybase64's SIMD decoder (some 25 times the standard library's
+    speed, which took 10 ms of the daemon's CPU for a 2.3 MB image). Whatever the pieces find wrong is
+    settled by decode_base64 on the whole text, so the refusals (and what is accepted) are exactly its
+    own."""
+    last = max(0, len(text) - 4)  # only the last 4 characters may hold '=', or bits left over
+    if text[:5].lower() == "data:" or len(text) % 4 or "=" in text[:last]:
+        return SharedBuffer.of(decode_base64(text))  # raises, with the words for what is wrong
+    buf = SharedBuffer()
+    try:
+        for start in range(0, len(text), _CHUNK):
+            buf.write(pybase64.b64decode(text[start : start + _CHUNK], validate=True))
+        tail = text[last:]
+        canonical = binascii.b2a_base64(binascii.a2b_base64(tail), newline=False) == tail.encode("ascii")
+    except ValueError:  # binascii.Error, or a str that is not ASCII
+        canonical = False
+    if not canonical:
+        buf.close()
+        return SharedBuffer.of(decode_base64(text))
+    return buf
 
 
 def base64_decoded_size(text: str) -> int:

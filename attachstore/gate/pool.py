@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import socket
 import sys
 import time
 from collections.abc import Hashable
@@ -16,6 +17,7 @@ from ..errors import AttachstoreError, Rejected
 from ..metrics import Metrics
 from .batch import Batch, Unwanted
 from .checks import READ_AGAIN, TRAILING_DATA
+from .shared import SharedBuffer
 from .slots import FairSlots
 from .worker import LENGTH, READY, Derive, Failed, Job, Outcome, Passed, job_encoder, outcome_decoder
 
@@ -29,13 +31,18 @@ async def _read_frame(stream: asyncio.StreamReader) -> bytes:
 
 
 class _Worker:
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+    def __init__(self, proc: asyncio.subprocess.Process, fds: socket.socket) -> None:
         self.proc = proc
+        self.fds = fds  # our end of the socket that hands the worker each job's shared memory
 
-    async def ask(self, job: Job | Derive) -> Outcome:
+    async def ask(self, job: Job | Derive, shared: SharedBuffer | None = None) -> Outcome:
         stdin, stdout = self.proc.stdin, self.proc.stdout
         if stdin is None or stdout is None:  # pragma: no cover - created with both pipes
             raise RuntimeError("worker without pipes")
+        if shared is not None:
+            # One datagram with the descriptor, before the frame that announces it; the worker takes each
+            # before it answers, so the socket's buffer never holds more than one.
+            socket.send_fds(self.fds, [b"m"], [shared.fd])
         body = job_encoder.encode(job)
         stdin.write(LENGTH.pack(len(body)))
         stdin.write(body)
@@ -43,6 +50,7 @@ class _Worker:
         return outcome_decoder.decode(await _read_frame(stdout))
 
     async def stop(self) -> None:
+        self.fds.close()
         if self.proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 self.proc.kill()
@@ -63,7 +71,7 @@ class DecodePool:
 
     async def inspect(
         self,
-        data: bytes,
+        data: bytes | SharedBuffer,
         declared: str | None,
         limits: Limits,
         algorithm: str,
@@ -81,16 +89,24 @@ class DecodePool:
         "reject"). With `fit_limits`, an image over `limits` but within `fit_limits` is normalized to fit
         `limits`; with `strip_metadata`, metadata is removed. `again` ends the hints that ask for the image
         once more (checks.READ_AGAIN or ATTACH_AGAIN). Passed.data holds the bytes to store when
-        they are not `data`. The job waits for a worker in `tenant`'s turn; as the one at `position` in
+        they are not `data`. A sealed `SharedBuffer` reaches the worker by its descriptor, not through the
+        pipe. The job waits for a worker in `tenant`'s turn; as the one at `position` in
         `batch`, it raises Unwanted instead of starting once an earlier one failed."""
         if trailing_data not in TRAILING_DATA:  # here, where a caller's mistake surfaces as its own error
             raise ValueError(f"trailing_data must be 'allow' or 'reject', not {trailing_data!r}")
+        shared = data if isinstance(data, SharedBuffer) else None
+        inline = b"" if isinstance(data, SharedBuffer) else data
+        job = Job(inline, declared, limits, algorithm, trailing_data, fit_limits, strip_metadata, again)
+        if shared is not None:
+            shared.seal()
+            job.shared = len(shared)
         return await self._run(
-            Job(data, declared, limits, algorithm, trailing_data, fit_limits, strip_metadata, again),
+            job,
             "the image is pathologically expensive to decode; re-encode it",
             tenant,
             batch,
             position,
+            shared,
         )
 
     async def derive(
@@ -117,7 +133,13 @@ class DecodePool:
         )
 
     async def _run(
-        self, job: Job | Derive, slow_hint: str, tenant: Hashable, batch: Batch | None, position: int
+        self,
+        job: Job | Derive,
+        slow_hint: str,
+        tenant: Hashable,
+        batch: Batch | None,
+        position: int,
+        shared: SharedBuffer | None = None,
     ) -> Passed:
         granted = self.timeout if batch is None else await batch.reserve(self.timeout, position)
         if batch is None or granted >= self.timeout:
@@ -148,7 +170,7 @@ class DecodePool:
             try:
                 if batch is not None and not batch.wanted(position):
                     raise Unwanted
-                outcome = await self._ask(job, granted, clock, too_slow)
+                outcome = await self._ask(job, granted, clock, too_slow, shared)
                 if isinstance(outcome, Failed) and batch is not None:
                     batch.failed(position)
             except Rejected:
@@ -166,7 +188,12 @@ class DecodePool:
         return outcome
 
     async def _ask(
-        self, job: Job | Derive, seconds: float, clock: list[float], too_slow: Rejected
+        self,
+        job: Job | Derive,
+        seconds: float,
+        clock: list[float],
+        too_slow: Rejected,
+        shared: SharedBuffer | None = None,
     ) -> Outcome:
         """The job's outcome from a worker within `seconds` (past them, `too_slow` is raised). A worker that
         takes longer or dies, or whose job is cancelled, is killed. `clock` gets the start and end of the
@@ -178,7 +205,7 @@ class DecodePool:
         clock[0] = clock[1] = time.monotonic()
         result = "crashed"
         try:
-            outcome = await asyncio.wait_for(worker.ask(job), seconds)
+            outcome = await asyncio.wait_for(worker.ask(job, shared), seconds)
             result = "rejected" if isinstance(outcome, Failed) else "passed"
         except TimeoutError:
             result = "timeout"
@@ -205,25 +232,35 @@ class DecodePool:
         return outcome
 
     async def _spawn(self) -> _Worker:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
         try:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
                 "attachstore.gate",
+                "--fds",
+                str(theirs.fileno()),
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 limit=_STREAM_LIMIT,
                 env=_worker_env(),
+                pass_fds=(theirs.fileno(),),
             )
         except OSError as e:
+            ours.close()
             raise AttachstoreError(f"cannot start a decode worker: {e}") from e
-        worker = _Worker(proc)
+        finally:
+            theirs.close()
+        worker = _Worker(proc, ours)
         try:
             if proc.stdout is None or await _read_frame(proc.stdout) != READY:
                 raise AttachstoreError("a decode worker started but did not say it was ready")
         except (asyncio.IncompleteReadError, ConnectionError) as e:
             await worker.stop()
             raise AttachstoreError("a decode worker exited while starting") from e
+        except BaseException:  # not ready, or the job cancelled while its worker started
+            await worker.stop()
+            raise
         return worker
 
     async def close(self) -> None:

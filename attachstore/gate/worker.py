@@ -2,11 +2,16 @@
 
 Image decoding runs in separate processes so that a pathological file can be cut off by killing its worker
 (threads cannot be stopped) and so that decoding never holds the daemon's event loop or its GIL.
-Protocol on stdin/stdout: frames of a 4-byte big-endian length followed by a msgpack message.
+Protocol on stdin/stdout: frames of a 4-byte big-endian length followed by a msgpack message. An upload's
+bytes do not travel in the message: a `Job` with `shared` set comes with the descriptor of a sealed memory
+file of that many bytes (shared.py), sent over the Unix socket named by `--fds` just before the frame.
 """
 
 from __future__ import annotations
 
+import mmap
+import os
+import socket
 import struct
 import sys
 from collections.abc import Sequence
@@ -37,6 +42,8 @@ class Job(msgspec.Struct, tag=True, array_like=True):
     fit_limits: Limits | None = None
     strip_metadata: bool = False
     again: str = "read it again"  # how the hints that ask for the image once more end (checks.READ_AGAIN)
+    shared: int = 0  # the size of the sealed memory file sent with the job that holds the bytes (then `data`
+    # is empty); 0: the bytes are `data`
 
 
 class Derive(msgspec.Struct, tag=True, array_like=True):
@@ -180,9 +187,29 @@ def _read_exact(stream: BinaryIO, n: int) -> bytes | None:
     return bytes(buf)
 
 
+def _shared_bytes(fds: socket.socket, size: int) -> bytes:
+    """The bytes of the memory file that came with a job: one copy out of the mapping, which is then let
+    go, so that the checks run on plain bytes."""
+    _, received, _, _ = socket.recv_fds(fds, 1, 1)
+    if len(received) != 1:
+        raise ConnectionError("a job's shared memory did not arrive")
+    try:
+        if os.fstat(received[0]).st_size != size:
+            raise ConnectionError("a job's shared memory is not of the size announced")
+        if size == 0:
+            return b""
+        with mmap.mmap(received[0], size, mmap.MAP_SHARED, mmap.PROT_READ) as mapped:
+            return mapped[:]
+    finally:
+        os.close(received[0])
+
+
 def main() -> None:
     from . import checks, normalize  # noqa: F401  # load Pillow first, so no job's time bound pays for it
 
+    fds = None
+    if "--fds" in sys.argv:
+        fds = socket.socket(fileno=int(sys.argv[sys.argv.index("--fds") + 1]))
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     encoder = msgspec.msgpack.Encoder()
     stdout.write(LENGTH.pack(len(READY)) + READY)
@@ -194,6 +221,11 @@ def main() -> None:
         body = _read_exact(stdin, LENGTH.unpack(header)[0])
         if body is None:
             return
-        reply = encoder.encode(run(job_decoder.decode(body)))
+        job = job_decoder.decode(body)
+        if isinstance(job, Job) and job.shared:
+            if fds is None:
+                raise ConnectionError("a job in shared memory, but no socket to receive it on")
+            job = msgspec.structs.replace(job, data=_shared_bytes(fds, job.shared))
+        reply = encoder.encode(run(job))
         stdout.write(LENGTH.pack(len(reply)) + reply)
         stdout.flush()

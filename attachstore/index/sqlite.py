@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterat
 from contextlib import asynccontextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import aiosqlite
 
@@ -114,6 +114,8 @@ class Index(Operations):
         self._w = writer
         self._r = reader
         self._lock = asyncio.Lock()
+        self._waiting: list[tuple[Callable[[Tx], Awaitable[Any]], asyncio.Future[Any]]] = []
+        self._committer: asyncio.Task[None] | None = None
 
     @classmethod
     async def open(cls, path: Path) -> Index:
@@ -127,6 +129,8 @@ class Index(Operations):
         return cls(path, writer, reader)
 
     async def close(self) -> None:
+        if self._committer is not None:
+            await asyncio.gather(self._committer, return_exceptions=True)
         await self._r.close()
         await self._w.close()
 
@@ -161,8 +165,53 @@ class Index(Operations):
                 raise _storage_error(e) from e
 
     async def _transaction(self, work: Callable[[Tx], Awaitable[T]]) -> T:
-        async with self.write() as db:
-            return await work(_Tx(db))
+        """`work` in a write transaction, committed together with the others that wait meanwhile (group
+        commit): while one transaction commits, the ones that come wait, and then go in one BEGIN ... COMMIT,
+        each in a savepoint of its own, so that one that fails is rolled back alone and the others commit.
+        Every caller hears only after that COMMIT, which WAL with synchronous=FULL makes durable: a commit
+        (an fsync) shared by concurrent admissions, and no answer before its row is on disk. A caller
+        cancelled before its turn has its work left out; once begun, it commits with the others."""
+        done: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._waiting.append((work, done))
+        if self._committer is None or self._committer.done():
+            self._committer = asyncio.create_task(self._commit_groups())
+        return await done
+
+    async def _commit_groups(self) -> None:
+        while self._waiting:
+            group, self._waiting = [(w, f) for w, f in self._waiting if not f.cancelled()], []
+            if not group:
+                continue
+            answers: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
+            try:
+                async with self.write() as db:
+                    for work, done in group:
+                        await db.execute("SAVEPOINT work")
+                        try:
+                            value = await work(_Tx(db))
+                        except Exception as e:
+                            await db.execute("ROLLBACK TO work")  # fails when the transaction is gone
+                            await db.execute("RELEASE work")
+                            answers.append(
+                                (done, None, _storage_error(e) if isinstance(e, sqlite3.Error) else e)
+                            )
+                            continue
+                        await db.execute("RELEASE work")
+                        answers.append((done, value, None))
+            except BaseException as e:  # nothing of the group is committed
+                for _, done in group:
+                    if not done.done():
+                        done.set_exception(e if isinstance(e, Exception) else AttachstoreError("cancelled"))
+                if not isinstance(e, Exception):
+                    raise
+                continue
+            for done, value, error in answers:
+                if done.done():
+                    continue
+                if error is None:
+                    done.set_result(value)
+                else:
+                    done.set_exception(error)
 
     @asynccontextmanager
     async def sweeping(self) -> AsyncIterator[None]:

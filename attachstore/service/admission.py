@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from .. import gate
 from ..config import Config
 from ..errors import AttachstoreError, InvalidRequest, Rejected
-from ..gate import DecodePool, Passed
+from ..gate import DecodePool, Passed, SharedBuffer
 from ..index import Hold, Index, ObjectRow
 from ..metrics import Metrics
 from ..refs import Checker, Ref
@@ -33,11 +33,12 @@ SOURCES = ("user", "tool", "mcp", "command")
 
 @dataclass(frozen=True, slots=True)
 class Upload:
-    """One image handed to admission: base64 text (JSON) or raw bytes (multipart, CLI).
+    """One image handed to admission: base64 text (JSON), raw bytes (CLI), or raw bytes the edge wrote into
+    shared memory as they arrived (multipart), which reach the decode worker without a copy.
 
     `size` is the decoded size; an edge that stopped buffering an oversized part passes its full size here."""
 
-    payload: str | bytes
+    payload: str | bytes | SharedBuffer
     size: int
     media_type: str | None = None
     name: str | None = None
@@ -67,7 +68,7 @@ class Admission:
 @dataclass(frozen=True, slots=True)
 class _Admitted:
     ref: Ref
-    data: bytes  # what is stored: the upload, or its normalization
+    data: bytes | memoryview  # what is stored: the upload (perhaps in shared memory), or its normalization
     inspection: Passed
 
     @property
@@ -329,55 +330,68 @@ class Admissions:
             gate.check_batch([u.size for u in uploads], limits)
         except Rejected as e:
             return e, []
-        cheap: list[bytes | Rejected] = []
-        for u in uploads:
-            try:
-                data = gate.decode_base64(u.payload) if isinstance(u.payload, str) else u.payload
-                gate.precheck(u.size, data[:64], u.media_type, fit_limits or limits, again=again)
-                cheap.append(data)
-            except Rejected as e:
-                cheap.append(e)
-                if not every_image:
-                    break
-        batch = gate.Batch(admission.request_decode_timeout_seconds, first_failure_decides=not every_image)
-        jobs = {
-            i: asyncio.create_task(
-                self.pool.inspect(
-                    c,
-                    u.media_type,
-                    limits,
-                    self.config.hash,
-                    trailing_data=admission.trailing_data,
-                    fit_limits=fit_limits,
-                    strip_metadata=admission.strip_metadata and not exact,
-                    again=again,
-                    tenant=tenant,
-                    batch=batch,
-                    position=i,
-                )
+        # The decoded uploads' descriptors are closed when the checks are done; what is stored keeps a view
+        # of their memory, freed with the admission.
+        decoded: list[SharedBuffer] = []
+        try:
+            cheap: list[bytes | SharedBuffer | Rejected] = []
+            for u in uploads:
+                try:
+                    if isinstance(u.payload, str):
+                        decoded.append(gate.decode_base64_shared(u.payload))
+                    data = decoded[-1] if isinstance(u.payload, str) else u.payload
+                    head = data.head(64) if isinstance(data, SharedBuffer) else data[:64]
+                    gate.precheck(u.size, head, u.media_type, fit_limits or limits, again=again)
+                    cheap.append(data)
+                except Rejected as e:
+                    cheap.append(e)
+                    if not every_image:
+                        break
+            batch = gate.Batch(
+                admission.request_decode_timeout_seconds, first_failure_decides=not every_image
             )
-            for i, (c, u) in enumerate(zip(cheap, uploads, strict=False))
-            if not isinstance(c, Rejected)
-        }
-        # Without every_image, a cheap failure ended the list: it decides, unless an image before it fails.
-        cheap_failure = len(cheap) - 1 if isinstance(cheap[-1], Rejected) and not every_image else None
-        deep = await _settle(jobs, every_image, cheap_failure)
-        verdicts: list[_Admitted | Rejected] = []
-        for i, c in enumerate(cheap):
-            found = c if isinstance(c, Rejected) else deep[i]
-            if isinstance(found, Passed) and not isinstance(c, Rejected):
-                if (
-                    exact and found.data is not None
-                ):  # pragma: no cover - nothing asked the worker to change it
-                    raise AttachstoreError("an exact admission came back with other bytes")
-                data = c if found.data is None else found.data
-                verdicts.append(_Admitted(Ref(self.config.hash, found.digest), data, found))
-                continue
-            if isinstance(found, Rejected):
-                verdicts.append(found)
-            if not every_image:
-                break  # the first failure decides; the checks after it were cancelled
-        return None, verdicts
+            jobs = {
+                i: asyncio.create_task(
+                    self.pool.inspect(
+                        c,
+                        u.media_type,
+                        limits,
+                        self.config.hash,
+                        trailing_data=admission.trailing_data,
+                        fit_limits=fit_limits,
+                        strip_metadata=admission.strip_metadata and not exact,
+                        again=again,
+                        tenant=tenant,
+                        batch=batch,
+                        position=i,
+                    )
+                )
+                for i, (c, u) in enumerate(zip(cheap, uploads, strict=False))
+                if not isinstance(c, Rejected)
+            }
+            # Without every_image, a cheap failure ended the list: it decides, unless one before it fails.
+            cheap_failure = len(cheap) - 1 if isinstance(cheap[-1], Rejected) and not every_image else None
+            deep = await _settle(jobs, every_image, cheap_failure)
+            verdicts: list[_Admitted | Rejected] = []
+            for i, c in enumerate(cheap):
+                found = c if isinstance(c, Rejected) else deep[i]
+                if isinstance(found, Passed) and not isinstance(c, Rejected):
+                    if (
+                        exact and found.data is not None
+                    ):  # pragma: no cover - nothing asked the worker to change it
+                        raise AttachstoreError("an exact admission came back with other bytes")
+                    kept = c.seal() if isinstance(c, SharedBuffer) else c
+                    stored = kept if found.data is None else found.data
+                    verdicts.append(_Admitted(Ref(self.config.hash, found.digest), stored, found))
+                    continue
+                if isinstance(found, Rejected):
+                    verdicts.append(found)
+                if not every_image:
+                    break  # the first failure decides; the checks after it were cancelled
+            return None, verdicts
+        finally:
+            for buf in decoded:
+                buf.close()
 
     async def _store(
         self, admitted: Sequence[_Admitted], names: Sequence[str | None], hold: Hold | None, tenant: str

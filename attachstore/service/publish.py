@@ -39,7 +39,7 @@ class Publisher:
 
     async def store(
         self,
-        objects: Sequence[tuple[Ref, bytes]],
+        objects: Sequence[tuple[Ref, bytes | memoryview]],
         publish: Publish[T],
         exhausted: Callable[[], AttachstoreError],
     ) -> T:

@@ -57,7 +57,7 @@ class BlobStore(Protocol):
 
     async def close(self) -> None: ...
 
-    async def put(self, ref: Ref, data: bytes) -> Put: ...
+    async def put(self, ref: Ref, data: bytes | memoryview) -> Put: ...
 
     async def read(self, ref: Ref, size: int, *, fresh: bool = False, verify: Verify | None = None) -> bytes:
         """`fresh`: from the store itself, past any cache. `verify`: what the bytes must pass in place of
@@ -103,7 +103,7 @@ class LocalBackend:
     async def close(self) -> None:
         return None
 
-    async def put(self, ref: Ref, data: bytes) -> Put:
+    async def put(self, ref: Ref, data: bytes | memoryview) -> Put:
         return await self.blobs.put(ref, data)
 
     async def read(self, ref: Ref, size: int, *, fresh: bool = False, verify: Verify | None = None) -> bytes:

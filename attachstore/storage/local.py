@@ -71,7 +71,7 @@ class LocalBlobStore:
 
     # -- async surface: every file-system call runs off the event loop ---------------------------------
 
-    async def put(self, ref: Ref, data: bytes) -> Put:
+    async def put(self, ref: Ref, data: bytes | memoryview) -> Put:
         return await asyncio.to_thread(self.put_sync, ref, data)
 
     async def read(self, ref: Ref, size: int, verify: Verify | None = None) -> bytes:
@@ -90,7 +90,7 @@ class LocalBlobStore:
 
     # -- write path ------------------------------------------------------------------------------------
 
-    def put_sync(self, ref: Ref, data: bytes) -> Put:
+    def put_sync(self, ref: Ref, data: bytes | memoryview) -> Put:
         final = self.path(ref)
         state = self._check(ref, final, len(data))
         if state == "intact":
@@ -160,7 +160,7 @@ class LocalBlobStore:
                 return
             directory = directory.parent
 
-    def _stage(self, data: bytes) -> Path:
+    def _stage(self, data: bytes | memoryview) -> Path:
         path = self.staging / f"{secrets.token_hex(16)}.tmp"
         fd = self.ops.open_exclusive(path)
         try:

@@ -157,7 +157,10 @@ class S3BlobStore:
 
     # -- the contract ----------------------------------------------------------------------------------
 
-    async def put(self, ref: Ref, data: bytes) -> Put:
+    async def put(self, ref: Ref, data: bytes | memoryview) -> Put:
+        return await self._put(ref, data if isinstance(data, bytes) else data.tobytes())
+
+    async def _put(self, ref: Ref, data: bytes) -> Put:
         key = self.key(ref)
         md5 = await _off_loop(_md5, data)
         for _ in range(_ATTEMPTS):

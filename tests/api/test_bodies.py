@@ -250,3 +250,30 @@ async def test_the_bodies_held_at_once_are_bounded_by_the_budget(
     alone = admission(png(300, 300, seed=1), png(300, 300, seed=2))
     assert len(alone) > 500_000
     assert (await client.post("/v1/attachments", data=chunked(alone), headers=JSON)).status == 201
+
+
+async def test_no_upload_memory_outlives_its_admission(client: Client) -> None:
+    """Uploads go to the decode workers in shared memory (gate/shared.py); each is let go of when its
+    admission ends, admitted, refused or cut off."""
+    import gc
+
+    from tests.gate.test_shared import mapped_uploads
+
+    gc.collect()
+    before = mapped_uploads()
+    ok = await post_form(client, field("source", b"user") + file(png(20, 20)) + END)
+    assert ok.status == 201
+    bad = await post_form(client, field("source", b"user") + file(b"\x89PNG\r\n\x1a\n" + b"\0" * 60) + END)
+    assert bad.status == 422
+    assert (await admit(client, png(21, 21))).status == 201
+    refused = await client.post("/v1/attachments", data=admission(png(22, 22))[:-30] + b'"}]}', headers=JSON)
+    assert refused.status == 400
+    trickle = Trickle(field("source", b"user") + file(png(23, 23)) + END)
+    cut = asyncio.create_task(client.post("/v1/attachments", data=trickle, headers=FORM))
+    await asyncio.sleep(0.1)
+    cut.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await cut
+    await asyncio.sleep(0.1)
+    gc.collect()
+    assert mapped_uploads() == before

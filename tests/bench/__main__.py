@@ -183,9 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(report.table(table_rows))
     print(
-        "baseline: nginx and the verified ceiling (read: read + keyed check, no HTTP), the in-process floor "
-        "(admit, render, transcript), raw sha256 (audit); for scale and gc rows 'attachstore' is the large "
-        "store and 'baseline' the 1k one, the ratio is large/small."
+        "baseline: nginx and the verified ceiling (read: read + keyed check, no HTTP), the physical floor "
+        "(admit), the in-process floor (render, transcript), raw sha256 (audit); for scale and gc rows "
+        "'attachstore' is the large store and 'baseline' the 1k one, the ratio is large/small."
     )
     if "scale" in results and "note" in results["scale"]:
         print(f"scale: {results['scale']['note']}")

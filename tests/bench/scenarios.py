@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import hashlib
@@ -15,17 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
-from attachstore.config import Config
-from attachstore.service import Store, Upload
-
 from . import synth, workload
 from .drive import Driver, Result, post_each
 from .nginx import Nginx
 from .procs import DAEMON_WORKERS, REPO, Daemon, MemorySampler, Profiler, attachstore_command
 from .spy import summarise
-from .stats import alternate, paired_ratio, percentile, summary
+from .stats import alternate, paired_ratio, summary, timed
 from .workload import MULTIPART, Item
 
 
@@ -254,116 +248,123 @@ def _profiled(b: Bench, daemon: Daemon, name: str, load: Any) -> dict[str, Any]:
 # -- admit --------------------------------------------------------------------------------------------------
 
 
-async def _floor_admit(store: Store, items: list[Item], concurrency: int) -> Result:
-    """The same admissions in-process: `Store.admit` (gate in the decode pool, durable write, commit)."""
-    queue = iter(items)
-    latencies: list[float] = []
-    errors = 0
-
-    async def worker() -> None:
-        nonlocal errors
-        for it in queue:
-            start = time.perf_counter()
-            try:
-                await store.admit([Upload.of_bytes(it.data, it.media_type, it.name)], "user")
-            except Exception:
-                errors += 1
-                continue
-            latencies.append(time.perf_counter() - start)
-
-    start = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    seconds = time.perf_counter() - start
-    return {
-        "tool": "in-process",
-        "requests": len(latencies),
-        "rps": len(latencies) / seconds,
-        "p50_ms": percentile(latencies, 50) * 1000,
-        "p99_ms": percentile(latencies, 99) * 1000,
-        "errors": errors,
-        "seconds": seconds,
-    }
+def _floor_admit(b: Bench, listing: Path, is_base64: bool) -> Result:
+    """The same images through the physical floor (admitfloor.py), one process per core."""
+    cmd = [sys.executable, "-m", "tests.bench.admitfloor", str(b.dir("admit-floor")), str(DAEMON_WORKERS)]
+    cmd += [str(listing), *(["--base64"] if is_base64 else [])]
+    done = subprocess.run(cmd, capture_output=True, cwd=REPO, check=True, timeout=600)
+    result: Result = json.loads(done.stdout)
+    return result
 
 
-def _bodies(directory: Path, items: list[Item]) -> list[Path]:
+def _bodies(directory: Path, items: list[Item], form: str = "multipart") -> list[Path]:
+    """One request body per item: a multipart form, a JSON body, or (for the floor) the image's bytes
+    ("raw") or its base64 text ("base64")."""
     out = []
     for i, it in enumerate(items):
-        path = directory / f"{i:05d}-{it.name}.multipart"
-        path.write_bytes(workload.multipart(it))
+        path = directory / f"{i:05d}-{it.name}.{form}"
+        if form == "multipart":
+            path.write_bytes(workload.multipart(it))
+        elif form == "json":
+            path.write_bytes(workload.json_body(it))
+        elif form == "raw":
+            path.write_bytes(it.data)
+        else:
+            path.write_bytes(base64.b64encode(it.data))
         out.append(path)
     return out
 
 
+def _listing(directory: Path, name: str, paths: list[Path]) -> Path:
+    listing = directory / f"{name}.list"
+    listing.write_text("".join(f"{p}\n" for p in paths))
+    return listing
+
+
+PATHS = ("multipart", "json")
+_FLOOR_FORM = {"multipart": "raw", "json": "base64"}
+_CONTENT_TYPE = {"multipart": MULTIPART, "json": "application/json"}
+
+
 def admit(b: Bench, daemon: Daemon) -> tuple[dict[str, Any], dict[str, Any]]:
-    """New images (PNG screenshot, JPEG photo, WebP, in turn) at concurrency 8: the daemon over HTTP
-    (multipart) against `Store.admit` in-process. Also the daemon's peak memory meanwhile."""
-    return asyncio.run(_admit(b, daemon))
-
-
-async def _admit(b: Bench, daemon: Daemon) -> tuple[dict[str, Any], dict[str, Any]]:
+    """New images (PNG screenshot, JPEG photo, WebP, in turn) at concurrency 8, over each path (multipart
+    and JSON), each against the physical floor of the same images (admitfloor.py). Also the daemon's peak
+    memory meanwhile."""
     p = b.plan
     warm = 3
     profile_n = 3 * max(4, round(p.profile_seconds * 4)) if b.profile_dir else 0  # a few seconds' worth
-    total = warm + p.short_rounds * p.admit_per_round + profile_n
+    per_path = p.short_rounds * p.admit_per_round
+    total = 2 * warm + 2 * per_path + profile_n
     started = time.perf_counter()
-    items = await asyncio.to_thread(workload.admit_images, total)
+    items = workload.admit_images(total)
     made = time.perf_counter() - started
     if len({it.data for it in items}) != len(items):
         raise RuntimeError("admit: the generated images are not all different")
-    bodies = await asyncio.to_thread(_bodies, b.dir("admit-bodies"), items)
     url = daemon.base + "/v1/attachments"
     c = p.admit_concurrency
+    # Each path has images of its own (every admission is a new object), in the same mix.
+    share = {path: items[i * (warm + per_path) : (i + 1) * (warm + per_path)] for i, path in enumerate(PATHS)}
+    bodies = {path: _bodies(b.dir(f"admit-{path}"), share[path], path) for path in PATHS}
+    floors = {path: _bodies(b.dir(f"admit-floor-{path}"), share[path], _FLOOR_FORM[path]) for path in PATHS}
 
-    def over_http(lo: int, hi: int) -> Result:
-        return post_each(url, bodies[lo:hi], MULTIPART, c, b.work)
+    def over_http(path: str, lo: int, hi: int) -> Result:
+        return post_each(url, bodies[path][lo:hi], _CONTENT_TYPE[path], c, b.work)
 
-    config = msgspec.convert({"data_dir": str(b.dir("admit-floor"))}, Config)
-    store = await Store.open(config)  # one decode worker per core, like the daemon
-    try:
-        await asyncio.to_thread(over_http, 0, warm)  # starts the decode workers on both sides
-        await _floor_admit(store, items[:warm], c)
-        http: list[Result] = []
-        floor: list[Result] = []
-        with MemorySampler(daemon.pid) as mem:
-            for r in range(p.short_rounds):
-                lo = warm + r * p.admit_per_round
-                hi = lo + p.admit_per_round
+    def floor(path: str, lo: int, hi: int) -> Result:
+        listing = _listing(b.work, f"floor-{path}-{lo}", floors[path][lo:hi])
+        return _floor_admit(b, listing, path == "json")
+
+    for path in PATHS:
+        over_http(path, 0, warm)  # starts the decode workers
+        floor(path, 0, warm)
+    http: dict[str, list[Result]] = {path: [] for path in PATHS}
+    floored: dict[str, list[Result]] = {path: [] for path in PATHS}
+    with MemorySampler(daemon.pid) as mem:
+        for r in range(p.short_rounds):
+            lo = warm + r * p.admit_per_round
+            hi = lo + p.admit_per_round
+            for path in PATHS:
                 mem.active = True
-                http.append(await asyncio.to_thread(over_http, lo, hi))
-                mem.active = False  # the sampler thread would steal the floor's GIL for nothing
-                floor.append(await _floor_admit(store, items[lo:hi], c))
-        _check_errors("admit (HTTP)", http)
-        _check_errors("admit (in-process floor)", floor)
-        profile = None
-        if b.profile_dir is not None:
-            lo = warm + p.short_rounds * p.admit_per_round
-            profile = await asyncio.to_thread(
-                _profiled, b, daemon, "admit", lambda: over_http(lo, len(items))
-            )
-    finally:
-        await store.close()
+                http[path].append(over_http(path, lo, hi))
+                mem.active = False  # the sampler thread would steal the floor's CPU for nothing
+                floored[path].append(floor(path, lo, hi))
+    for path in PATHS:
+        _check_errors(f"admit {path} (HTTP)", http[path])
+    profile = None
+    if b.profile_dir is not None:
+        extra = items[2 * (warm + per_path) :]
+        json_bodies = _bodies(b.dir("admit-profile"), extra, "json")
+        profile = _profiled(
+            b,
+            daemon,
+            "admit",
+            lambda: post_each(url, json_bodies, "application/json", c, b.work),
+        )
     kinds = {k: [len(it.data) for it in items if it.media_type == f"image/{k}"] for k in workload.KINDS}
     out: dict[str, Any] = {
         "workload": (
-            f"{p.admit_per_round} new images per round, concurrency {c}, one image per request, multipart "
-            "(raw bytes); a 1280x800 PNG screenshot, a 2000x1500 JPEG photo (q85) and a 1024x768 WebP in "
-            "turn, "
-            "each with a few pixels changed so that no admission is a dedup"
+            f"{p.admit_per_round} new images per round and path, concurrency {c}, one image per request, "
+            "multipart (raw bytes) and JSON (base64); a 1280x800 PNG screenshot, a 2000x1500 JPEG photo "
+            "(q85) and a 1024x768 WebP in turn, each with a few pixels changed so that no admission is a "
+            "dedup"
         ),
         "floor": (
-            "Store.admit([Upload.of_bytes(...)], 'user') in the bench process, 8 concurrent tasks, "
-            "decode pool of one worker per core: cheap checks, full decode + hash in the worker, staged "
-            "write + fsync, link, directory fsyncs, index commit (synchronous=FULL); no HTTP, no multipart "
-            "parsing"
+            f"tests/bench/admitfloor.py: {DAEMON_WORKERS} processes (one per core) each taking the same "
+            "images in turn: for JSON one base64 decode; a full decode of every frame with Pillow, sha256, "
+            "a staging file written + fsynced, linked, the directory chain fsynced, one SQLite commit per "
+            "image (WAL, synchronous=FULL); nothing of attachstore's"
         ),
         "image_bytes": {k: round(sum(v) / len(v)) for k, v in kinds.items() if v},
-        "images_per_side": p.short_rounds * p.admit_per_round,
+        "images_per_side": per_path,
         "rounds": p.short_rounds,
         "generate_seconds": made,
-        "attachstore": _side(http),
-        "floor_in_process": _side(floor),
-        "ratio": paired_ratio(http, floor, "rps"),
     }
+    for path in PATHS:
+        out[path] = {
+            "attachstore": _side(http[path]),
+            "floor": _side(floored[path]),
+            "ratio": paired_ratio(http[path], floored[path], "rps"),
+        }
     if profile is not None:
         out["profile"] = profile
     memory = {
@@ -409,16 +410,7 @@ def _floor_render(files: list[Path], seconds: float) -> Result:
             hashlib.sha256(data).hexdigest()
             base64.b64encode(data)
         latencies.append(time.perf_counter() - t0)
-    total = time.perf_counter() - start
-    return {
-        "tool": "in-process",
-        "requests": len(latencies),
-        "rps": len(latencies) / total,
-        "p50_ms": percentile(latencies, 50) * 1000,
-        "p99_ms": percentile(latencies, 99) * 1000,
-        "errors": 0,
-        "seconds": total,
-    }
+    return timed("in-process", latencies, time.perf_counter() - start)
 
 
 def render(b: Bench, daemon: Daemon) -> dict[str, Any]:

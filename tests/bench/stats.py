@@ -45,6 +45,19 @@ def paired_ratio(a: Sequence[Sample], b: Sequence[Sample], key: str, invert: boo
     return statistics.median(ratios) if ratios else float("nan")
 
 
+def timed(tool: str, latencies: Sequence[float], seconds: float, errors: int = 0) -> Sample:
+    """A side's result from its latencies (seconds) over `seconds` of wall time."""
+    return {
+        "tool": tool,
+        "requests": len(latencies),
+        "rps": len(latencies) / seconds,
+        "p50_ms": percentile(latencies, 50) * 1000,
+        "p99_ms": percentile(latencies, 99) * 1000,
+        "errors": errors,
+        "seconds": seconds,
+    }
+
+
 def percentile(values: Sequence[float], q: float) -> float:
     """Nearest rank, the same definition as the bundled load generator's."""
     s = sorted(values)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import random
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -127,3 +129,9 @@ def multipart(item: Item, source: str = "user") -> bytes:
             f"\r\n--{BOUNDARY}--\r\n".encode(),
         ]
     )
+
+
+def json_body(item: Item, source: str = "user") -> bytes:
+    """One image as the JSON body of POST /v1/attachments (its bytes as base64)."""
+    image = {"data": base64.b64encode(item.data).decode("ascii"), "media_type": item.media_type}
+    return json.dumps({"source": source, "images": [image | {"name": item.name}]}).encode()

@@ -149,3 +149,68 @@ async def test_an_index_that_cannot_grow_is_not_ready(
         await index.ready()
     finally:
         await index.close()
+
+
+async def test_concurrent_writes_share_one_commit_and_hear_only_after_it(tmp_path: Path) -> None:
+    """Group commit: transactions that wait while one commits go in one BEGIN ... COMMIT, each in a savepoint;
+    one that fails is rolled back alone; none of them is answered before the COMMIT."""
+    import asyncio
+
+    index = await Index.open(tmp_path / "index.sqlite3")
+    statements: list[str] = []
+    await index._w.set_trace_callback(statements.append)
+    heard: list[tuple[str, int]] = []
+    refs = ["sha256:" + c * 64 for c in "0123456"]
+
+    async def gone() -> None:
+        raise FileNotFoundError
+
+    async def publish(ref: str, check: object = _nothing) -> None:
+        try:
+            await index.publish([row(ref)], check)  # type: ignore[arg-type]
+        finally:
+            heard.append((ref, sum(s == "COMMIT" for s in statements)))
+
+    try:
+        outcomes = await asyncio.gather(
+            *(publish(r, gone if r == refs[3] else _nothing) for r in refs), return_exceptions=True
+        )
+        assert [type(o).__name__ for o in outcomes] == ["NoneType"] * 3 + ["FileNotFoundError"] + [
+            "NoneType"
+        ] * 3
+        commits = statements.count("COMMIT")
+        assert commits <= 2  # one each, they would be six: they came together and went together
+        assert all(n >= 1 for _, n in heard)  # every answer came after a COMMIT
+        assert [r for r in refs if await index.get(r) is not None] == refs[:3] + refs[4:]
+        assert "ROLLBACK TO work" in statements
+    finally:
+        await index.close()
+
+
+async def test_a_commit_that_fails_fails_every_write_of_its_group(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    index = await Index.open(tmp_path / "index.sqlite3")
+    execute = index._w.execute
+
+    async def failing_commit(sql: str, *args: object) -> object:
+        if sql == "COMMIT":
+            raise sqlite3.OperationalError("disk I/O error")
+        return await execute(sql, *args)
+
+    monkeypatch.setattr(index._w, "execute", failing_commit)
+    try:
+        refs = ["sha256:" + c * 64 for c in "abc"]
+        outcomes = await asyncio.gather(
+            *(index.publish([row(r)], _nothing) for r in refs), return_exceptions=True
+        )
+        assert all(isinstance(o, StorageUnavailable) for o in outcomes), outcomes
+        monkeypatch.setattr(index._w, "execute", execute)
+        assert [await index.get(r) for r in refs] == [None] * 3  # nothing of any of them committed
+        await index.publish([row(refs[0])], _nothing)  # and the index goes on
+        assert await index.get(refs[0]) is not None
+    finally:
+        monkeypatch.setattr(index._w, "execute", execute)
+        await index.close()

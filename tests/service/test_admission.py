@@ -31,9 +31,9 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
     jobs: list[bytes] = []
     ask = pool_module._Worker.ask
 
-    async def recorded(self: Any, job: Any) -> Any:
-        jobs.append(job.data)
-        return await ask(self, job)
+    async def recorded(self: Any, job: Any, shared: Any = None) -> Any:
+        jobs.append(job.data if shared is None else bytes(shared.seal()))
+        return await ask(self, job, shared)
 
     monkeypatch.setattr(pool_module._Worker, "ask", recorded)
     return jobs
