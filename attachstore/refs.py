@@ -82,6 +82,11 @@ class Checker:
         self.key_id = blake3.blake3(_KEY_ID_CONTEXT, key=key).hexdigest()[:16]
         self._prefix = self.key_id + ":"
 
+    @property
+    def key(self) -> bytes:
+        """For the decode workers, which make the check of what they hash beside its address."""
+        return self._key
+
     def of(self, data: Buffer) -> str:
         return self._prefix + blake3.blake3(data, key=self._key).hexdigest()
 

@@ -80,6 +80,7 @@ class DecodePool:
         fit_limits: Limits | None = None,
         strip_metadata: bool = False,
         again: str = READ_AGAIN,
+        check_key: bytes | None = None,
         tenant: str | None = None,
         batch: Batch | None = None,
         position: int = 0,
@@ -88,15 +89,26 @@ class DecodePool:
         (the pool's, or what is left of `batch`'s). `trailing_data` is gate.inspect's ("allow" or
         "reject"). With `fit_limits`, an image over `limits` but within `fit_limits` is normalized to fit
         `limits`; with `strip_metadata`, metadata is removed. `again` ends the hints that ask for the image
-        once more (checks.READ_AGAIN or ATTACH_AGAIN). Passed.data holds the bytes to store when
-        they are not `data`. A sealed `SharedBuffer` reaches the worker by its descriptor, not through the
-        pipe. The job waits for a worker in `tenant`'s turn; as the one at `position` in
-        `batch`, it raises Unwanted instead of starting once an earlier one failed."""
+        once more (checks.READ_AGAIN or ATTACH_AGAIN); with `check_key`, Passed.check is the keyed check
+        (refs.Checker) of the bytes to store, made in the worker beside their digest. Passed.data holds the
+        bytes to store when they are not `data`. A sealed `SharedBuffer` reaches the worker by its
+        descriptor, not through the pipe. The job waits for a worker in `tenant`'s turn; as the one at
+        `position` in `batch`, it raises Unwanted instead of starting once an earlier one failed."""
         if trailing_data not in TRAILING_DATA:  # here, where a caller's mistake surfaces as its own error
             raise ValueError(f"trailing_data must be 'allow' or 'reject', not {trailing_data!r}")
         shared = data if isinstance(data, SharedBuffer) else None
         inline = b"" if isinstance(data, SharedBuffer) else data
-        job = Job(inline, declared, limits, algorithm, trailing_data, fit_limits, strip_metadata, again)
+        job = Job(
+            inline,
+            declared,
+            limits,
+            algorithm,
+            trailing_data,
+            fit_limits,
+            strip_metadata,
+            again,
+            check_key=check_key,
+        )
         if shared is not None:
             shared.seal()
             job.shared = len(shared)
@@ -119,13 +131,14 @@ class DecodePool:
         algorithm: str,
         *,
         preview: bool = False,
+        check_key: bytes | None = None,
     ) -> Passed:
         """A variant of a stored image within `target` (max side, max pixels, max bytes), checked by the
         gate with `limits`; Passed.data holds its bytes. Raises `Rejected` when none fits. A `preview` is
         a still image (normalize.fit)."""
         # The store's own work (variants are shared by every tenant's renders) takes a turn of its own.
         return await self._run(
-            Derive(data, media_type, target, limits, source_limits, algorithm, preview),
+            Derive(data, media_type, target, limits, source_limits, algorithm, preview, check_key),
             "the stored image is too expensive to resize",
             _STORE,
             None,

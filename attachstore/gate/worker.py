@@ -9,6 +9,7 @@ file of that many bytes (shared.py), sent over the Unix socket named by `--fds` 
 
 from __future__ import annotations
 
+import functools
 import mmap
 import os
 import socket
@@ -21,7 +22,7 @@ import msgspec
 
 from ..config import Limits
 from ..errors import Rejected
-from ..refs import Ref
+from ..refs import Checker, Ref
 
 if TYPE_CHECKING:
     from .checks import Inspection
@@ -44,6 +45,9 @@ class Job(msgspec.Struct, tag=True, array_like=True):
     again: str = "read it again"  # how the hints that ask for the image once more end (checks.READ_AGAIN)
     shared: int = 0  # the size of the sealed memory file sent with the job that holds the bytes (then `data`
     # is empty); 0: the bytes are `data`
+    check_key: bytes | None = (
+        None  # with it, a sha256-addressed result carries its keyed check (refs.Checker)
+    )
 
 
 class Derive(msgspec.Struct, tag=True, array_like=True):
@@ -58,6 +62,7 @@ class Derive(msgspec.Struct, tag=True, array_like=True):
     source_limits: Limits  # Pillow's bomb bounds while the source decodes
     algorithm: str
     preview: bool = False  # normalize.fit's: a still image, a PNG tried first for PNG and GIF sources
+    check_key: bytes | None = None  # as Job's
 
 
 class Original(msgspec.Struct, array_like=True):
@@ -78,6 +83,7 @@ class Passed(msgspec.Struct, tag=True, array_like=True):
     data: bytes | None = None  # the bytes to store, when they are not the input's
     original: Original | None = None
     steps: list[str] = msgspec.field(default_factory=list)
+    check: str | None = None  # the keyed check of the bytes to store, made beside their digest
 
 
 class Failed(msgspec.Struct, tag=True, array_like=True):
@@ -99,9 +105,18 @@ READY = b"ready"
 
 def run(job: Job | Derive) -> Outcome:
     try:
-        return _derive(job) if isinstance(job, Derive) else _admit(job)
+        passed = _derive(job) if isinstance(job, Derive) else _admit(job)
     except Rejected as e:
         return Failed(e.code, e.message, e.hint)
+    if job.check_key is not None and job.algorithm == "sha256":
+        # Here, on the bytes just hashed to their address, not on the daemon's event loop.
+        passed.check = _checker(job.check_key).of(job.data if passed.data is None else passed.data)
+    return passed
+
+
+@functools.cache
+def _checker(key: bytes) -> Checker:
+    return Checker(key)
 
 
 def _admit(job: Job) -> Passed:

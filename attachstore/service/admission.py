@@ -361,6 +361,7 @@ class Admissions:
                         fit_limits=fit_limits,
                         strip_metadata=admission.strip_metadata and not exact,
                         again=again,
+                        check_key=self.checker.key,
                         tenant=tenant,
                         batch=batch,
                         position=i,
@@ -423,8 +424,8 @@ class Admissions:
                     name=first_name.get(a.ref),
                     created_at=existing[str(a.ref)].created_at if str(a.ref) in existing else now,
                     lease_at=now,
-                    # Over the very buffer that is stored, which the decode worker hashed to its address.
-                    keyed_check=self.checker.of(a.data) if a.ref.algorithm == "sha256" else None,
+                    # Made by the decode worker over the very bytes it hashed to their address.
+                    keyed_check=a.inspection.check,
                 )
                 for a in members
             ]

@@ -142,6 +142,7 @@ class Variants:
             source_limits,
             self.config.hash,
             preview=spec.preview,
+            check_key=self.checker.key,
         )
         if passed.data is None:  # pragma: no cover - a derivation always answers with its bytes
             raise AttachstoreError("the decode worker answered a derivation without bytes")
@@ -160,7 +161,7 @@ class Variants:
                 None,
                 existing[str(ref)].created_at if str(ref) in existing else now,
                 now,
-                keyed_check=self.checker.of(derived) if ref.algorithm == "sha256" else None,
+                keyed_check=passed.check,
             )
             if not await self.index.publish_variant(row, source.ref, spec.key, check):
                 raise NotFound(f"no attachment {source.ref}: it was collected while its variant was made")

@@ -12,6 +12,7 @@ from attachstore.config import Limits
 from attachstore.errors import Rejected
 from attachstore.gate import Batch, DecodePool, Unwanted
 from attachstore.gate import pool as pool_module
+from attachstore.refs import Checker
 from tests.support import images
 
 DEFAULTS = Limits()
@@ -159,3 +160,26 @@ async def test_a_cancelled_job_kills_its_worker_and_the_pool_serves_on(
         assert passed.width == 4
     finally:
         await pool.close()
+
+
+async def test_the_worker_makes_the_keyed_check_of_what_it_hashed() -> None:
+    """Beside the sha256 of the bytes to store (the upload, or its normalization), in the worker: the event
+    loop hashes nothing at admission."""
+    checker = Checker(bytes(range(32)))
+    small, large = images.png(40, 30), images.png(3000, 100)  # the large one is fitted to 2000 px
+    pool = DecodePool(1, TIMEOUT)
+    try:
+        kept = await pool.inspect(small, None, DEFAULTS, "sha256", check_key=checker.key)
+        fitted = await pool.inspect(
+            large, None, DEFAULTS, "sha256", fit_limits=Limits(max_side=8192), check_key=checker.key
+        )
+        unkeyed = await pool.inspect(small, None, DEFAULTS, "sha256")
+        by_blake3 = await pool.inspect(small, None, DEFAULTS, "blake3", check_key=checker.key)
+    finally:
+        await pool.close()
+    assert kept.data is None
+    assert kept.check == checker.of(small)
+    assert fitted.data is not None
+    assert fitted.check == checker.of(fitted.data) != checker.of(large)
+    assert unkeyed.check is None
+    assert by_blake3.check is None  # a blake3 address is its own check
