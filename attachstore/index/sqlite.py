@@ -99,10 +99,24 @@ class _Tx(_Reads):
 async def _connect(path: Path) -> aiosqlite.Connection:
     db = await aiosqlite.connect(path, isolation_level=None)
     await db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-    await db.execute("PRAGMA journal_mode = WAL")
+    await _wal(db)
     await db.execute("PRAGMA synchronous = FULL")
     await db.execute("PRAGMA foreign_keys = ON")
     return db
+
+
+async def _wal(db: aiosqlite.Connection) -> None:
+    """Switch a new database to WAL. The switch takes an exclusive lock and answers SQLITE_BUSY at once, not
+    through the busy handler, while another process opens the same new store (the workers of `serve`)."""
+    for _ in range(BUSY_TIMEOUT_MS // 20):
+        try:
+            await db.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e):
+                raise
+            await asyncio.sleep(0.02)
+    await db.execute("PRAGMA journal_mode = WAL")
 
 
 class Index(Operations):
