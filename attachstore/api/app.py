@@ -71,14 +71,20 @@ async def authenticate(request: web.Request, handler: Handler) -> web.StreamResp
     if not tokens or request.path in OPEN_PATHS:
         request[TENANT] = ""
         return await handler(request)
-    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    request[TENANT] = tenant_for(tokens, request.headers.get("Authorization", ""))
+    return await handler(request)
+
+
+def tenant_for(tokens: dict[str, str], authorization: str) -> str:
+    """The tenant whose bearer token `authorization` carries (Unauthorized for anything else), given the
+    configured tokens' sha256s."""
+    scheme, _, token = authorization.partition(" ")
     tenant = (
         tokens.get(hashlib.sha256(token.strip().encode()).hexdigest()) if scheme.lower() == "bearer" else None
     )
     if tenant is None:
         raise Unauthorized("a valid bearer token is required", hint="send Authorization: Bearer <token>")
-    request[TENANT] = tenant
-    return await handler(request)
+    return tenant
 
 
 SECURITY_HEADERS = {

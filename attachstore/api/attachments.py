@@ -81,20 +81,27 @@ async def admit(request: web.Request) -> web.Response:
     return admit_answer(result)
 
 
-def _etag_matches(header: str, etag: str) -> bool:
+def etag_matches(header: str, etag: str) -> bool:
     tags = [t.strip().removeprefix("W/") for t in header.split(",")]
     return "*" in tags or etag in tags
 
 
+def not_modified_headers(etag: str) -> dict[str, str]:
+    return {"ETag": etag, **READ_HEADERS}
+
+
+def verified_headers(found: ImageRef) -> dict[str, str]:
+    """Verified bytes on their way out: their ref is their ETag, and they may be cached for good."""
+    return {"Content-Type": found.media_type, "ETag": f'"{found.ref}"', **READ_HEADERS}
+
+
 def _not_modified(etag: str) -> web.Response:
-    return web.Response(status=304, headers={"ETag": etag, **READ_HEADERS})
+    return web.Response(status=304, headers=not_modified_headers(etag))
 
 
 def _verified(request: web.Request, found: ImageRef, data: bytes | bytearray) -> web.Response:
-    """Verified bytes on their way out: their ref is their ETag, and they may be cached for good."""
     sending(request).claim(len(data))
-    headers = {"Content-Type": found.media_type, "ETag": f'"{found.ref}"', **READ_HEADERS}
-    return web.Response(body=View(data, found.media_type), headers=headers)
+    return web.Response(body=View(data, found.media_type), headers=verified_headers(found))
 
 
 async def read(request: web.Request) -> web.Response:
@@ -102,7 +109,7 @@ async def read(request: web.Request) -> web.Response:
     text = request.match_info["ref"]
     etag = f'"{text}"'
     if_none_match = request.headers.get("If-None-Match")
-    if if_none_match and _etag_matches(if_none_match, etag):
+    if if_none_match and etag_matches(if_none_match, etag):
         # The client holds these exact bytes already (the ETag is their hash): say so without reading them.
         await store.meta(text, tenant_of(request))
         return _not_modified(etag)
@@ -124,7 +131,7 @@ async def preview(request: web.Request) -> web.Response:
     if_none_match = request.headers.get("If-None-Match")
     if if_none_match:
         current = await store.preview_ref(text, size, tenant)
-        if current is not None and _etag_matches(if_none_match, f'"{current}"'):
+        if current is not None and etag_matches(if_none_match, f'"{current}"'):
             return _not_modified(f'"{current}"')
     return _verified(request, *await store.preview(text, size, tenant))
 

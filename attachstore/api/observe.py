@@ -16,6 +16,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from ..logs import fields
+from ..metrics import Metrics
 from .bodies import BODY_BYTES, PARTS
 from .common import STORE, TENANT
 
@@ -46,47 +47,77 @@ _new_id = _Ids()
 @web.middleware
 async def access(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Accept the caller's X-Request-Id (if it is a plain token) or make one, echo it, and log the request."""
-    given = request.headers.get("X-Request-Id")
-    request_id = given if given is not None and _REQUEST_ID.fullmatch(given) else _new_id()
-    request[REQUEST_ID] = request_id
+    request[REQUEST_ID] = rid = request_id(request.headers.get("X-Request-Id"))
     started = time.perf_counter()
     status = 500
     try:
         response = await handler(request)
         status = response.status
-        response.headers["X-Request-Id"] = request_id
+        response.headers["X-Request-Id"] = rid
         return response
     except web.HTTPException as e:  # redirects and the like pass through the error envelope
         status = e.status
-        e.headers["X-Request-Id"] = request_id
+        e.headers["X-Request-Id"] = rid
         raise
     except asyncio.CancelledError:  # the client left (or shutdown cut the request off): nobody is answered
         status = CLIENT_GONE
         raise
     finally:
-        elapsed = time.perf_counter() - started
         resource = request.match_info.route.resource
-        endpoint = resource.canonical if resource is not None else "unmatched"
-        method = request.method
-        request.app[STORE].metrics.request_child(method, endpoint, status).observe(elapsed)
+        body = request.method == "POST"
         # Only what this request can have: a GET has no body, a success no error code (each missing key is
         # a KeyError inside request.get).
-        body = method == "POST"
-        log.info(
-            "request",
-            extra=fields(
-                request_id=request_id,
-                method=method,
-                endpoint=endpoint,
-                status=status,
-                code=request.get(ERROR_CODE) if status >= 400 else None,
-                duration_ms=round(elapsed * 1000, 3),
-                tenant=request.get(TENANT),
-                ref=request.match_info.get("ref", "")[:140] or None,
-                body_bytes=request.get(BODY_BYTES) if body else None,
-                parts=request.get(PARTS) if body else None,
-            ),
+        record(
+            request.app[STORE].metrics,
+            rid,
+            request.method,
+            resource.canonical if resource is not None else "unmatched",
+            status,
+            time.perf_counter() - started,
+            code=request.get(ERROR_CODE) if status >= 400 else None,
+            tenant=request.get(TENANT),
+            ref=request.match_info.get("ref", "")[:140] or None,
+            body_bytes=request.get(BODY_BYTES) if body else None,
+            parts=request.get(PARTS) if body else None,
         )
+
+
+def request_id(given: str | None) -> str:
+    """The caller's X-Request-Id if it is a plain token, else a new one."""
+    return given if given is not None and _REQUEST_ID.fullmatch(given) else _new_id()
+
+
+def record(
+    metrics: Metrics,
+    request_id: str,
+    method: str,
+    endpoint: str,
+    status: int,
+    elapsed: float,
+    *,
+    code: str | None = None,
+    tenant: str | None = None,
+    ref: str | None = None,
+    body_bytes: int | None = None,
+    parts: int | None = None,
+) -> None:
+    """One request's latency sample and its log line, whichever path served it (aiohttp or the read lane)."""
+    metrics.request_child(method, endpoint, status).observe(elapsed)
+    log.info(
+        "request",
+        extra=fields(
+            request_id=request_id,
+            method=method,
+            endpoint=endpoint,
+            status=status,
+            code=code,
+            duration_ms=round(elapsed * 1000, 3),
+            tenant=tenant,
+            ref=ref,
+            body_bytes=body_bytes,
+            parts=parts,
+        ),
+    )
 
 
 async def metrics(request: web.Request) -> web.Response:

@@ -71,19 +71,40 @@ class Reads:
         _, row = await self.row(text, tenant)
         return image_ref(row)
 
+    def recalled(self, text: str, tenant: str | None = None) -> tuple[ImageRef, bytearray] | None:
+        """What `read` answers, when this process served the same file to the same scope a moment ago: the
+        bytes read and hashed in full, the header checked against the remembered row, without the index and
+        without leaving the caller's stack. None when it takes more (any doubt, an error, a header not yet
+        walked in full): `read` then decides."""
+        resident = self.resident
+        if resident is None:
+            return None
+        try:
+            ref = Ref.parse(text)
+        except AttachstoreError:
+            return None
+        scope = self.scope(tenant)
+        hit = resident.recall(ref, scope, self._verify)
+        if hit is None:
+            return None
+        try:
+            fits = _fits(hit[0], probe_header(hit[1], bounded=True))
+        except HeaderTooDeep:  # walked in full before, or `read` walks it (off the loop)
+            fits = _fits(hit[0], self._deep.get(hit[0].ref))
+        if not fits:
+            resident.forget(str(ref))
+            return None
+        self.metrics.reads_ok.inc()
+        return image_ref(hit[0]), hit[1]
+
     async def read(self, text: str, tenant: str | None = None) -> tuple[ImageRef, bytes | bytearray]:
         """Verified bytes: the whole object re-hashed, its header checked against the index."""
         ref = Ref.parse(text)
+        recalled = self.recalled(text, tenant)
+        if recalled is not None:
+            return recalled
         scope = self.scope(tenant)
         resident = self.resident
-        if resident is not None:
-            # Without the index when this process served the same file to the same scope a moment ago.
-            hit = resident.recall(ref, scope, self._verify)
-            if hit is not None:
-                if await self._header_fits(hit[0], hit[1]):
-                    self.metrics.reads_ok.inc()
-                    return image_ref(hit[0]), hit[1]
-                resident.forget(str(ref))
         try:
             ref, row = await self.row_of(ref, scope)
         except NotFound:

@@ -74,6 +74,7 @@ class Store:
         self.scope = self.reads.scope
         self.meta = self.reads.meta
         self.read = self.reads.read
+        self.recalled = self.reads.recalled
         self.verified = self.reads.verified
         self.variant = self.variants.variant
         self.read_variant = self.variants.read
