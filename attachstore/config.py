@@ -116,6 +116,8 @@ class Http(_Section, frozen=True):
     # Per tenant and process: the bytes that answers (reads, renders) on their way to that tenant's clients
     # may hold at once; past it, 503 SERVER_BUSY (one answer alone may be larger).
     max_sending_bytes: Positive = 64 * 1024 * 1024
+    # Plain GETs of an object's bytes answered without aiohttp's per-request machinery (api/lane.py).
+    read_lane: bool = True
 
     @property
     def read_timeout_seconds(self) -> float:

@@ -24,7 +24,7 @@ import msgspec
 from aiohttp import web
 
 from . import logs
-from .api import make_app, watch_writes
+from .api import Lanes, make_app, watch_writes
 from .config import Config
 from .errors import ConfigError
 
@@ -204,20 +204,32 @@ async def serve_on(
     # decodes (and, cut off before its commit, publishes nothing), a render stops reading.
     runner = web.AppRunner(app, shutdown_timeout=SHUTDOWN_TIMEOUT, access_log=None, handler_cancellation=True)
     await runner.setup()
+    assert runner.server is not None
+    # Plain reads of an object's bytes are answered in the read lane, everything else by aiohttp.
+    lanes = Lanes(app, runner.server) if config.http.read_lane else None
     # aiohttp's writes wait on the client without a deadline: this aborts the connections that stall. It
     # runs until the in-flight requests are done, so that none of them holds up the shutdown.
-    watching = asyncio.create_task(watch_writes(app, runner))
+    watching = [asyncio.create_task(watch_writes(app, runner, *([lanes] if lanes else [])))]
+    if lanes is not None:
+        watching.append(asyncio.create_task(lanes.run()))
+    loop = asyncio.get_running_loop()
+    server: asyncio.Server | None = None
     try:
-        await web.SockSite(runner, sock if isinstance(sock, socket.socket) else sock()).start()
+        listening = sock if isinstance(sock, socket.socket) else sock()
+        server = await loop.create_server(lanes or runner.server, sock=listening)
         stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         await stop.wait()
         log.info("stopping: finishing in-flight requests")
     finally:
+        if server is not None:
+            server.close()
+        if lanes is not None:
+            await lanes.shutdown(SHUTDOWN_TIMEOUT)
         await runner.cleanup()
-        watching.cancel()
+        for task in watching:
+            task.cancel()
 
 
 def _supervise(config: Config, sock: socket.socket, workers: int, replace_policy: bool) -> int:

@@ -16,6 +16,7 @@ deadline: bytes a client does not read stay in memory for as long as its connect
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections.abc import Iterable
 from typing import Protocol
@@ -170,22 +171,24 @@ class Stalls:
                 transport.abort()
         self._watched = watched
 
-    async def run(self, server: _Connections) -> None:
+    async def run(self, *servers: _Connections) -> None:
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(self.tick)
-            self.sweep(server.connections, loop.time())
+            self.sweep(itertools.chain.from_iterable(s.connections for s in servers), loop.time())
 
 
 class _Connections(Protocol):
-    """aiohttp's `web.Server`: the connections it serves."""
+    """aiohttp's `web.Server`, or the read lanes (lane.Lanes): the connections it serves."""
 
     @property
     def connections(self) -> Iterable[_Connection]: ...
 
 
-async def watch_writes(app: web.Application, runner: web.AppRunner) -> None:
-    """Until cancelled: abort the stalled connections of the server that `runner` (set up) runs `app` on."""
+async def watch_writes(app: web.Application, runner: web.AppRunner, *more: _Connections) -> None:
+    """Until cancelled: abort the stalled connections of the server that `runner` (set up) runs `app` on,
+    and of `more`."""
     if runner.server is None:  # pragma: no cover - setup() makes it
         raise RuntimeError("watch_writes needs a runner that is set up")
-    await Stalls(app[CONFIG].http.write_timeout_seconds, app[STORE].metrics.write_stalls).run(runner.server)
+    stalls = Stalls(app[CONFIG].http.write_timeout_seconds, app[STORE].metrics.write_stalls)
+    await stalls.run(runner.server, *more)

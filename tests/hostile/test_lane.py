@@ -1,0 +1,115 @@
+"""The read lane against a real daemon: it answers what aiohttp answers, in order, and never damaged bytes.
+
+Each comparison sends the same read twice: as a plain read (the lane answers it) and with an empty query
+string, which the lane leaves to aiohttp (the route ignores the query)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+from pathlib import Path
+from typing import Any
+
+from tests.support.images import png
+
+from .conftest import TOKENS, Daemon
+
+_VARYING = {"date", "x-request-id"}
+
+
+def _admit(daemon: Daemon, tenant: str, image: bytes) -> str:
+    body = json.dumps({"source": "user", "images": [{"data": base64.b64encode(image).decode()}]})
+    status, answer = daemon.post(tenant, "/v1/attachments", body.encode())
+    assert status == 201, answer
+    ref: str = answer["attachments"][0]["ref"]
+    return ref
+
+
+def _exchange(daemon: Daemon, requests: bytes, answers: int) -> list[tuple[int, dict[str, str], bytes]]:
+    """Send `requests` in one write on one connection and read `answers` answers off it."""
+    host, port = daemon.url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.sendall(requests)
+        stream = s.makefile("rb")
+        out = []
+        for _ in range(answers):
+            status = int(stream.readline().split()[1])
+            headers: dict[str, str] = {}
+            while (line := stream.readline()) not in (b"\r\n", b""):
+                name, _, value = line.decode("latin-1").partition(":")
+                headers[name.strip().lower()] = value.strip()
+            out.append((status, headers, stream.read(int(headers.get("content-length", "0")))))
+        return out
+
+
+def _get(target: str, *extra: str) -> bytes:
+    return (f"GET {target} HTTP/1.1\r\nHost: t\r\n" + "".join(f"{e}\r\n" for e in extra) + "\r\n").encode()
+
+
+def _same(daemon: Daemon, target: str, *extra: str) -> tuple[int, dict[str, str], bytes]:
+    lane, aiohttp = _exchange(daemon, _get(target, *extra) + _get(target + "?", *extra), 2)
+    strip = lambda a: (a[0], {k: v for k, v in a[1].items() if k not in _VARYING}, a[2])  # noqa: E731
+    assert strip(lane) == strip(aiohttp)
+    return lane
+
+
+def test_every_answer_of_the_lane_is_aiohttp_s(start_daemon: Any) -> None:
+    daemon = start_daemon()
+    image = png(64, 48)
+    ref = _admit(daemon, "alice", image)
+    auth = f"Authorization: Bearer {TOKENS['alice']}"
+    for _ in range(2):  # the first read looks the row up, the second is served from the remembered row
+        status, headers, body = _same(daemon, f"/v1/attachments/{ref}", auth)
+        assert (status, body, headers["etag"]) == (200, image, f'"{ref}"')
+    assert _same(daemon, f"/v1/attachments/{ref}", auth, f'If-None-Match: "{ref}"')[0] == 304
+    assert _same(daemon, f"/v1/attachments/{ref}", auth, 'If-None-Match: "other"')[2] == image
+    assert _same(daemon, f"/v1/attachments/{ref}")[0] == 401
+    assert _same(daemon, f"/v1/attachments/{ref}", f"Authorization: Bearer {TOKENS['mallory']}")[0] == 404
+    assert _same(daemon, "/v1/attachments/sha256:abc", auth)[0] == 400
+    status, headers, _ = _same(daemon, f"/v1/attachments/{ref}", auth, "X-Request-Id: mine-1")
+    assert headers["x-request-id"] == "mine-1"
+    lines = daemon.access("/v1/attachments/{ref}", 16)
+    assert {(x["status"], x.get("tenant")) for x in lines} >= {(200, "alice"), (304, "alice"), (401, None)}
+
+
+def test_pipelined_requests_are_answered_in_order_across_the_hand_over(start_daemon: Any) -> None:
+    daemon = start_daemon()
+    first, second = png(20, 20), png(30, 30)
+    a, b = _admit(daemon, "alice", first), _admit(daemon, "alice", second)
+    auth = f"Authorization: Bearer {TOKENS['alice']}"
+    admission = json.dumps({"source": "user", "images": [{"data": base64.b64encode(png(40, 40)).decode()}]})
+    post = (
+        f"POST /v1/attachments HTTP/1.1\r\nHost: t\r\n{auth}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(admission)}\r\n\r\n{admission}"
+    ).encode()
+    answers = _exchange(
+        daemon,
+        _get(f"/v1/attachments/{a}", auth)
+        + _get(f"/v1/attachments/{b}", auth)
+        + post
+        + _get(f"/v1/attachments/{a}", auth)
+        + _get(f"/v1/attachments/{b}", auth, "Connection: close"),
+        5,
+    )
+    assert [s for s, _, _ in answers] == [200, 200, 201, 200, 200]
+    assert [answers[i][2] for i in (0, 1, 3, 4)] == [first, second, first, second]
+    assert json.loads(answers[2][2])["attachments"][0]["width"] == 40
+
+
+def test_damaged_bytes_are_never_served_from_a_remembered_row(start_daemon: Any) -> None:
+    daemon = start_daemon()
+    image = png(50, 50)
+    ref = _admit(daemon, "alice", image)
+    auth = f"Authorization: Bearer {TOKENS['alice']}"
+    assert _exchange(daemon, _get(f"/v1/attachments/{ref}", auth) * 2, 2)[1][2] == image
+    algorithm, digest = ref.split(":")
+    path = Path(daemon.data_dir) / "objects" / algorithm / digest[:2] / digest[2:4] / digest
+    damaged = bytearray(path.read_bytes())
+    damaged[-20] ^= 0xFF
+    path.chmod(0o644)
+    path.write_bytes(bytes(damaged))
+    status, _, body = _exchange(daemon, _get(f"/v1/attachments/{ref}", auth), 1)[0]
+    assert status == 500
+    assert json.loads(body)["error"]["code"] == "ATTACHMENT_CORRUPT"
+    daemon.assert_alice_is_served()
