@@ -113,15 +113,15 @@ def head(status: int, headers: Mapping[str, str], length: int, close: bool) -> b
     """The status line and headers of an answer, as aiohttp writes them for the same response: the
     security headers and `Cache-Control: no-store` where the answer sets none of its own."""
     fields = dict(headers)
-    for name, value in SECURITY_HEADERS.items():
-        fields.setdefault(name, value)
-    fields.setdefault("Cache-Control", "no-store")
     if status != 304:  # a 304 has no body to measure: aiohttp sends no Content-Length with it
         fields["Content-Length"] = str(length)
     fields["Date"] = _date()
     fields["Server"] = SERVER_SOFTWARE
     if close:
         fields["Connection"] = "close"
+    for name, value in SECURITY_HEADERS.items():  # after these, as aiohttp's on_response_prepare adds them
+        fields.setdefault(name, value)
+    fields.setdefault("Cache-Control", "no-store")
     text = "".join(f"{name}: {value}\r\n" for name, value in fields.items())
     return f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}\r\n{text}\r\n".encode("latin-1")
 
