@@ -114,3 +114,23 @@ def test_damaged_bytes_are_never_served_from_a_remembered_row(start_daemon: Any)
     assert status == 500
     assert json.loads(body)["error"]["code"] == "ATTACHMENT_CORRUPT"
     daemon.assert_alice_is_served()
+
+
+def test_an_idle_connection_and_an_unfinished_head_are_closed_after_the_keep_alive(start_daemon: Any) -> None:
+    daemon = start_daemon(http={"keepalive_timeout": "1s"})
+    ref = _admit(daemon, "alice", png(10, 10))
+    host, port = daemon.url.removeprefix("http://").rsplit(":", 1)
+    auth = f"Authorization: Bearer {TOKENS['alice']}"
+    with (
+        socket.create_connection((host, int(port)), timeout=30) as idle,
+        socket.create_connection((host, int(port)), timeout=30) as unfinished,
+    ):
+        idle.sendall(_get(f"/v1/attachments/{ref}", auth))
+        unfinished.sendall(_get(f"/v1/attachments/{ref}", auth)[:-2])  # no empty line: the head never ends
+        stream = idle.makefile("rb")
+        assert stream.readline().split()[1] == b"200"
+        while stream.readline() not in (b"\r\n", b""):
+            pass
+        stream.read(len(png(10, 10)))
+        assert stream.read() == b""  # closed by the daemon, not by the 30 s timeout of this socket
+        assert unfinished.recv(1) == b""
