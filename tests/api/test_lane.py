@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
-from attachstore.api.lane import MAX_HEADERS, Get, head, recognize
+from attachstore.api.lane import MAX_HEADERS, Get, Lane, Lanes, head, recognize
+from attachstore.errors import NotFound
+from attachstore.metrics import Metrics
 
 REF = "sha256:" + "ab" * 32
 PLAIN = f"GET /v1/attachments/{REF} HTTP/1.1\r\nHost: x\r\nAccept: */*".encode()
@@ -73,3 +77,59 @@ def test_an_answer_s_head_carries_the_security_headers_unless_it_sets_its_own() 
     assert fields["X-Frame-Options"] == "DENY"
     assert fields["Content-Length"] == "3"
     assert fields["Connection"] == "close"
+
+
+class _Transport:
+    """What a Lane asks of its transport, recorded."""
+
+    def __init__(self) -> None:
+        self.reading = True
+        self.written: list[bytes] = []
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+    def writelines(self, pieces: list[bytes]) -> None:
+        self.written.append(b"".join(pieces))
+
+    def close(self) -> None:
+        pass
+
+
+class _Store:
+    """A read that takes until `done` is set, so that the requests behind it wait."""
+
+    def __init__(self) -> None:
+        self.done = asyncio.Event()
+
+    def recalled(self, text: str, tenant: str) -> None:
+        return None
+
+    async def read(self, text: str, tenant: str) -> object:
+        await self.done.wait()
+        raise NotFound(f"no attachment {text}")
+
+    metrics = Metrics()
+
+
+async def test_reading_pauses_while_requests_pile_up_behind_a_slow_answer() -> None:
+    lanes = Lanes.__new__(Lanes)
+    lanes.store, lanes.tokens, lanes.max_line, lanes.closing = _Store(), {}, 8190, False  # type: ignore[assignment]
+    lanes.connections = set()
+    lane = Lane(lanes)
+    transport = _Transport()
+    lane.connection_made(transport)  # type: ignore[arg-type]
+    request = f"GET /v1/attachments/{REF} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+    for _ in range(2000):  # about 160 KB of pipelined reads
+        lane.data_received(request)
+    assert not transport.reading
+    lanes.store.done.set()  # type: ignore[attr-defined]
+    for _ in range(5000):
+        if transport.reading:
+            break
+        await asyncio.sleep(0)
+    assert transport.reading  # the waiting requests were answered, down past the bound
+    assert all(w.startswith(b"HTTP/1.1 404 ") for w in transport.written)
