@@ -7,11 +7,14 @@ import hashlib
 import io
 import json
 import logging
+import logging.handlers
 import queue
 import subprocess
 import sys
 from typing import Any
 
+import msgspec
+import msgspec.structs
 import pytest
 from aiohttp.test_utils import TestClient
 from prometheus_client.parser import text_string_to_metric_families
@@ -178,6 +181,90 @@ def test_the_log_writer_ends_even_with_lines_queued_after_its_stop() -> None:
     writer.thread.join(timeout=30)
     assert not writer.thread.is_alive()
     assert [json.loads(line)["msg"] for line in out.getvalue().splitlines()] == ["before", "after"]
+
+
+class _Fields(msgspec.Struct, omit_defaults=True, kw_only=True):
+    request_id: str
+    code: str | None = None
+    status: int
+    note: str | None = None
+
+
+def test_a_direct_line_is_the_line_its_record_would_make() -> None:
+    """Access lines skip `logging` in the daemon; the writer must make of one exactly what JsonFormatter
+    makes of a record with the same time and fields (None fields left out, keys in the same order)."""
+    lines: queue.SimpleQueue[logs.Queued] = queue.SimpleQueue()
+    out = io.StringIO()
+    writer = logs._Writer(lines, out)
+    for created in (1_764_000_000.0, 1_764_000_000.9995, 1_764_000_061.25):
+        for fields in (_Fields(request_id="r-1", status=200), _Fields(request_id="r-2", code="X", status=4)):
+            record = _record("request", **{k: v for k, v in msgspec.structs.asdict(fields).items() if v})
+            record.created = created
+            lines.put(record)
+            lines.put(logs.Line(created, "attachstore.access", "request", fields))
+    writer.start()
+    writer.stop()
+    written = out.getvalue().splitlines()
+    assert len(written) == 12
+    assert written[0::2] == written[1::2]
+    assert json.loads(written[4]) == {
+        "ts": "2025-11-24T16:00:00.999Z",
+        "level": "info",
+        "logger": "attachstore.access",
+        "msg": "request",
+        "request_id": "r-1",
+        "status": 200,
+    }
+    assert list(json.loads(written[6])) == ["ts", "level", "logger", "msg", "request_id", "code", "status"]
+
+
+def test_direct_lines_are_taken_only_while_the_writer_is_all_that_listens(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    lines: queue.SimpleQueue[logs.Queued] = queue.SimpleQueue()
+    handler = logs._Enqueue(lines)
+    monkeypatch.setattr(logs, "_direct", lines)
+    monkeypatch.setattr(logs, "_handler", handler)
+    monkeypatch.setattr(logging.getLogger(), "handlers", [handler])  # pytest's own handlers set aside
+    logger = logging.getLogger("attachstore.access")
+    level = logger.level
+    listener = logging.handlers.BufferingHandler(10)
+    try:
+        logger.setLevel(logging.INFO)
+        logs.info(logger, "request", _Fields(request_id="direct", status=200))
+        logging.getLogger("attachstore").addHandler(listener)
+        logs.info(logger, "request", _Fields(request_id="through logging", status=200))
+        logging.getLogger("attachstore").removeHandler(listener)
+        logger.setLevel(logging.WARNING)
+        logs.info(logger, "request", _Fields(request_id="below the level", status=200))
+    finally:
+        logging.getLogger("attachstore").removeHandler(listener)
+        logger.setLevel(level)
+    queued = [lines.get_nowait() for _ in range(lines.qsize())]
+    assert isinstance(queued[0], logs.Line)
+    assert isinstance(queued[1], logging.LogRecord)  # the record went its ordinary way, to both handlers
+    assert len(queued) == 2
+    assert [getattr(r, logs.FIELDS) for r in listener.buffer] == [
+        {"request_id": "through logging", "status": 200}
+    ]
+
+
+def test_the_daemons_access_lines_reach_standard_error() -> None:
+    program = (
+        "from attachstore import logs; from attachstore.api import observe; from attachstore.metrics import "
+        "Metrics; logs.setup(); m = Metrics(); "
+        "[observe.record(m, f'r-{n}', 'GET', '/v1/attachments/{ref}', 200, 0.0015, tenant='t') "
+        "for n in range(3)]"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=60, check=True
+    )
+    lines = [json.loads(line) for line in done.stderr.splitlines()]
+    assert [(line["request_id"], line["duration_ms"], line["tenant"]) for line in lines] == [
+        (f"r-{n}", 1.5, "t") for n in range(3)
+    ]
+    assert "code" not in lines[0]
+    assert lines[0]["logger"] == "attachstore.access"
 
 
 async def test_made_request_ids_differ_and_latencies_count_per_label(client: Client) -> None:
