@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import pytest
 
@@ -100,29 +101,40 @@ class _Transport:
 
 
 class _Store:
-    """A read that takes until `done` is set, so that the requests behind it wait."""
+    """A read that takes until `done` is set (or, for a ref in `slow`, its own event), so that the
+    requests behind it wait."""
 
     def __init__(self) -> None:
         self.done = asyncio.Event()
+        self.slow: dict[str, asyncio.Event] = {}
 
     def recalled(self, text: str, tenant: str) -> None:
         return None
 
     async def read(self, text: str, tenant: str) -> object:
-        await self.done.wait()
+        await self.slow.get(text, self.done).wait()
         raise NotFound(f"no attachment {text}")
 
     metrics = Metrics()
 
 
-async def test_reading_pauses_while_requests_pile_up_behind_a_slow_answer() -> None:
+def _lanes() -> Lanes:
     lanes = Lanes.__new__(Lanes)
     lanes.store, lanes.tokens, lanes.max_line, lanes.closing = _Store(), {}, 8190, False  # type: ignore[assignment]
     lanes.connections = set()
+    return lanes
+
+
+def _read(ref: str) -> bytes:
+    return f"GET /v1/attachments/{ref} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+
+
+async def test_reading_pauses_while_requests_pile_up_behind_a_slow_answer() -> None:
+    lanes = _lanes()
     lane = Lane(lanes)
     transport = _Transport()
     lane.connection_made(transport)  # type: ignore[arg-type]
-    request = f"GET /v1/attachments/{REF} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+    request = _read(REF)
     for _ in range(2000):  # about 160 KB of pipelined reads
         lane.data_received(request)
     assert not transport.reading
@@ -133,3 +145,62 @@ async def test_reading_pauses_while_requests_pile_up_behind_a_slow_answer() -> N
         await asyncio.sleep(0)
     assert transport.reading  # the waiting requests were answered, down past the bound
     assert all(w.startswith(b"HTTP/1.1 404 ") for w in transport.written)
+
+
+class _Ending(_Transport):
+    """A transport whose close and abort end its connection on the loop's next turn, as the loop's own do."""
+
+    def __init__(self, lane: Lane) -> None:
+        super().__init__()
+        self.lane = lane
+        self.ended: str | None = None
+        lane.connection_made(self)  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        self._end("closed")
+
+    def abort(self) -> None:
+        self._end("aborted")
+
+    def _end(self, how: str) -> None:
+        if self.ended is None:
+            self.ended = how
+            asyncio.get_running_loop().call_soon(self.lane.connection_lost, None)
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    for _ in range(10_000):
+        if condition():
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError("the condition never held")
+
+
+async def test_a_shutdown_closes_idle_connections_now_busy_ones_after_their_answer_and_aborts_the_rest() -> (
+    None
+):
+    lanes = _lanes()
+    store: _Store = lanes.store  # type: ignore[assignment]
+    answered, stuck_ref = "sha256:" + "01" * 32, "sha256:" + "02" * 32
+    store.slow = {answered: asyncio.Event(), stuck_ref: asyncio.Event()}
+    idle, busy, stuck = (_Ending(Lane(lanes)) for _ in range(3))
+    busy.lane.data_received(_read(answered))
+    stuck.lane.data_received(_read(stuck_ref))
+    shutdown = asyncio.create_task(lanes.shutdown(within=2.0))
+    await _until(lambda: idle.ended is not None)
+    assert idle.ended == "closed"
+    assert (busy.ended, stuck.ended) == (None, None)  # both still answering
+    store.slow[answered].set()
+    await _until(lambda: busy.ended is not None)
+    assert busy.ended == "closed"
+    assert [w.split(b"\r\n")[0] for w in busy.written] == [
+        b"HTTP/1.1 404 Not Found"
+    ]  # its answer, then the close
+    assert stuck.ended is None
+    late = _Ending(Lane(lanes))  # a connection accepted while stopping is closed at once
+    assert late.ended == "closed"
+    await shutdown
+    assert stuck.ended == "aborted"  # its answer never came within the shutdown's time
+    assert stuck.written == []
+    await asyncio.sleep(0)
+    assert not lanes.connections
