@@ -93,7 +93,7 @@ def recognize(head: bytes, max_line: int) -> Get | None:
 
 
 class _Date:
-    """The Date header's value, made once a second."""
+    """The Date and Server header lines, made once a second."""
 
     def __init__(self) -> None:
         self._second = -1
@@ -102,28 +102,36 @@ class _Date:
     def __call__(self) -> str:
         now = int(time.time())
         if now != self._second:
-            self._second, self._text = now, email.utils.formatdate(now, usegmt=True)
+            date = email.utils.formatdate(now, usegmt=True)
+            self._second, self._text = now, f"Date: {date}\r\nServer: {SERVER_SOFTWARE}\r\n"
         return self._text
 
 
 _date = _Date()
+_STATUS_LINES: dict[int, str] = {}
+# The headers every answer carries unless it sets its own, in the order aiohttp's on_response_prepare adds
+# them: the security headers, then Cache-Control.
+_DEFAULT_LINES = [(name, f"{name}: {value}\r\n") for name, value in SECURITY_HEADERS.items()]
+if "Cache-Control" not in SECURITY_HEADERS:
+    _DEFAULT_LINES.append(("Cache-Control", "Cache-Control: no-store\r\n"))
 
 
 def head(status: int, headers: Mapping[str, str], length: int, close: bool) -> bytes:
-    """The status line and headers of an answer, as aiohttp writes them for the same response: the
-    security headers and `Cache-Control: no-store` where the answer sets none of its own."""
-    fields = dict(headers)
+    """The status line and headers of an answer, as aiohttp writes them for the same response: its own
+    `headers` (none of them Content-Length, Date, Server or Connection), those four, then the security
+    headers and `Cache-Control: no-store` where the answer sets none of its own."""
+    status_line = _STATUS_LINES.get(status)
+    if status_line is None:
+        status_line = _STATUS_LINES[status] = f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}\r\n"
+    lines = [status_line, *[f"{name}: {value}\r\n" for name, value in headers.items()]]
     if status != 304:  # a 304 has no body to measure: aiohttp sends no Content-Length with it
-        fields["Content-Length"] = str(length)
-    fields["Date"] = _date()
-    fields["Server"] = SERVER_SOFTWARE
+        lines.append(f"Content-Length: {length}\r\n")
+    lines.append(_date())
     if close:
-        fields["Connection"] = "close"
-    for name, value in SECURITY_HEADERS.items():  # after these, as aiohttp's on_response_prepare adds them
-        fields.setdefault(name, value)
-    fields.setdefault("Cache-Control", "no-store")
-    text = "".join(f"{name}: {value}\r\n" for name, value in fields.items())
-    return f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}\r\n{text}\r\n".encode("latin-1")
+        lines.append("Connection: close\r\n")
+    lines.extend([line for name, line in _DEFAULT_LINES if name not in headers])
+    lines.append("\r\n")
+    return "".join(lines).encode("latin-1")
 
 
 class Lanes:
