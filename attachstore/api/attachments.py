@@ -100,7 +100,9 @@ def _not_modified(etag: str) -> web.Response:
 
 
 def _verified(request: web.Request, found: ImageRef, data: bytes | bytearray) -> web.Response:
-    sending(request).claim(len(data))
+    share = sending(request)
+    if not share.held:  # claimed before the read, unless it was recalled (or is a preview)
+        share.claim(len(data))
     return web.Response(body=View(data, found.media_type), headers=verified_headers(found))
 
 
@@ -113,7 +115,7 @@ async def read(request: web.Request) -> web.Response:
         # The client holds these exact bytes already (the ETag is their hash): say so without reading them.
         await store.meta(text, tenant_of(request))
         return _not_modified(etag)
-    return _verified(request, *await store.read(text, tenant_of(request)))
+    return _verified(request, *await store.read(text, tenant_of(request), sending(request).claim))
 
 
 def _preview_size(request: web.Request) -> int:

@@ -289,7 +289,8 @@ class Lane(asyncio.Protocol):
                 self._write(304, not_modified_headers(f'"{get.ref}"'), rid)
                 self._record(get, rid, started, tenant, 304)
             else:
-                self._send(get, rid, started, tenant, *await self.lanes.store.read(get.ref, tenant))
+                found = await self.lanes.store.read(get.ref, tenant, lambda n: self._claim(tenant, n))
+                self._send(get, rid, started, tenant, *found)
         except AttachstoreError as e:
             self._failed(e, get, rid, started, tenant)
         except asyncio.CancelledError:  # the client left: nobody is answered
@@ -302,21 +303,27 @@ class Lane(asyncio.Protocol):
             self._task = None
         self._next()
 
+    def _claim(self, tenant: str, n: int) -> None:
+        """Count `n` bytes of this connection's answer against its tenant's budget (ServerBusy past it)."""
+        self.lanes.budget.take(tenant, n, 0)
+        self._held = (tenant, n)
+
     def _send(
         self, get: Get, rid: str, started: float, tenant: str, found: ImageRef, data: bytes | bytearray
     ) -> None:
-        try:
-            self.lanes.budget.take(tenant, len(data), 0)
-        except AttachstoreError as e:
-            self._failed(e, get, rid, started, tenant)
-            return
-        self._held = (tenant, len(data))
+        if self._held is None:  # recalled: claimed now; read in a task: claimed before its bytes were read
+            try:
+                self._claim(tenant, len(data))
+            except AttachstoreError as e:
+                self._failed(e, get, rid, started, tenant)
+                return
         self._write(200, verified_headers(found), rid, data)
         if not self._paused:  # all of it is with the kernel, or within the transport's low-water mark
             self._release()
         self._record(get, rid, started, tenant, 200)
 
     def _failed(self, e: AttachstoreError, get: Get, rid: str, started: float, tenant: str | None) -> None:
+        self._release()  # what a read claimed before it failed
         if e.status >= 500:
             log.error("GET /v1/attachments/%s: %s %s", get.ref[:140], e.code, e.message)
         answer = error_response(e)

@@ -97,8 +97,14 @@ class Reads:
         self.metrics.reads_ok.inc()
         return image_ref(hit[0]), hit[1]
 
-    async def read(self, text: str, tenant: str | None = None) -> tuple[ImageRef, bytes | bytearray]:
-        """Verified bytes: the whole object re-hashed, its header checked against the index."""
+    async def read(
+        self, text: str, tenant: str | None = None, claim: Callable[[int], None] | None = None
+    ) -> tuple[ImageRef, bytes | bytearray]:
+        """Verified bytes: the whole object re-hashed, its header checked against the index. Given `claim`,
+        the object's size is claimed with it once its row is found and before its bytes are read (a refusal,
+        ServerBusy, reads nothing): what reads in progress hold is then within the caller's budget, however
+        many of them wait for a thread or for the loop. A recalled read is on the caller's stack and does
+        not claim: the caller claims what it sends."""
         ref = Ref.parse(text)
         recalled = self.recalled(text, tenant)
         if recalled is not None:
@@ -110,6 +116,8 @@ class Reads:
         except NotFound:
             self.metrics.reads.labels("not_found").inc()
             raise
+        if claim is not None:
+            claim(row.bytes)
         if resident is not None and row.state == "ok":
             found = resident.read(ref, row.bytes, self._verify(ref, row))
             if found is not None and await self._header_fits(row, found[0]):

@@ -111,7 +111,7 @@ class _Store:
     def recalled(self, text: str, tenant: str) -> None:
         return None
 
-    async def read(self, text: str, tenant: str) -> object:
+    async def read(self, text: str, tenant: str, claim: object = None) -> object:
         await self.slow.get(text, self.done).wait()
         raise NotFound(f"no attachment {text}")
 

@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from attachstore.errors import Corrupt, NotFound
+from attachstore.errors import Corrupt, NotFound, ServerBusy
 from attachstore.gate import probe_header
 from attachstore.index import Hold
 from attachstore.maintenance import gc
@@ -62,6 +62,38 @@ async def test_a_jpeg_admitted_before_the_header_bound_is_read_without_walking_i
     # The full walk: once, in a thread.
     assert [on_loop for bounded, on_loop in probes if not bounded] == [False]
     assert _deferred(store) == 1
+
+
+async def test_a_read_claims_its_size_before_it_reads_and_a_refusal_reads_nothing(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The budget of answers in flight counts a read from before its bytes are read, so that reads waiting
+    for a thread hold nothing outside it."""
+    image = png(40, 40)
+    ref = await plant(store, image, "image/png", 40, 40)
+    assert store.resident is not None
+    store.resident.enabled = False  # every read goes to the blob store, as an object too large to be resident
+    read = store.blobs.read
+    events: list[str] = []
+
+    async def recorded(*args: Any, **kwargs: Any) -> Any:
+        events.append("read")
+        return await read(*args, **kwargs)
+
+    def claim(n: int) -> None:
+        events.append(f"claim {n}")
+
+    def refuse(n: int) -> None:
+        raise ServerBusy("the budget is spent")
+
+    monkeypatch.setattr(store.blobs, "read", recorded)
+    _, data = await store.read(str(ref), None, claim)
+    assert data == image
+    assert events == [f"claim {len(image)}", "read"]
+    events.clear()
+    with pytest.raises(ServerBusy):
+        await store.read(str(ref), None, refuse)
+    assert events == []
 
 
 async def test_a_deep_header_that_does_not_fit_its_row_is_corrupt(store: Store) -> None:
