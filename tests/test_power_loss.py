@@ -15,11 +15,13 @@ same exploration then fails, naming the lost ref. Set POWERCUT_SEED to replay a 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 import msgspec
@@ -31,6 +33,7 @@ from attachstore.maintenance import Audit, Kind, gc, migrate
 from attachstore.refs import Ref
 from attachstore.service import Store, Upload, VariantSpec
 from attachstore.storage import local
+from attachstore.storage.s3 import S3BlobStore
 from tests.conftest import MakeConfig
 from tests.support.faults import flip_byte
 from tests.support.http import object_path
@@ -42,6 +45,7 @@ from tests.support.powercut import (
     Lost,
     RecordingBucket,
     State,
+    StoredS3,
     commits_recorded,
     explore,
 )
@@ -170,7 +174,13 @@ async def admit_again(store: Store, s: Scenario) -> None:
 
 async def with_one_damaged(store: Store, s: Scenario) -> None:
     (ref,) = await s.admit(store, png(20, 10, seed=1))
-    flip_byte(object_path(Path(s.config.data_dir), ref))
+    if isinstance(store.blobs, S3BlobStore):  # the bucket's copy rots
+        bucket, key = SERVING[0], store.blobs.key(Ref.parse(ref))
+        damaged = bytearray(bucket.objects[key].data)
+        damaged[len(damaged) // 2] ^= 0xFF
+        bucket.objects[key] = StoredS3(bytes(damaged), hashlib.md5(damaged).hexdigest(), datetime.now(UTC))
+    else:
+        flip_byte(object_path(Path(s.config.data_dir), ref))
     s.may_lose.add(ref)
 
 
@@ -299,8 +309,6 @@ LOST_REF = str(Ref.of("sha256", png(20, 10, seed=1)))  # what admit_new answers
 
 @pytest.fixture
 def s3_config(make_config: MakeConfig, monkeypatch: pytest.MonkeyPatch) -> Config:
-    from attachstore.storage.s3 import S3BlobStore
-
     async def start(self: S3BlobStore) -> None:
         self._client = SERVING[0]
 
@@ -309,7 +317,14 @@ def s3_config(make_config: MakeConfig, monkeypatch: pytest.MonkeyPatch) -> Confi
 
 
 S3_SCENARIOS = {
-    name: SCENARIOS[name] for name in ("admitting a new object", "admitting a batch", "a gc sweep")
+    name: SCENARIOS[name]
+    for name in (
+        "admitting a new object",
+        "healing a damaged object",
+        "admitting a batch",
+        "a gc sweep",
+        "quarantining on read",
+    )
 }
 
 
