@@ -36,7 +36,7 @@ from aiohttp.http import SERVER_SOFTWARE
 from ..errors import AttachstoreError, Unauthorized
 from ..service import ImageRef
 from .app import SECURITY_HEADERS, TOKENS, tenant_for
-from .attachments import etag_matches, not_modified_headers, verified_headers
+from .attachments import READ_HEADERS, etag_matches, not_modified_headers
 from .common import CONFIG, STORE, error_response
 from .observe import CLIENT_GONE, record, request_id
 from .sending import BUDGET
@@ -51,6 +51,15 @@ _VALUE = re.compile(rb"[\t\x20-\x7e]*")
 _ONCE = frozenset({b"authorization", b"if-none-match", b"x-request-id", b"connection"})
 _NOT_HERE = frozenset({b"content-length", b"transfer-encoding", b"expect", b"upgrade"})
 _PENDING_MAX = 64 * 1024  # bytes of requests waiting behind the one being answered, before reading pauses
+# The head of most plain reads in one match: the request line and headers of the right characters, none of
+# them one the lane reads or refuses (`_SPECIAL`). What does not match goes through `recognize`'s walk.
+_PLAIN = re.compile(
+    rb"GET /v1/attachments/([A-Za-z0-9:._-]+) HTTP/1\.1(?:\r\n[!#$%&'*+.^_`|~0-9A-Za-z-]+:[\t\x20-\x7e]*)*"
+)
+_SPECIAL = re.compile(
+    rb"\r\n(?:authorization|if-none-match|x-request-id|connection|content-length|transfer-encoding|expect|upgrade):",
+    re.IGNORECASE,
+)
 
 
 class Get(NamedTuple):
@@ -63,6 +72,15 @@ class Get(NamedTuple):
 
 def recognize(head: bytes, max_line: int) -> Get | None:
     """The plain read that `head` (a request's bytes up to its empty line) is, or None for anything else."""
+    if len(head) <= max_line and head.count(b"\r\n") <= MAX_HEADERS and not _SPECIAL.search(head):
+        plain = _PLAIN.fullmatch(head)  # every line within max_line, none that the walk would read
+        if plain is not None and plain[1] not in (b".", b".."):
+            return Get(plain[1].decode("ascii"), "", None, None, False)
+    return walk(head, max_line)
+
+
+def walk(head: bytes, max_line: int) -> Get | None:
+    """`recognize`, line by line: what it answers for every head."""
     lines = head.split(b"\r\n")
     if len(lines) > MAX_HEADERS + 1 or len(lines[0]) > max_line:
         return None
@@ -132,6 +150,21 @@ def head(status: int, headers: Mapping[str, str], length: int, close: bool) -> b
     lines.extend([line for name, line in _DEFAULT_LINES if name not in headers])
     lines.append("\r\n")
     return "".join(lines).encode("latin-1")
+
+
+def verified_head(found: ImageRef, request_id: str, length: int, close: bool) -> bytes:
+    """`head(200, verified_headers(found) | {"X-Request-Id": request_id}, length, close)`, from a template:
+    what every verified answer says."""
+    return (
+        f'HTTP/1.1 200 OK\r\nContent-Type: {found.media_type}\r\nETag: "{found.ref}"\r\n{_READ_LINES}'
+        f"X-Request-Id: {request_id}\r\nContent-Length: {length}\r\n{_date()}"
+        f"{_CLOSE_LINES if close else _KEEP_LINES}"
+    ).encode("latin-1")
+
+
+_READ_LINES = "".join(f"{name}: {value}\r\n" for name, value in READ_HEADERS.items())
+_KEEP_LINES = "".join(line for name, line in _DEFAULT_LINES if name not in READ_HEADERS) + "\r\n"
+_CLOSE_LINES = "Connection: close\r\n" + _KEEP_LINES
 
 
 class Lanes:
@@ -317,7 +350,7 @@ class Lane(asyncio.Protocol):
             except AttachstoreError as e:
                 self._failed(e, get, rid, started, tenant)
                 return
-        self._write(200, verified_headers(found), rid, data)
+        self._send_head(verified_head(found, rid, len(data), self._close), data)
         if not self._paused:  # all of it is with the kernel, or within the transport's low-water mark
             self._release()
         self._record(get, rid, started, tenant, 200)
@@ -335,10 +368,13 @@ class Lane(asyncio.Protocol):
         self._record(get, rid, started, tenant, e.status, e.code)
 
     def _write(self, status: int, headers: dict[str, str], rid: str, body: bytes | bytearray = b"") -> None:
+        headers["X-Request-Id"] = rid
+        self._send_head(head(status, headers, len(body), self._close), body)
+
+    def _send_head(self, head_: bytes, body: bytes | bytearray) -> None:
         if self.transport is None:
             return
-        headers["X-Request-Id"] = rid
-        self.transport.writelines([head(status, headers, len(body), self._close), body])
+        self.transport.writelines([head_, body])
         if self._close:
             self.transport.close()  # once what is buffered is sent
         self.since = self._loop.time()

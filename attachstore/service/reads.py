@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..config import Config
 from ..errors import AttachstoreError, Corrupt, Missing, NotFound, StorageUnavailable
@@ -43,7 +43,7 @@ class Reads:
         self.blobs = blobs
         self.index = index
         self.metrics = metrics
-        self.resident: Resident[ObjectRow] | None = Resident(local) if local is not None else None
+        self.resident: Resident[_Known] | None = Resident(local) if local is not None else None
         # The headers walked in full off the loop (objects admitted before the gate bounded them), by ref.
         self._deep: dict[str, Header | None] = {}
         self._walks: dict[str, asyncio.Task[Header | None]] = {}
@@ -75,27 +75,23 @@ class Reads:
         """What `read` answers, when this process served the same file to the same scope a moment ago: the
         bytes read and hashed in full, the header checked against the remembered row, without the index and
         without leaving the caller's stack. None when it takes more (any doubt, an error, a header not yet
-        walked in full): `read` then decides."""
+        walked in full, a text that is not a reference): `read` then decides."""
         resident = self.resident
         if resident is None:
             return None
-        try:
-            ref = Ref.parse(text)
-        except AttachstoreError:
-            return None
-        scope = self.scope(tenant)
-        hit = resident.recall(ref, scope, self._verify)
+        hit = resident.recall(text, self.scope(tenant), _verify_known)
         if hit is None:
             return None
+        known, data = hit
         try:
-            fits = _fits(hit[0], probe_header(hit[1], bounded=True))
+            fits = _fits(known.row, probe_header(data, bounded=True))
         except HeaderTooDeep:  # walked in full before, or `read` walks it (off the loop)
-            fits = _fits(hit[0], self._deep.get(hit[0].ref))
+            fits = _fits(known.row, self._deep.get(text))
         if not fits:
-            resident.forget(str(ref))
+            resident.forget(text)
             return None
         self.metrics.reads_ok.inc()
-        return image_ref(hit[0]), hit[1]
+        return known.answer, data
 
     async def read(
         self, text: str, tenant: str | None = None, claim: Callable[[int], None] | None = None
@@ -119,10 +115,11 @@ class Reads:
         if claim is not None:
             claim(row.bytes)
         if resident is not None and row.state == "ok":
-            found = resident.read(ref, row.bytes, self._verify(ref, row))
+            verify = self._verify(ref, row)
+            found = resident.read(ref, row.bytes, verify)
             if found is not None and await self._header_fits(row, found[0]):
                 await self._record_check(ref, row, found[0])
-                resident.remember(row, scope, found[1])
+                resident.remember(_Known(row, image_ref(row), verify), scope, found[1])
                 self.metrics.reads_ok.inc()
                 return image_ref(row), found[0]
         return await self.verified(ref, row, scope)
@@ -280,6 +277,27 @@ class Reads:
             return header
         finally:
             del self._walks[ref]
+
+
+class _Known(NamedTuple):
+    """A row a verified read was served under, remembered with what every read of it makes of the row: the
+    answer's description and what its bytes must pass."""
+
+    row: ObjectRow
+    answer: ImageRef
+    verify: Verify
+
+    @property
+    def ref(self) -> str:
+        return self.row.ref
+
+    @property
+    def bytes(self) -> int:
+        return self.row.bytes
+
+
+def _verify_known(known: _Known) -> Verify:
+    return known.verify
 
 
 _DEEP_KEPT = 1024

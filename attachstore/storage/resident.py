@@ -71,6 +71,7 @@ R = TypeVar("R", bound=Row)
 
 class _Remembered(NamedTuple, Generic[R]):
     row: R
+    path: str  # the object's file name
     file: FileId
     until: float  # monotonic seconds
     offset: int  # the wall clock less the monotonic clock, in ns, when remembered
@@ -91,10 +92,15 @@ class Resident(Generic[R]):
         bytes (and, given `file`, that very file), all of them are in the page cache, and they pass
         `verify` (their keyed check, or their address). The file is None when it changed too recently to
         be told apart from a successor."""
+        return self._read(self.blobs.filename(ref), size, verify, file)
+
+    def _read(
+        self, path: str, size: int, verify: Verify, file: FileId | None
+    ) -> tuple[bytearray, FileId | None] | None:
         if not self.enabled or size > RESIDENT_MAX:
             return None
         try:
-            fd = os.open(self.blobs.filename(ref), OPEN_READ)
+            fd = os.open(path, OPEN_READ)
         except OSError:
             return None
         try:
@@ -123,24 +129,26 @@ class Resident(Generic[R]):
         if file is None:
             return
         key = (row.ref, scope)
+        path = self.blobs.filename(Ref.parse(row.ref))
         now = time.monotonic_ns()
-        self._rows[key] = _Remembered(row, file, now / 1e9 + self.ttl, wall_ns() - now)
+        self._rows[key] = _Remembered(row, path, file, now / 1e9 + self.ttl, wall_ns() - now)
         self._rows.move_to_end(key)
         if len(self._rows) > self.entries:
             self._rows.popitem(last=False)
 
     def recall(
-        self, ref: Ref, scope: str | None, verify: Callable[[Ref, R], Verify]
+        self, ref: str, scope: str | None, verify: Callable[[R], Verify]
     ) -> tuple[R, bytearray] | None:
-        """A remembered row and the object's bytes, read from the same file as before and verified as
-        `verify(ref, row)` says; None (and the row forgotten) on any doubt."""
-        key = (str(ref), scope)
+        """The row remembered for `ref` (a reference's text, looked up as it is: anything but a reference's
+        canonical text is simply not found) and the object's bytes, read from the same file as before and
+        verified as `verify(row)` says; None (and the row forgotten) on any doubt."""
+        key = (ref, scope)
         got = self._rows.get(key)
         if got is None:
             return None
         now = time.monotonic_ns()
         current = now / 1e9 < got.until and wall_ns() - now > got.offset - STEP_NS
-        found = self.read(ref, got.row.bytes, verify(ref, got.row), got.file) if current else None
+        found = self._read(got.path, got.row.bytes, verify(got.row), got.file) if current else None
         if found is None:
             del self._rows[key]
             return None

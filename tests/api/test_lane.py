@@ -7,9 +7,11 @@ from collections.abc import Callable
 
 import pytest
 
-from attachstore.api.lane import MAX_HEADERS, Get, Lane, Lanes, head, recognize
+from attachstore.api.attachments import verified_headers
+from attachstore.api.lane import MAX_HEADERS, Get, Lane, Lanes, head, recognize, verified_head, walk
 from attachstore.errors import NotFound
 from attachstore.metrics import Metrics
+from attachstore.service import ImageRef
 
 REF = "sha256:" + "ab" * 32
 PLAIN = f"GET /v1/attachments/{REF} HTTP/1.1\r\nHost: x\r\nAccept: */*".encode()
@@ -67,6 +69,42 @@ def test_a_mistyped_ref_is_still_the_lane_s() -> None:
 )
 def test_anything_else_is_left_to_aiohttp(head_: str) -> None:
     assert recognize(head_.encode(), 8190) is None
+
+
+# Heads the one-match path takes, heads it leaves to the walk (a header the lane reads or refuses, a byte or a
+# line out of bounds), and heads neither takes.
+_HEADS = [
+    PLAIN,
+    PLAIN + b"\r\nUser-Agent: wrk/4.2\r\nAccept-Encoding: gzip, br\r\nX-Requested-With:",
+    PLAIN + b"\r\nx-request-id: r-2",
+    PLAIN + b"\r\nCONNECTION: close",
+    PLAIN + b"\r\nAuthorization: Bearer t",
+    PLAIN + b"\r\nIf-None-Match: *",
+    PLAIN + b"\r\nContent-Length: 0",
+    PLAIN + b"\r\ncontent-length: 0",
+    PLAIN + b"\r\nConnection : close",
+    PLAIN + b"\r\nX-Connection: close\r\nX-Request-Id-Of: a",
+    PLAIN + b"\r\nHost: a\rb",
+    PLAIN + b"\r\n folded",
+    PLAIN + b"\r\nX: " + b"a" * 8190,
+    PLAIN + b"\r\nX: y" * MAX_HEADERS,
+    PLAIN + b"\r\nX: y" * (MAX_HEADERS - 1),
+    b"GET /v1/attachments/.. HTTP/1.1\r\nHost: x",
+    b"GET /v1/attachments/sha256:abc HTTP/1.1",
+    b"GET /v1/attachments/sha256:abc HTTP/1.1\r\n",
+]
+
+
+@pytest.mark.parametrize("head_", _HEADS, ids=range(len(_HEADS)))
+def test_the_one_match_path_answers_what_the_walk_answers(head_: bytes) -> None:
+    assert recognize(head_, 8190) == walk(head_, 8190)
+
+
+@pytest.mark.parametrize("close", [False, True])
+def test_a_verified_answer_s_head_is_the_one_head_makes_for_it(close: bool) -> None:
+    found = ImageRef(REF, "image/webp", 1234, 10, 20, 1, None)
+    headers = {**verified_headers(found), "X-Request-Id": "r-1"}
+    assert verified_head(found, "r-1", 1234, close) == head(200, headers, 1234, close)
 
 
 def test_an_answer_s_head_carries_the_security_headers_unless_it_sets_its_own() -> None:
