@@ -116,14 +116,18 @@ def _jpeg_size(data: bytes | bytearray, steps: int) -> tuple[int, int] | None:
         if pos >= end or data[pos] != 0xFF:
             return None  # bytes where a marker must be
         # Any number of 0xFF fill bytes may precede a marker code: a step each, and one for the marker. The
-        # match looks no further than the steps left.
-        found = _JPEG_FILL.match(data, pos, pos + steps + 1)
-        if found is None:  # pragma: no cover - data[pos] is 0xFF
-            return None
-        steps -= found.end() - pos
+        # match looks no further than the steps left; most markers have none (one 0xFF, then the code).
+        if pos + 1 < end and data[pos + 1] != 0xFF:
+            fill = 1
+        else:
+            found = _JPEG_FILL.match(data, pos, pos + steps + 1)
+            if found is None:  # pragma: no cover - data[pos] is 0xFF
+                return None
+            fill = found.end() - pos
+        steps -= fill
         if steps < 0:
             raise HeaderTooDeep
-        pos = found.end()
+        pos += fill
         if pos >= end:
             return None
         marker = data[pos]
