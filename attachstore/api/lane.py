@@ -344,15 +344,20 @@ class Lane(asyncio.Protocol):
     def _send(
         self, get: Get, rid: str, started: float, tenant: str, found: ImageRef, data: bytes | bytearray
     ) -> None:
-        if self._held is None:  # recalled: claimed now; read in a task: claimed before its bytes were read
+        # Read in a task: claimed before its bytes were read. Recalled (on this stack, from the check to the
+        # write): counted only if part of it is still in the transport once written.
+        claimed = self._held is not None
+        if not claimed:
             try:
-                self._claim(tenant, len(data))
+                self.lanes.budget.check(tenant, len(data), 0)
             except AttachstoreError as e:
                 self._failed(e, get, rid, started, tenant)
                 return
         self._send_head(verified_head(found, rid, len(data), self._close), data)
         if not self._paused:  # all of it is with the kernel, or within the transport's low-water mark
             self._release()
+        elif not claimed:
+            self._claim(tenant, len(data))
         self._record(get, rid, started, tenant, 200)
 
     def _failed(self, e: AttachstoreError, get: Get, rid: str, started: float, tenant: str | None) -> None:

@@ -46,6 +46,13 @@ class Budget:
 
     def take(self, tenant: str, n: int, mine: int) -> None:
         """Count `n` more bytes for a request of `tenant` that already holds `mine`, or refuse them."""
+        self.check(tenant, n, mine)
+        self._held[tenant] = self._held.get(tenant, 0) + n
+        self._gauge.inc(n)
+
+    def check(self, tenant: str, n: int, mine: int) -> None:
+        """Refuse what `take` refuses, counting nothing: for an answer that will be counted only if it is
+        still in flight once written."""
         held = self._held.get(tenant, 0)
         if held + n > self.cap and held > mine:
             raise ServerBusy(
@@ -54,8 +61,6 @@ class Budget:
                 f"{human_bytes(self.cap)} ([http] max_sending_bytes)",
                 hint="read the answers already asked for, then retry",
             )
-        self._held[tenant] = held + n
-        self._gauge.inc(n)
 
     def give(self, tenant: str, n: int) -> None:
         left = self._held[tenant] - n

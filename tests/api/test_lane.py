@@ -6,9 +6,11 @@ import asyncio
 from collections.abc import Callable
 
 import pytest
+from prometheus_client import CollectorRegistry, Gauge
 
 from attachstore.api.attachments import verified_headers
 from attachstore.api.lane import MAX_HEADERS, Get, Lane, Lanes, head, recognize, verified_head, walk
+from attachstore.api.sending import Budget
 from attachstore.errors import NotFound
 from attachstore.metrics import Metrics
 from attachstore.service import ImageRef
@@ -242,3 +244,71 @@ async def test_a_shutdown_closes_idle_connections_now_busy_ones_after_their_answ
     assert stuck.written == []
     await asyncio.sleep(0)
     assert not lanes.connections
+
+
+class _Recalled:
+    """A store whose every read is recalled: `size` bytes, on the caller's stack."""
+
+    def __init__(self, size: int) -> None:
+        self.found = ImageRef(REF, "image/png", size, 1, 1, 1, None)
+        self.data = bytearray(size)
+        self.metrics = Metrics()
+
+    def recalled(self, text: str, tenant: str) -> tuple[ImageRef, bytearray]:
+        return self.found, self.data
+
+
+class _Backed(_Transport):
+    """A transport whose buffer passes its high-water mark on a write of more than `room` bytes."""
+
+    def __init__(self, lane: Lane, room: int) -> None:
+        super().__init__()
+        self.lane, self.room = lane, room
+
+    def writelines(self, pieces: list[bytes]) -> None:
+        super().writelines(pieces)
+        if len(self.written[-1]) > self.room:
+            self.lane.pause_writing()
+
+
+def _recalling(size: int, cap: int) -> tuple[Lanes, Gauge]:
+    lanes = _lanes()
+    lanes.store = _Recalled(size)  # type: ignore[assignment]
+    gauge = Gauge("sending", "test", registry=CollectorRegistry())
+    lanes.budget = Budget(cap, gauge)
+    return lanes, gauge
+
+
+def _gauge(g: Gauge) -> float:
+    return next(iter(g.collect())).samples[0].value
+
+
+async def test_a_recalled_answer_taken_whole_by_the_kernel_counts_nothing() -> None:
+    lanes, gauge = _recalling(1000, cap=10_000)
+    lane = Lane(lanes)
+    transport = _Backed(lane, room=1 << 20)
+    lane.connection_made(transport)  # type: ignore[arg-type]
+    lane.data_received(_read(REF) * 3)
+    assert [w.split(b"\r\n")[0] for w in transport.written] == [b"HTTP/1.1 200 OK"] * 3
+    assert lanes.budget.held("") == 0
+    assert _gauge(gauge) == 0
+
+
+async def test_a_recalled_answer_left_in_the_transport_counts_until_it_drains() -> None:
+    lanes, gauge = _recalling(6000, cap=10_000)
+    lane, other = Lane(lanes), Lane(lanes)
+    transport, others = _Backed(lane, room=100), _Backed(other, room=1 << 20)
+    lane.connection_made(transport)  # type: ignore[arg-type]
+    other.connection_made(others)  # type: ignore[arg-type]
+    lane.data_received(_read(REF) * 2)  # the second waits for the first to drain
+    assert len(transport.written) == 1
+    assert lanes.budget.held("") == 6000
+    assert _gauge(gauge) == 6000
+    other.data_received(_read(REF))  # 6,000 more would pass the cap while another answer holds 6,000
+    assert others.written[0].startswith(b"HTTP/1.1 503 ")
+    assert b'"SERVER_BUSY"' in others.written[0]
+    transport.room = 1 << 20
+    lane.resume_writing()  # drained: given back, and the next request answered
+    assert [w.split(b"\r\n")[0] for w in transport.written] == [b"HTTP/1.1 200 OK"] * 2
+    assert lanes.budget.held("") == 0
+    assert _gauge(gauge) == 0
