@@ -7,7 +7,6 @@ error."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import mcp.types as types
+import pybase64
 from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
@@ -312,7 +312,7 @@ class Tools:
             if e.code == NotFound.code:  # SEP-2164: not found is invalid params, naming the uri
                 raise MCPError(types.INVALID_PARAMS, "Resource not found", {"uri": uri}) from None
             raise MCPError(types.INTERNAL_ERROR, f"{e.code}: {e.message}", {"uri": uri}) from None
-        blob = base64.b64encode(data).decode("ascii")
+        blob = pybase64.b64encode(data).decode("ascii")
         return types.ReadResourceResult(
             contents=[types.BlobResourceContents(uri=uri, mime_type=media_type, blob=blob)]
         )

@@ -17,11 +17,12 @@ a str by default; the HTTP answer passes its own, which keeps the base64 bytes o
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import Callable, Iterable, Sequence
 from itertools import groupby
 from typing import Any
+
+import pybase64
 
 from .model import IMAGE_ONLY_TOOL_RESULT, TOOL_IMAGES_INTRO, Image, Text, Turn
 
@@ -32,7 +33,7 @@ EMPTY = "(empty)"
 
 
 def as_text(prefix: str, image: Image) -> str:
-    return prefix + base64.b64encode(image.data).decode("ascii")
+    return prefix + pybase64.b64encode(image.data).decode("ascii")
 
 
 def render_body(provider: str, turns: Sequence[Turn], embed: Embed = as_text) -> Json:
