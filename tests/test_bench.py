@@ -59,9 +59,13 @@ def test_quick_bench_reports_every_scenario(tmp_path: Path) -> None:
             _side(level["nginx"])
             assert _number(level["rps_ratio"])
             assert _number(level["p99_ratio"])
+            assert _number(level["nginx_ceiling_ratio"])
         # The verified ceiling (read + the keyed check, no HTTP) is measured in the same rounds.
         assert _number(level["ceiling"]["rps"])
         assert _number(level["ceiling_ratio"])
+        # And the serving floor: the same over HTTP by the least code that does it.
+        _side(level["serving_floor"])
+        assert _number(level["floor_ratio"])
     assert _number(read["ceiling_sha256"]["rps"])
 
     for path in ("multipart", "json"):

@@ -105,6 +105,25 @@ def rows(results: dict[str, Any]) -> list[Row]:
                         "read_ceiling",
                     )
                 )
+                out.append(
+                    _row(
+                        f"read c={level['connections']} vs verified serving floor",
+                        "req/s",
+                        a["rps"],
+                        level["serving_floor"]["rps"],
+                        level["floor_ratio"],
+                    )
+                )
+                if have:  # sendfile and no hash: what the ceiling leaves to any HTTP server beside wrk
+                    out.append(
+                        _row(
+                            f"nginx c={level['connections']} vs verified ceiling",
+                            "req/s",
+                            n["rps"],
+                            level["ceiling"]["rps"],
+                            level["nginx_ceiling_ratio"],
+                        )
+                    )
         if "ceiling_sha256" in read:
             out.append(
                 _row("read ceiling with sha256 (before)", "reads/s", read["ceiling_sha256"]["rps"], None)
