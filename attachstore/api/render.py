@@ -67,13 +67,12 @@ class Answer(payload.Payload):
         # Each image's string closes in the text after it: the base64 is written as the encoder gives it.
         self._texts = [texts[0], *[b'"' + text for text in texts[1:]]]
         self._images = images
-        # Each image's base64 (4 characters per 3 bytes, padded) and the closing quote of its string.
-        self._size = sum(map(len, texts)) + sum(_encoded_size(data) for data in images)
+        self._size = sum(map(len, self._texts)) + sum(_encoded_size(data) for data in images)
         distinct = {id(data): data for data in images}
         repeated = {key for key, n in collections.Counter(map(id, images)).items() if n > 1}
         # What writing holds besides the images' bytes: the texts, the base64 of the image being written,
         # and that of every image still to appear again.
-        self.memory = sum(map(len, texts)) + sum(_encoded_size(distinct[key]) for key in repeated)
+        self.memory = sum(map(len, self._texts)) + sum(_encoded_size(distinct[key]) for key in repeated)
         self.memory += max((_encoded_size(d) for k, d in distinct.items() if k not in repeated), default=0)
 
     async def write(self, writer: AbstractStreamWriter) -> None:
@@ -103,7 +102,8 @@ def _encode(data: bytes) -> bytes:
 
 
 def _encoded_size(data: bytes) -> int:
-    return 4 * ((len(data) + 2) // 3) + 1
+    """The length of `_encode(data)`: 4 characters per 3 bytes, padded."""
+    return 4 * ((len(data) + 2) // 3)
 
 
 def add_routes(router: web.UrlDispatcher) -> None:
