@@ -34,7 +34,9 @@ from collections.abc import Callable
 
 import blake3
 
-_KEY = bytes(range(32))
+from .procs import CHECK_KEY
+
+_KEY = bytes.fromhex(CHECK_KEY)
 _F_SETLEASE = 1024  # fcntl.F_SETLEASE where Python names it
 _SYS_CACHESTAT = 451
 _OPEN = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC

@@ -6,7 +6,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from .procs import free_port, wait_http
+from .procs import free_port, ready_or_stopped, stop_child
 
 CONFIG = """\
 worker_processes auto;
@@ -71,26 +71,12 @@ class Nginx:
             log.close()
             raise
         log.close()
-        try:
-            wait_http(self.base + "/", proc=self.proc)
-        except BaseException:
-            self.stop()
-            raise
+        ready_or_stopped(self.base + "/", self.proc, self.stop)
         return self
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGQUIT)  # graceful: the master stops its workers
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        # SIGQUIT is graceful: the master stops its workers.
+        stop_child(self.proc, (signal.SIGQUIT, 10), (signal.SIGTERM, 10))
 
     def __exit__(self, *exc: object) -> None:
         self.stop()

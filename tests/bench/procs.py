@@ -14,6 +14,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,33 @@ def wait_http(url: str, timeout: float = 30.0, proc: subprocess.Popen[bytes] | N
         if time.monotonic() > deadline:
             raise RuntimeError(f"nothing answered {url} within {timeout:g} s")
         time.sleep(0.05)
+
+
+def ready_or_stopped(url: str, proc: subprocess.Popen[bytes] | None, stop: Callable[[], None]) -> None:
+    """`wait_http(url)` for a child just started; `stop()` it if it never answers (or on an interrupt)."""
+    try:
+        wait_http(url, proc=proc)
+    except BaseException:
+        stop()
+        raise
+
+
+def stop_child(proc: subprocess.Popen[bytes] | None, *steps: tuple[signal.Signals, float]) -> None:
+    """Send each (signal, seconds) in turn until the child exits, then SIGKILL: nothing is left running."""
+    if proc is None:
+        return
+    for sig, seconds in steps:
+        if proc.poll() is not None:
+            return
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout=seconds)
+            return
+        except subprocess.TimeoutExpired:
+            pass
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
 
 
 # The key of the keyed check for every process the bench starts (set in the environment by __main__): the
@@ -93,11 +121,7 @@ class Daemon:
         return self
 
     def ready(self) -> Daemon:
-        try:
-            wait_http(self.base + "/healthz", proc=self.proc)
-        except BaseException:
-            self.stop()
-            raise
+        ready_or_stopped(self.base + "/healthz", self.proc, self.stop)
         return self
 
     def __enter__(self) -> Daemon:
@@ -111,14 +135,7 @@ class Daemon:
         return self.proc.pid
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop_child(self.proc, (signal.SIGTERM, 30))
 
     def __exit__(self, *exc: object) -> None:
         self.stop()

@@ -23,9 +23,9 @@ import sys
 
 import blake3
 
-from .procs import REPO, free_port, wait_http
+from .procs import CHECK_KEY, REPO, free_port, ready_or_stopped, stop_child
 
-_KEY = bytes(range(32))  # any key costs the same
+_KEY = bytes.fromhex(CHECK_KEY)
 
 
 class _Reads(asyncio.Protocol):
@@ -94,22 +94,11 @@ class ServeFloor:
             *self.files,
         ]
         self.proc = subprocess.Popen(cmd, cwd=REPO, stdin=subprocess.DEVNULL)
-        try:
-            wait_http(self.base + self.paths[0], proc=self.proc)
-        except BaseException:
-            self.stop()
-            raise
+        ready_or_stopped(self.base + self.paths[0], self.proc, self.stop)
         return self
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop_child(self.proc, (signal.SIGTERM, 10))
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
