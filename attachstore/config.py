@@ -23,6 +23,14 @@ _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
+def cores() -> int:
+    """The cores this process may run on (its CPU affinity, which a container or `taskset` narrows): `serve`'s
+    default number of workers, the decode workers' and the audit's, and the threads of a batch of reads."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
+
+
 def duration_seconds(text: str) -> float:
     """'24h' -> 86400.0; '1h30m' -> 5400.0. The pattern on `Duration` has already checked the form."""
     return sum(float(n) * _UNIT_SECONDS[u] for n, u in _DURATION_PART.findall(text))
@@ -103,7 +111,7 @@ class Admission(_Section, frozen=True):
 
     @property
     def workers(self) -> int:
-        return self.decode_workers or (os.cpu_count() or 1)
+        return self.decode_workers or cores()
 
 
 class Http(_Section, frozen=True):

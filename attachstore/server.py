@@ -134,13 +134,6 @@ def bind(config: Config, *, listen: bool = True, reuse_port: bool = False) -> so
     return sock
 
 
-def cores() -> int:
-    """The cores this process may run on: `serve`'s default number of workers."""
-    if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))
-    return os.cpu_count() or 1
-
-
 def run(config: Config, workers: int = 1, *, replace_policy: bool = False) -> int:
     """`attachstore serve`: check, bind, then serve in this process or in `workers` processes. With
     `replace_policy` this daemon's policy becomes the store's even while other nodes enforce another."""

@@ -16,7 +16,7 @@ from typing import TypeVar
 import msgspec
 
 from .. import __version__, logs
-from ..config import Config, default_data_dir, load
+from ..config import Config, cores, default_data_dir, load
 from ..errors import AttachstoreError, ConfigError, InvalidRequest
 from ..index import IndexUnusable, SessionRow
 from ..progress import rfc3339
@@ -310,7 +310,7 @@ def _cmd_serve(args: argparse.Namespace, config: Config) -> int:
         raise InvalidRequest("--workers: at least 1")
     from .. import server  # aiohttp and the app: only `serve` pays for importing them
 
-    workers = server.cores() if args.workers is None else args.workers
+    workers = cores() if args.workers is None else args.workers
     return server.run(config, workers, replace_policy=args.replace_policy)
 
 

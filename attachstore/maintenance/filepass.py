@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..config import cores
 from ..gate import probe_header
 from ..index import BUSY_TIMEOUT_MS, ObjectRow, rows_in
 from ..refs import Checker, Ref, hasher
@@ -158,8 +159,8 @@ def examine_elsewhere(parts: list[Part], index: str, checker: Checker) -> Trip:
 
 
 def processes(rows: int) -> int:
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return min(cores, MAX_PROCESSES) if cores > 1 and rows >= PROCESSES_FROM else 1
+    n = cores()
+    return min(n, MAX_PROCESSES) if n > 1 and rows >= PROCESSES_FROM else 1
 
 
 @dataclass(frozen=True, slots=True)
