@@ -52,7 +52,7 @@ class Answer(payload.Payload):
     slot) is encoded once, and its base64 kept until its last appearance is written."""
 
     def __init__(self, rendered: Rendered) -> None:
-        images: list[bytes] = []
+        images: list[bytes | bytearray] = []
 
         def splice(value: object) -> msgspec.Raw:
             if not isinstance(value, ImageSlot):
@@ -95,13 +95,13 @@ class Answer(payload.Payload):
         return b"".join(pieces).decode(encoding, errors)
 
 
-def _encode(data: bytes) -> bytes:
+def _encode(data: bytes | bytearray) -> bytes:
     """The standard padded base64 of `data`, as msgspec writes bytes, with pybase64's SIMD encoder (about 20
     times msgspec's here). On the event loop: a trip to a thread per image would cost more than it frees."""
     return pybase64.b64encode(data)
 
 
-def _encoded_size(data: bytes) -> int:
+def _encoded_size(data: bytes | bytearray) -> int:
     """The length of `_encode(data)`: 4 characters per 3 bytes, padded."""
     return 4 * ((len(data) + 2) // 3)
 

@@ -113,7 +113,7 @@ async def render(
     budget, count = _budget(request, route)
     variants: dict[str, ObjectRow] = {}  # source ref -> the variant sent in its place
     unfit: set[str] = set()  # stored intact, but no variant within the route's limits could be made
-    data: dict[str, bytes] = {}
+    data: dict[str, bytes | bytearray] = {}
     while True:
         sizes = {ref: _size(row, variants.get(ref), ref in oversize, spec) for ref, row in rows.items()}
         fates = _plan(occurrences, sizes, unavailable, unfit, budget, count)
@@ -130,10 +130,11 @@ async def render(
         wanted = sorted(sent - data.keys())
         if claim is not None and wanted:
             claim(sum(_stored_size(rows[ref], variants.get(ref)) for ref in wanted))
-        reads = (_read(store, rows[ref], variants.get(ref), spec, scope) for ref in wanted)
-        read = await asyncio.gather(*reads)
-        failed = {ref for ref, d in zip(wanted, read, strict=True) if d is None}
-        data |= {ref: d for ref, d in zip(wanted, read, strict=True) if d is not None}
+        read = await _read(
+            store, {ref: row for ref in wanted if (row := rows[ref]) is not None}, variants, spec, scope
+        )
+        failed = set(wanted) - read.keys()
+        data |= read
         if not failed:
             break
         # An image that failed its read gives its share of the budget back to older ones: plan again.
@@ -245,23 +246,34 @@ def _budget(request: RenderRequest, route: Route | None) -> tuple[int, int | Non
 
 async def _read(
     store: Store,
-    row: ObjectRow | None,
-    variant: ObjectRow | None,
+    wanted: dict[str, ObjectRow],
+    variants: dict[str, ObjectRow],
     spec: VariantSpec | None,
     scope: str | None,
-) -> bytes | None:
-    """Verified bytes, or None: one bad object never fails the request. The row was looked up under
-    `scope` (its visibility checked) with all the others, in one statement; an object collected since reads
-    as NOT_FOUND and is unavailable like one that had no row. A variant (which no tenant holds a grant to)
-    whose bytes fail their read, or that was collected since, is derived again (the same bytes, which heals
-    it) and read once more."""
-    if row is None:
-        return None
+) -> dict[str, bytes | bytearray]:
+    """The verified bytes of those of `wanted` that could be read: one bad object never fails the request, it
+    is left out. The rows were looked up under `scope` (their visibility checked) with all the others, in one
+    statement; an object collected since is unavailable like one that had no row. The stored objects are read
+    together (Reads.verified_many), the variants each on their own."""
+    resized = [ref for ref in wanted if ref in variants]  # a variant exists only under a spec
+    stored = [ref for ref in wanted if ref not in variants]
+    reads = (
+        [] if spec is None else [_variant_bytes(store, wanted[ref], variants[ref], spec) for ref in resized]
+    )
+    as_stored, as_resized = await asyncio.gather(
+        store.verified_many([(Ref.parse(ref), wanted[ref]) for ref in stored], scope),
+        asyncio.gather(*reads),
+    )
+    read = zip([*stored, *resized], [*as_stored, *as_resized], strict=True)
+    return {ref: data for ref, data in read if data is not None}
+
+
+async def _variant_bytes(store: Store, row: ObjectRow, variant: ObjectRow, spec: VariantSpec) -> bytes | None:
+    """A variant's verified bytes, or None. A variant (which no tenant holds a grant to) whose bytes fail
+    their read, or that was collected since, is derived again (the same bytes, which heals it) and read once
+    more."""
     try:
-        if variant is None or spec is None:  # a variant exists only under a spec
-            _, data = await store.verified(Ref.parse(row.ref), row, scope)
-        else:
-            _, data = await store.read_variant(row, variant, spec)
+        _, data = await store.read_variant(row, variant, spec)
     except AttachstoreError:
         return None
     return data
@@ -285,7 +297,7 @@ def _finish(
     provider: Provider,
     placeholders: Placeholders,
     fates: dict[tuple[int, int], Fate],
-    data: dict[str, bytes],
+    data: dict[str, bytes | bytearray],
     media: dict[str, tuple[str, int, int]],
     embed: Embed,
     *,

@@ -18,7 +18,7 @@ class Text:
 @dataclass(frozen=True, slots=True)
 class Image:
     media_type: str
-    data: bytes  # verified; the body carries them as base64
+    data: bytes | bytearray  # verified; the body carries them as base64
     detail: Literal["auto", "low", "high"] | None = None
 
 

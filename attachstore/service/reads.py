@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from ..config import Config
@@ -168,6 +168,35 @@ class Reads:
             self.metrics.integrity_failures.labels(kind).inc()
             raise
         self.metrics.reads_ok.inc()
+        return found
+
+    async def verified_many(
+        self, wanted: Sequence[tuple[Ref, ObjectRow]], scope: str | None
+    ) -> list[bytes | bytearray | None]:
+        """`verified` of many objects at once (a render's), each bytes or None where it cannot be served: not
+        found, damaged, missing. Those whose bytes are all in the page cache are read in a few threads
+        (Resident.read_all); each of the others, and any doubt, takes `verified`, which decides what a
+        failure means and counts it."""
+        found: list[bytes | bytearray | None] = [None] * len(wanted)
+        warm = [i for i, (_, row) in enumerate(wanted) if row.state == "ok"]
+        if self.resident is not None and warm:
+            checks = [(ref, row.bytes, self._verify(ref, row)) for ref, row in (wanted[i] for i in warm)]
+            for i, data in zip(warm, await self.resident.read_all(checks), strict=True):
+                ref, row = wanted[i]
+                if data is not None and await self._header_fits(row, data):
+                    await self._record_check(ref, row, data)
+                    self.metrics.reads_ok.inc()
+                    found[i] = data
+        cold = [i for i, data in enumerate(found) if data is None]
+
+        async def one(ref: Ref, row: ObjectRow) -> bytes | None:
+            try:
+                return (await self.verified(ref, row, scope))[1]
+            except AttachstoreError:
+                return None
+
+        for i, verified in zip(cold, await asyncio.gather(*(one(*wanted[i]) for i in cold)), strict=True):
+            found[i] = verified
         return found
 
     async def _verified(self, ref: Ref, row: ObjectRow, scope: str | None) -> tuple[ImageRef, bytes]:

@@ -76,6 +76,7 @@ class Store:
         self.read = self.reads.read
         self.recalled = self.reads.recalled
         self.verified = self.reads.verified
+        self.verified_many = self.reads.verified_many
         self.variant = self.variants.variant
         self.read_variant = self.variants.read
         self.preview = previews.preview

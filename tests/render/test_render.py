@@ -139,13 +139,13 @@ async def test_the_oldest_images_leave_first_and_are_never_read(
     each = len(base64.b64encode(images[0]))
     read: list[str] = []
     store = client.app[STORE]
-    real = store.verified
+    real = store.verified_many
 
-    async def recording(ref: Any, *rest: Any) -> Any:
-        read.append(str(ref))
-        return await real(ref, *rest)
+    async def recording(wanted: Any, *rest: Any) -> Any:
+        read.extend(str(ref) for ref, _ in wanted)
+        return await real(wanted, *rest)
 
-    monkeypatch.setattr(store, "verified", recording)
+    monkeypatch.setattr(store, "verified_many", recording)
     messages = [
         {
             "role": "user",
@@ -249,13 +249,13 @@ async def test_render_claims_the_bytes_it_reads_before_reading_them(
     refs = await stored(client, *images)
     store = client.app[STORE]
     events: list[Any] = []
-    real = store.verified
+    real = store.verified_many
 
-    async def recording(ref: Any, *rest: Any) -> Any:
-        events.append(("read", str(ref)))
-        return await real(ref, *rest)
+    async def recording(wanted: Any, *rest: Any) -> Any:
+        events.extend(("read", str(ref)) for ref, _ in wanted)
+        return await real(wanted, *rest)
 
-    monkeypatch.setattr(store, "verified", recording)
+    monkeypatch.setattr(store, "verified_many", recording)
     each = len(base64.b64encode(images[0]))
     request = RenderRequest(
         messages=msgspec.convert([{"role": "user", "content": [image(r) for r in refs]}], list[MessageIn]),

@@ -381,3 +381,72 @@ async def test_a_wall_clock_set_back_forgets_the_remembered_rows(
     gets = CountingGets(store)
     await store.read(ref)
     assert gets.calls == asks
+
+
+# -- many objects at once (a render's): Resident.read_all, Reads.verified_many ------------------------------
+
+
+def test_objects_are_shared_out_by_bytes_among_the_threads() -> None:
+    assert resident._shares([5, 1, 4, 2, 3], 2) == [[0, 3, 1], [2, 4]]  # 8 bytes and 7, the largest first
+    assert resident._shares([7, 7], 8) == [[0], [1]]  # no thread without an object
+    assert resident._shares([3], 1) == [[0]]
+
+
+async def test_many_objects_are_read_in_one_thread_per_core_and_hashed_in_full(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    images = [jpeg(40 + i, 30, seed=i) for i in range(5)]
+    refs = [await put(store, image) for image in images]
+    assert store.resident is not None
+    if not store.resident.enabled:
+        pytest.skip("the file system of the temporary directory does not support RWF_NOWAIT")
+    hops: list[str] = []
+    to_thread = asyncio.to_thread
+
+    async def counting(fn: Any, *args: Any) -> Any:
+        hops.append(fn.__name__)
+        return await to_thread(fn, *args)
+
+    hashed: list[int] = []
+    holds = Checker.holds
+    monkeypatch.setattr(
+        Checker, "holds", lambda self, check, data: hashed.append(len(data)) or holds(self, check, data)
+    )
+    monkeypatch.setattr(resident, "cores", lambda: 2)
+    monkeypatch.setattr(asyncio, "to_thread", counting)
+    rows = await store.index.get_many(refs, None)
+    wanted = [(Ref.parse(ref), rows[ref]) for ref in refs]
+    found = await store.verified_many(wanted, None)
+    assert [bytes(data) if data is not None else None for data in found] == images
+    assert hops == ["read_share", "read_share"]
+    assert sorted(hashed) == sorted(map(len, images))
+
+
+async def test_cold_objects_are_left_to_a_thread_each(store: Store, cold: list[int]) -> None:
+    images = [png(8, 8, seed=i) for i in range(3)]
+    refs = [await put(store, image) for image in images]
+    assert store.resident is not None
+    rows = await store.index.get_many(refs, None)
+    wanted = [(Ref.parse(ref), rows[ref]) for ref in refs]
+    checks = [(ref, row.bytes, lambda data: True) for ref, row in wanted]
+    assert await store.resident.read_all(checks) == [None] * 3
+    assert [bytes(data or b"") for data in await store.verified_many(wanted, None)] == images
+    assert cold == [os.RWF_NOWAIT] * 6  # each object asked once by each batch; the usual read then reads it
+
+
+async def test_a_batch_serves_no_damaged_longer_or_non_regular_file(store: Store) -> None:
+    images = [png(7, 7, seed=i) for i in range(4)]
+    refs = [await put(store, image) for image in images]
+    rows = await store.index.get_many(refs, None)
+    overwrite(path_of(store, refs[1]), len(images[1]) - 5, b"\x00\x01\x02")
+    overwrite(path_of(store, refs[2]), len(images[2]), b"trailing")
+    path_of(store, refs[3]).unlink()
+    os.mkfifo(path_of(store, refs[3]))  # a plain open() of it would wait for a writer, forever
+    wanted = [(Ref.parse(ref), rows[ref]) for ref in refs]
+    found = await asyncio.wait_for(store.verified_many(wanted, None), 30)
+    assert [bytes(data) if data is not None else None for data in found] == [images[0], None, None, None]
+    assert store.metrics.registry.get_sample_value("attachstore_reads_total", {"result": "corrupt"}) == 3
+    for ref in refs[1:]:  # each found wrong by the usual read, and moved aside
+        assert not path_of(store, ref).exists()
+        with pytest.raises(Corrupt, match="quarantined"):
+            await store.read(ref)
