@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import threading
 from typing import Any
 
 import msgspec
@@ -16,7 +17,7 @@ from attachstore.api.common import STORE
 from attachstore.api.render import Answer, ImageSlot
 from attachstore.errors import ServerBusy
 from attachstore.refs import Ref
-from attachstore.render import MessageIn, Rendered, RenderRequest, Summary, assemble, tokens
+from attachstore.render import MessageIn, Rendered, RenderRequest, Summary, assemble, providers, tokens
 from attachstore.render import render as render_in_process
 from attachstore.render.model import Image, Text, Turn
 from attachstore.render.neutral import MAX_NESTING
@@ -240,6 +241,34 @@ async def test_a_repeated_ref_is_read_and_encoded_once(
     ]
     assert len(urls) == 41
     assert len({id(url) for url in urls}) == 2
+
+
+async def test_the_default_embed_encodes_off_the_loop_and_any_other_is_called_on_it(client: Client) -> None:
+    refs = await stored(client, png(6, 6, seed=1), png(6, 6, seed=2))
+    request = msgspec.convert(
+        {"route": "vision", "messages": [{"role": "user", "content": [image(r) for r in refs]}]},
+        RenderRequest,
+    )
+    loop = threading.get_ident()
+    called: list[bool] = []
+
+    def on_loop(prefix: str, image: Image) -> str:
+        called.append(threading.get_ident() == loop)
+        return prefix + base64.b64encode(image.data).decode()
+
+    marked = await render_in_process(client.app[STORE], request, embed=on_loop)
+    assert called == [True, True]
+
+    def default(prefix: str, image: Image) -> str:
+        called.append(threading.get_ident() == loop)
+        return providers.as_text(prefix, image)
+
+    called.clear()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(assemble, "as_text", default)
+        plain = await render_in_process(client.app[STORE], request, embed=default)
+    assert called == [False, False]
+    assert plain == marked
 
 
 async def test_render_claims_the_bytes_it_reads_before_reading_them(
