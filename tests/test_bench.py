@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tests.bench.stats import alternate
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -120,3 +122,17 @@ def test_quick_bench_reports_every_scenario(tmp_path: Path) -> None:
     assert result["table"]
     assert all("ratio" in row for row in result["table"])
     assert _number(result["meta"]["seconds"])
+
+
+def test_each_side_of_a_comparison_goes_first_in_turn() -> None:
+    ran: list[str] = []
+
+    def side(name: str) -> Any:
+        return lambda r: ran.append(f"{name}{r}") or {"round": r}
+
+    a, b = alternate(4, side("A"), side("B"))
+    assert ran == ["A0", "B0", "B1", "A1", "A2", "B2", "B3", "A3"]
+    assert [s["round"] for s in a] == [s["round"] for s in b] == [0, 1, 2, 3]  # pairs stay paired
+    ran.clear()
+    alternate(3, side("A"), None)
+    assert ran == ["A0", "A1", "A2"]

@@ -1,12 +1,13 @@
 """`make bench` (= python -m tests.bench [--json PATH] [--quick]): attachstore against baselines measured in
 the same run.
 
-Every comparison alternates attachstore (A) and its baseline (B): A, B, A, B, ... for `--rounds` rounds
-(default 3). Figures are medians over the rounds; the ratio, the result, is the median of the per-round
-ratios (each pair ran back to back, under the same noise). Absolute figures are printed for context only:
-the machines are shared and noisy. The daemon is a real process (`attachstore serve`); HTTP load comes from a
-separate process, the same one for both sides of a comparison: wrk where installed (as root the bench
-installs it, and nginx, with apt-get), else the bundled generator (`python -m tests.bench.loadgen`).
+Every comparison alternates attachstore (A) and its baseline (B) in pairs, the side that goes first
+changing from pair to pair: A, B, B, A, A, B, ... for `--rounds` rounds (default 3). Figures are medians
+over the rounds; the ratio, the result, is the median of the per-round ratios (each pair ran back to back,
+under the same noise). Absolute figures are printed for context only: the machines are shared and noisy.
+The daemon is a real process (`attachstore serve`); HTTP load comes from a separate process, the same one
+for both sides of a comparison: wrk where installed (as root the bench installs it, and nginx, with
+apt-get), else the bundled generator (`python -m tests.bench.loadgen`).
 
 Scenarios, and what their baselines contain:
 

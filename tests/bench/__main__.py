@@ -171,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
         "admit_render_rounds": plan.short_rounds,
         "notes": found.notes + bench.notes,
         "method": (
-            "every comparison alternates attachstore and its baseline (A, B, A, B, ...) for `rounds` rounds; "
+            "every comparison alternates attachstore and its baseline in pairs (A, B, B, A, A, B, ...) for "
+            "`rounds` rounds; "
             "figures are medians over rounds, ratios the median of the per-round ratios"
         ),
     }

@@ -12,13 +12,20 @@ Sample = dict[str, Any]
 def alternate(
     rounds: int, a: Callable[[int], Sample], b: Callable[[int], Sample] | None
 ) -> tuple[list[Sample], list[Sample]]:
-    """A, B, A, B, ...: `rounds` runs of each, in turn (B may be absent: then A alone)."""
+    """A, B, B, A, A, B, ...: `rounds` runs of each, in pairs, the side that goes first changing from one pair
+    to the next (B may be absent: then A alone). Neither side always runs on what the other left behind:
+    the second of a pair finds the files the first read in the page cache, which this host's reclaim
+    (docs/performance.md) otherwise takes from whichever side runs first, every time."""
     out_a: list[Sample] = []
     out_b: list[Sample] = []
     for r in range(rounds):
-        out_a.append(a(r))
-        if b is not None:
+        if b is not None and r % 2:
             out_b.append(b(r))
+            out_a.append(a(r))
+        else:
+            out_a.append(a(r))
+            if b is not None:
+                out_b.append(b(r))
     return out_a, out_b
 
 
