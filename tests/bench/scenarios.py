@@ -92,9 +92,10 @@ class Plan:
             scale_read_refs=2000,
             scale_admit_per_round=200,  # a p99 of 60 was the slowest one: noise
             gc_rounds=1,  # 26 s a dry run of a million objects; the five-minute budget allows one
-            # The host pages out page cache untouched for a minute (DAMON): the first pair of a run reads
-            # much of the million-object store from the disk; a median of three leaves it out.
-            audit_rounds=3,
+            # The host pages out page cache untouched for a minute (DAMON): whichever side goes first in a
+            # pair reads much of the million-object store from the disk. Four pairs: each side goes first
+            # in two.
+            audit_rounds=4,
             profile_seconds=5,
             transcript_rounds=rounds or 2,
         )
