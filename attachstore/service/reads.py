@@ -185,8 +185,10 @@ class Reads:
                 ref, row = wanted[i]
                 if data is not None and await self._header_fits(row, data):
                     await self._record_check(ref, row, data)
-                    self.metrics.reads_ok.inc()
                     found[i] = data
+            # Counted at once: an increment of a multiprocess counter takes a lock and a look at the pid,
+            # about 10 µs on the loop here; one per image was 3 % of a render's loop time.
+            self.metrics.reads_ok.inc(sum(found[i] is not None for i in warm))
         cold = [i for i, data in enumerate(found) if data is None]
 
         async def one(ref: Ref, row: ObjectRow) -> bytes | None:

@@ -420,6 +420,7 @@ async def test_many_objects_are_read_in_one_thread_per_core_and_hashed_in_full(
     assert [bytes(data) if data is not None else None for data in found] == images
     assert hops == ["read_share", "read_share"]
     assert sorted(hashed) == sorted(map(len, images))
+    assert store.metrics.registry.get_sample_value("attachstore_reads_total", {"result": "ok"}) == 5
 
 
 async def test_cold_objects_are_left_to_a_thread_each(store: Store, cold: list[int]) -> None:
