@@ -174,9 +174,9 @@ class Reads:
         self, wanted: Sequence[tuple[Ref, ObjectRow]], scope: str | None
     ) -> list[bytes | bytearray | None]:
         """`verified` of many objects at once (a render's), each bytes or None where it cannot be served: not
-        found, damaged, missing. Those whose bytes are all in the page cache are read in a few threads
-        (Resident.read_all); each of the others, and any doubt, takes `verified`, which decides what a
-        failure means and counts it."""
+        found, damaged, missing. Those that are in the page cache (their last page is) are read in a few
+        threads (Resident.read_all); each of the others, and any doubt, takes `verified`, which decides what
+        a failure means and counts it."""
         found: list[bytes | bytearray | None] = [None] * len(wanted)
         warm = [i for i, (_, row) in enumerate(wanted) if row.state == "ok"]
         if self.resident is not None and warm:

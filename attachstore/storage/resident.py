@@ -10,7 +10,8 @@ so a FIFO planted at an object's path cannot hold the loop) and the fstat are me
 for the disk when the object's directory entry or inode is not cached, as nginx's opens do.
 
 `read_all` reads many objects at once (a render's) in a few threads, one per core, each reading its share
-one object after another: what is in the page cache is read there, the rest is left to the caller.
+one object after another: an object whose last page is in the page cache is read there, the rest is
+left to the caller.
 
 `Resident` also remembers, for a few seconds, the index row a verified read was served under and the file
 it was read from, keyed by reference and by the caller's scope (whose grants it was looked up under). A
