@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from attachstore import server
 from attachstore.cli import main
 from attachstore.refs import Ref
 from tests.support.daemon import free_port, wait_ready
@@ -238,11 +239,33 @@ def test_serve_with_two_worker_processes(tmp_path: Path) -> None:
         for ref, image in refs:
             with urllib.request.urlopen(f"{base}/v1/attachments/{ref}", timeout=30) as r:
                 assert r.read() == image
+        # Each worker keeps its samples in files of its own pid; /metrics on either sums them all.
+        for _ in range(4):
+            with urllib.request.urlopen(f"{base}/metrics", timeout=30) as r:
+                lines = r.read().decode().splitlines()
+            assert 'attachstore_reads_total{result="ok"} 6.0' in lines
+            assert "attachstore_images_admitted_total 6.0" in lines
     finally:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert b"with 2 worker(s)" in err
+
+
+def test_the_pid_a_workers_samples_are_filed_under_follows_a_fork() -> None:
+    pid = server._Pid()
+    assert pid() == os.getpid()
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child reports and leaves at once
+        os.write(write, f"{pid()} {os.getpid()}".encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(child, 0)
+    with os.fdopen(read) as f:
+        seen, actual = f.read().split()
+    assert seen == actual == str(child)
+    assert pid() == os.getpid()
 
 
 @pytest.mark.parametrize("flags", [[], ["--workers", "1"]], ids=["default", "one"])
