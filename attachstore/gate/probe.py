@@ -8,10 +8,12 @@ up past JPEG_HEADER_STEPS of them (HeaderTooDeep), which the gate refuses.
 
 from __future__ import annotations
 
+import mmap
 import re
 import struct
 from typing import NamedTuple
 
+Bytes = bytes | bytearray | mmap.mmap  # read by slices, indexes and struct: any buffer that reads like bytes
 MEDIA_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -57,20 +59,20 @@ class Header(NamedTuple):
     height: int
 
 
-def sniff(data: bytes | bytearray) -> str | None:
+def sniff(data: Bytes) -> str | None:
     """The media type the magic bytes name, if it is one of MEDIA_TYPES."""
-    if data.startswith(_PNG_SIGNATURE):
+    if data[:8] == _PNG_SIGNATURE:
         return "image/png"
-    if data.startswith(b"\xff\xd8\xff"):
+    if data[:3] == b"\xff\xd8\xff":
         return "image/jpeg"
-    if data.startswith((b"GIF87a", b"GIF89a")):
+    if data[:6] in (b"GIF87a", b"GIF89a"):
         return "image/gif"
-    if data.startswith(b"RIFF") and data.startswith(b"WEBP", 8):
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
         return "image/webp"
     return None
 
 
-def probe_header(data: bytes | bytearray, *, bounded: bool = False) -> Header | None:
+def probe_header(data: Bytes, *, bounded: bool = False) -> Header | None:
     """Media type, width and height from the header alone; None if it is not one of the four formats,
     is truncated before the dimensions, is malformed, or declares a zero side. `bounded`: raise
     HeaderTooDeep rather than take more than JPEG_HEADER_STEPS steps to a JPEG's frame header."""
@@ -91,9 +93,9 @@ def probe_header(data: bytes | bytearray, *, bounded: bool = False) -> Header | 
     return Header(media_type, size[0], size[1])
 
 
-def _png_size(data: bytes | bytearray) -> tuple[int, int] | None:
+def _png_size(data: Bytes) -> tuple[int, int] | None:
     # Signature (8), IHDR length and type (8), width and height; the whole 13-byte IHDR body must be there.
-    if len(data) < 29 or not data.startswith(_PNG_IHDR, 8):
+    if len(data) < 29 or data[8:16] != _PNG_IHDR:
         return None
     width, height = _U32BE_PAIR.unpack_from(data, 16)
     if width > 0x7FFFFFFF or height > 0x7FFFFFFF:  # PNG limits both to 2**31 - 1
@@ -101,7 +103,7 @@ def _png_size(data: bytes | bytearray) -> tuple[int, int] | None:
     return width, height
 
 
-def _gif_size(data: bytes | bytearray) -> tuple[int, int] | None:
+def _gif_size(data: Bytes) -> tuple[int, int] | None:
     # The 7-byte logical screen descriptor follows the 6-byte signature; its first 4 bytes are the size.
     if len(data) < 13:
         return None
@@ -109,7 +111,7 @@ def _gif_size(data: bytes | bytearray) -> tuple[int, int] | None:
     return width, height
 
 
-def _jpeg_size(data: bytes | bytearray, steps: int) -> tuple[int, int] | None:
+def _jpeg_size(data: Bytes, steps: int) -> tuple[int, int] | None:
     end = len(data)
     pos = 2  # past SOI
     while True:
@@ -149,16 +151,16 @@ def _jpeg_size(data: bytes | bytearray, steps: int) -> tuple[int, int] | None:
         pos += length
 
 
-def _webp_size(data: bytes | bytearray) -> tuple[int, int] | None:
+def _webp_size(data: Bytes) -> tuple[int, int] | None:
     # RIFF, size, WEBP (12 bytes), then the first chunk's FourCC and size; its payload starts at 20.
-    if data.startswith(b"VP8 ", 12):
+    if data[12:16] == b"VP8 ":
         # Lossy: a 3-byte frame tag (bit 0 clear on a key frame, and a still image is one), the start code
         # 9d 01 2a, then width and height in 14 bits each (the top 2 bits are a scaling hint).
-        if len(data) < 30 or data[20] & 1 or not data.startswith(b"\x9d\x01\x2a", 23):
+        if len(data) < 30 or data[20] & 1 or data[23:26] != b"\x9d\x01\x2a":
             return None
         width, height = _U16LE_PAIR.unpack_from(data, 26)
         return width & 0x3FFF, height & 0x3FFF
-    if data.startswith(b"VP8L", 12):
+    if data[12:16] == b"VP8L":
         # Lossless: signature 0x2f, then width-1 and height-1 in 14 bits each, alpha bit, 3-bit version 0.
         if len(data) < 25 or data[20] != 0x2F:
             return None
@@ -166,7 +168,7 @@ def _webp_size(data: bytes | bytearray) -> tuple[int, int] | None:
         if bits >> 29:
             return None
         return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
-    if data.startswith(b"VP8X", 12):
+    if data[12:16] == b"VP8X":
         # Extended: flags (1), reserved (3), then canvas width-1 and height-1 in 24 bits each.
         if len(data) < 30:
             return None
