@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import mmap
 import re
 from dataclasses import dataclass
 from typing import Protocol
@@ -20,7 +21,7 @@ _HEX = re.compile(r"[0-9a-fA-F]+")
 _ALGORITHM = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,31}")
 
 
-Buffer = bytes | bytearray | memoryview
+Buffer = bytes | bytearray | memoryview | mmap.mmap
 
 
 class Hasher(Protocol):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple, overload
 
 from ..config import Config
 from ..errors import AttachstoreError, Corrupt, Missing, NotFound, StorageUnavailable
@@ -15,7 +15,7 @@ from ..gate import Header, HeaderTooDeep, probe_header
 from ..index import Index, ObjectRow
 from ..metrics import Metrics
 from ..refs import Buffer, Checker, Ref
-from ..storage import BlobStore, LocalBlobStore, Resident, Verify
+from ..storage import BlobStore, LocalBlobStore, Mapped, Resident, Verify
 from .model import ImageRef, image_ref
 
 if TYPE_CHECKING:
@@ -71,15 +71,17 @@ class Reads:
         _, row = await self.row(text, tenant)
         return image_ref(row)
 
-    def recalled(self, text: str, tenant: str | None = None) -> tuple[ImageRef, bytearray] | None:
+    def recalled(
+        self, text: str, tenant: str | None = None, mapped: bool = False
+    ) -> tuple[ImageRef, bytearray | Mapped] | None:
         """What `read` answers, when this process served the same file to the same scope a moment ago: the
         bytes read and hashed in full, the header checked against the remembered row, without the index and
         without leaving the caller's stack. None when it takes more (any doubt, an error, a header not yet
-        walked in full, a text that is not a reference): `read` then decides."""
+        walked in full, a text that is not a reference): `read` then decides. `mapped`: as for `read`."""
         resident = self.resident
         if resident is None:
             return None
-        hit = resident.recall(text, self.scope(tenant), _verify_known)
+        hit = resident.recall(text, self.scope(tenant), _verify_known, mapped)
         if hit is None:
             return None
         known, data = hit
@@ -88,21 +90,41 @@ class Reads:
         except HeaderTooDeep:  # walked in full before, or `read` walks it (off the loop)
             fits = _fits(known.row, self._deep.get(text))
         if not fits:
+            _let_go(data)
             resident.forget(text)
             return None
         self.metrics.reads_ok.inc()
         return known.answer, data
 
+    @overload
     async def read(
-        self, text: str, tenant: str | None = None, claim: Callable[[int], None] | None = None
-    ) -> tuple[ImageRef, bytes | bytearray]:
+        self,
+        text: str,
+        tenant: str | None = None,
+        claim: Callable[[int], None] | None = None,
+        mapped: Literal[False] = False,
+    ) -> tuple[ImageRef, bytes | bytearray]: ...
+
+    @overload
+    async def read(
+        self, text: str, tenant: str | None, claim: Callable[[int], None] | None, mapped: bool
+    ) -> tuple[ImageRef, bytes | bytearray | Mapped]: ...
+
+    async def read(
+        self,
+        text: str,
+        tenant: str | None = None,
+        claim: Callable[[int], None] | None = None,
+        mapped: bool = False,
+    ) -> tuple[ImageRef, bytes | bytearray | Mapped]:
         """Verified bytes: the whole object re-hashed, its header checked against the index. Given `claim`,
         the object's size is claimed with it once its row is found and before its bytes are read (a refusal,
         ServerBusy, reads nothing): what reads in progress hold is then within the caller's budget, however
         many of them wait for a thread or for the loop. A recalled read is on the caller's stack and does
-        not claim: the caller claims what it sends."""
+        not claim: the caller claims what it sends. `mapped`: an object in the page cache may come as a
+        `Mapped` (storage/mapped.py), its bytes where they lie, which the caller must release."""
         ref = Ref.parse(text)
-        recalled = self.recalled(text, tenant)
+        recalled = self.recalled(text, tenant, mapped)
         if recalled is not None:
             return recalled
         scope = self.scope(tenant)
@@ -116,12 +138,20 @@ class Reads:
             claim(row.bytes)
         if resident is not None and row.state == "ok":
             verify = self._verify(ref, row)
-            found = resident.read(ref, row.bytes, verify)
-            if found is not None and await self._header_fits(row, found[0]):
-                await self._record_check(ref, row, found[0])
-                resident.remember(_Known(row, image_ref(row), verify), scope, found[1])
-                self.metrics.reads_ok.inc()
-                return image_ref(row), found[0]
+            found = resident.read(ref, row.bytes, verify, mapped)
+            if found is not None:
+                try:
+                    fits = await self._header_fits(row, found[0])
+                    if fits:
+                        await self._record_check(ref, row, found[0])
+                except BaseException:
+                    _let_go(found[0])
+                    raise
+                if fits:
+                    resident.remember(_Known(row, image_ref(row), verify), scope, found[1])
+                    self.metrics.reads_ok.inc()
+                    return image_ref(row), found[0]
+                _let_go(found[0])
         return await self.verified(ref, row, scope)
 
     def _verify(self, ref: Ref, row: ObjectRow) -> Verify:
@@ -277,13 +307,16 @@ class Reads:
 
         return decide
 
-    async def _header_fits(self, row: ObjectRow, data: bytes | bytearray) -> bool:
+    async def _header_fits(self, row: ObjectRow, data: bytes | bytearray | Mapped) -> bool:
         """The verified bytes' header says what the row says: type and dimensions. Probed on the loop, at
-        most JPEG_HEADER_STEPS steps; a JPEG that needs more was admitted before the gate refused those."""
+        most JPEG_HEADER_STEPS steps; a JPEG that needs more was admitted before the gate refused those, and
+        is walked off the loop, from a copy of a mapping (which its reader may let go meanwhile)."""
         try:
             return _fits(row, probe_header(data, bounded=True))
         except HeaderTooDeep:
-            return _fits(row, await self._deep_header(row.ref, data))
+            return _fits(
+                row, await self._deep_header(row.ref, bytes(data) if isinstance(data, Mapped) else data)
+            )
 
     async def _deep_header(self, ref: str, data: bytes | bytearray) -> Header | None:
         """The header walked in full, in a thread and one object at a time, so that the loop keeps serving.
@@ -329,6 +362,11 @@ class _Known(NamedTuple):
 
 def _verify_known(known: _Known) -> Verify:
     return known.verify
+
+
+def _let_go(data: Buffer) -> None:
+    if isinstance(data, Mapped):
+        data.release()
 
 
 _DEEP_KEPT = 1024

@@ -137,6 +137,8 @@ class Store:
         await self.variants.close()
         await self.pool.close()
         await self.index.close()
+        if self.resident is not None:
+            self.resident.close()
         await self.blobs.close()
 
     async def ready(self) -> None:

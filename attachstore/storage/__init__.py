@@ -7,6 +7,7 @@ from .cache import ReadCache
 from .fileops import FileOps
 from .listing import Listing, StoredFile
 from .local import IN_FLIGHT, LocalBlobStore, Put, Verify
+from .mapped import Mapped
 from .resident import Resident
 
 __all__ = [
@@ -16,6 +17,7 @@ __all__ = [
     "Listing",
     "LocalBackend",
     "LocalBlobStore",
+    "Mapped",
     "Put",
     "ReadCache",
     "Resident",

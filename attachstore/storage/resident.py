@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import resource
 import stat
 import time
 from collections import OrderedDict
@@ -48,13 +49,14 @@ from ..config import cores
 from ..refs import Ref
 from .fileops import OPEN_READ
 from .local import LocalBlobStore, Verify
+from .mapped import FileId, Mapped, Mappings, available
 
+KEPT_MAX = 256  # mappings kept for the next read of their file; two descriptors each
+KEPT_IDLE = 5.0  # seconds a kept mapping waits for its next read
 RESIDENT_MAX = 1 << 20  # hashing 1 MiB takes under a millisecond here: about what a thread hop costs
 SETTLED_NS = 2_000_000_000  # a file changed more recently than this before its read is not remembered
 STEP_NS = 500_000_000  # a wall clock set back by more than this since a row was remembered drops it
 _NOWAIT = getattr(os, "RWF_NOWAIT", 0)
-
-FileId = tuple[int, int, int]  # st_dev, st_ino, st_ctime_ns: which file, not just which name
 
 
 def wall_ns() -> int:
@@ -90,15 +92,18 @@ class Resident(Generic[R]):
         self.entries = entries
         self._rows: OrderedDict[tuple[str, str | None], _Remembered[R]] = OrderedDict()
         self.enabled = bool(_NOWAIT)
+        # What `mapped` reads are made and kept by, where the kernel grants leases (storage/mapped.py).
+        self.mappings = Mappings(_kept_entries(), KEPT_IDLE) if available() else None
 
     def read(
-        self, ref: Ref, size: int, verify: Verify, file: FileId | None = None
-    ) -> tuple[bytearray, FileId | None] | None:
+        self, ref: Ref, size: int, verify: Verify, mapped: bool = False
+    ) -> tuple[bytearray | Mapped, FileId | None] | None:
         """The object's bytes and which file they came from, if it is a regular file of exactly `size`
-        bytes (and, given `file`, that very file), all of them are in the page cache, and they pass
-        `verify` (their keyed check, or their address). The file is None when it changed too recently to
-        be told apart from a successor."""
-        return self._read(self.blobs.filename(ref), size, verify, file)
+        bytes, all of them are in the page cache, and they pass `verify` (their keyed check, or their
+        address). The file is None when it changed too recently to be told apart from a successor.
+        `mapped`: the bytes where they lie, a `Mapped` that the caller releases, when the kernel grants
+        it; else a copy."""
+        return self._read(self.blobs.filename(ref), size, verify, None, mapped)
 
     async def read_all(self, wanted: Sequence[tuple[Ref, int, Verify]]) -> list[bytes | None]:
         """The bytes of many objects (ref, size, what the bytes must pass), of any size, read off the loop;
@@ -148,14 +153,23 @@ class Resident(Generic[R]):
         return data if len(data) == size and verify(data) else None
 
     def _read(
-        self, path: str, size: int, verify: Verify, file: FileId | None
-    ) -> tuple[bytearray, FileId | None] | None:
+        self, path: str, size: int, verify: Verify, file: FileId | None, mapped: bool = False
+    ) -> tuple[bytearray | Mapped, FileId | None] | None:
         if not self.enabled or size > RESIDENT_MAX:
             return None
+        if mapped and self.mappings is not None:
+            again = self.mappings.again(path, size, file)
+            if again is not None:
+                view, st = again
+                if verify(view):
+                    return view, view.file if st.st_ctime_ns < wall_ns() - SETTLED_NS else None
+                view.release()
+                return None  # the usual path decides what the bytes are
         try:
             fd = os.open(path, OPEN_READ)
         except OSError:
             return None
+        data: bytearray | Mapped | None = None
         try:
             st = os.fstat(fd)
             found = (st.st_dev, st.st_ino, st.st_ctime_ns)
@@ -163,18 +177,28 @@ class Resident(Generic[R]):
                 return None
             # Asked while the file is open, so before any successor can take its inode number.
             settled = st.st_ctime_ns < wall_ns() - SETTLED_NS
-            data = bytearray(size)
-            if size and os.preadv(fd, [data], 0, _NOWAIT) != size:
-                return None
+            if mapped and self.mappings is not None:
+                data = self.mappings.map(path, fd, size, found)  # takes the descriptor over
+            if data is None:
+                data = bytearray(size)
+                if size and os.preadv(fd, [data], 0, _NOWAIT) != size:
+                    return None
         except OSError as e:
             if e.errno in (errno.EOPNOTSUPP, errno.EINVAL):  # this kernel or file system cannot say
                 self.enabled = False
             return None
         finally:
-            os.close(fd)
+            if not isinstance(data, Mapped):
+                os.close(fd)
         if not verify(data):
+            if isinstance(data, Mapped):
+                data.release()
             return None
         return data, found if settled else None
+
+    def close(self) -> None:
+        if self.mappings is not None:
+            self.mappings.close()
 
     def remember(self, row: R, scope: str | None, file: FileId | None) -> None:
         """`row`, just looked up under `scope`, was served from `file`: skip the look-up next time (unless the
@@ -190,18 +214,18 @@ class Resident(Generic[R]):
             self._rows.popitem(last=False)
 
     def recall(
-        self, ref: str, scope: str | None, verify: Callable[[R], Verify]
-    ) -> tuple[R, bytearray] | None:
+        self, ref: str, scope: str | None, verify: Callable[[R], Verify], mapped: bool = False
+    ) -> tuple[R, bytearray | Mapped] | None:
         """The row remembered for `ref` (a reference's text, looked up as it is: anything but a reference's
         canonical text is simply not found) and the object's bytes, read from the same file as before and
-        verified as `verify(row)` says; None (and the row forgotten) on any doubt."""
+        verified as `verify(row)` says (`mapped` as for `read`); None (and the row forgotten) on any doubt."""
         key = (ref, scope)
         got = self._rows.get(key)
         if got is None:
             return None
         now = time.monotonic_ns()
         current = now / 1e9 < got.until and wall_ns() - now > got.offset - STEP_NS
-        found = self._read(got.path, got.row.bytes, verify(got.row), got.file) if current else None
+        found = self._read(got.path, got.row.bytes, verify(got.row), got.file, mapped) if current else None
         if found is None:
             del self._rows[key]
             return None
@@ -212,6 +236,11 @@ class Resident(Generic[R]):
         """The row of `ref` changed here (its state), or did not fit its bytes: drop it in every scope."""
         for key in [k for k in self._rows if k[0] == ref]:
             del self._rows[key]
+
+
+def _kept_entries() -> int:
+    """KEPT_MAX, or an eighth of the descriptors this process may open if that is fewer."""
+    return min(KEPT_MAX, resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 16)
 
 
 def _shares(sizes: Sequence[int], n: int) -> list[list[int]]:

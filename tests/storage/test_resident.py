@@ -21,7 +21,7 @@ from attachstore.errors import Corrupt, NotFound
 from attachstore.maintenance import gc
 from attachstore.refs import Checker, Ref
 from attachstore.service import Store, Upload
-from attachstore.storage import resident
+from attachstore.storage import Mapped, resident
 from tests.conftest import MakeConfig
 from tests.support.images import jpeg, png
 from tests.support.store import age
@@ -451,3 +451,161 @@ async def test_a_batch_serves_no_damaged_longer_or_non_regular_file(store: Store
         assert not path_of(store, ref).exists()
         with pytest.raises(Corrupt, match="quarantined"):
             await store.read(ref)
+
+
+def _descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _unleased(path: Path) -> bool:
+    """Nobody holds a lease on the file: opening it to write does not have to wait (with O_NONBLOCK, a
+    lease makes the open fail at once instead)."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+    except BlockingIOError:
+        return False
+    return True
+
+
+@pytest.fixture
+def mapping(store: Store) -> None:
+    assert store.resident is not None
+    if store.resident.mappings is None:
+        pytest.skip("this kernel grants no read leases or has no cachestat (Linux 6.5)")
+
+
+async def test_a_mapped_read_is_the_object_where_it_lies_hashed_in_full(
+    store: Store, mapping: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    image = jpeg(64, 48, seed=7)
+    ref = await put(store, image)
+    hashed: list[type] = []
+    holds = Checker.holds
+    monkeypatch.setattr(
+        Checker, "holds", lambda self, check, data: hashed.append(type(data)) or holds(self, check, data)
+    )
+    before = _descriptors()
+    gets = CountingGets(store)
+    for _ in range(2):  # looked up, then recalled
+        found, data = await store.read(ref, "", None, True)
+        assert isinstance(data, Mapped)
+        assert (found.ref, data[:]) == (ref, image)
+        assert data.intact()
+        assert not _unleased(path_of(store, ref))
+        data.release()
+        assert _unleased(path_of(store, ref))
+    gets.restore()
+    assert gets.calls == 1
+    assert hashed == [Mapped, Mapped]
+    assert _descriptors() == before
+    _, copied = await store.read(ref)  # not asked for: a copy
+    assert type(copied) is bytearray
+
+
+async def test_a_mapping_whose_bytes_do_not_pass_is_let_go_and_never_served(
+    store: Store, mapping: None
+) -> None:
+    image = png(9, 9, seed=2)
+    ref = await put(store, image)
+    await remembered(store, ref)
+    before = _descriptors()
+    overwrite(path_of(store, ref), len(image) - 5, b"\x00\x01\x02")
+    with pytest.raises(Corrupt):
+        await store.read(ref, "", None, True)
+    assert not path_of(store, ref).exists()  # quarantined by the usual path
+    assert _descriptors() == before
+
+
+async def test_a_mapping_whose_header_does_not_fit_its_row_is_let_go(store: Store, mapping: None) -> None:
+    image = png(12, 8, seed=4)
+    ref = await put(store, image)
+    async with store.index.write() as db:
+        await db.execute("UPDATE objects SET width = 13 WHERE ref = ?", (ref,))
+    before = _descriptors()
+    with pytest.raises(Corrupt) as raised:
+        await store.read(ref, "", None, True)
+    assert _unleased(path_of(store, ref))  # let go at once, not when the traceback is
+    del raised
+    assert _descriptors() == before
+
+
+async def served(store: Store, ref: str, tenant: str = "") -> Mapped:
+    """A mapped read of `ref`, sent and done with, as the read lane does."""
+    _, data = await store.read(ref, tenant, None, True)
+    assert isinstance(data, Mapped)
+    data.served()
+    return data
+
+
+async def test_a_served_mapping_is_kept_and_still_hashed_in_full_on_every_read(
+    store: Store, mapping: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    image = jpeg(64, 48, seed=8)
+    ref = await put(store, image)
+    first = await served(store, ref)
+    hashed: list[int] = []
+    holds = Checker.holds
+    monkeypatch.setattr(
+        Checker, "holds", lambda self, check, data: hashed.append(len(data)) or holds(self, check, data)
+    )
+    for _ in range(3):
+        assert await served(store, ref) is first
+    assert first[:] == image
+    assert hashed == [len(image)] * 3
+    assert store.resident is not None
+    assert store.resident.mappings is not None
+    assert len(store.resident.mappings) == 1
+    await store.close()  # lets go of what it keeps
+    assert not first.intact()
+
+
+async def test_a_kept_mapping_never_serves_a_collected_object(store: Store, mapping: None) -> None:
+    ref = await put(store, png(6, 6, seed=5))
+    first = await served(store, ref)
+    await served(store, ref)  # recalled: the row is remembered too
+    await age(store, 3600)
+    assert (await gc.execute(store, await gc.plan(store, grace=600, roots=[]))).collected == [ref]
+    with pytest.raises(NotFound):
+        await store.read(ref, "", None, True)
+    assert not first.intact()
+
+
+async def test_a_kept_mapping_of_a_file_replaced_or_quarantined_is_let_go(
+    store: Store, mapping: None
+) -> None:
+    image = png(8, 3, seed=6)
+    ref = await put(store, image)
+    first = await served(store, ref)
+    path = path_of(store, ref)
+    copy = path.with_name("copy")
+    shutil.copyfile(path, copy)
+    os.replace(copy, path)  # restored from a backup, say: the same bytes in a new file
+    second = await served(store, ref)
+    assert second is not first
+    assert not first.intact()
+    assert second[:] == image
+    assert store.local is not None
+    quarantine = store.local.quarantine_dir
+
+    async def move(row: Any) -> tuple[str, None]:
+        os.rename(path, quarantine / "moved")
+        return "quarantined", None
+
+    await store.index.settle(ref, None, move)
+    with pytest.raises(Corrupt, match="quarantined"):
+        await store.read(ref, "", None, True)
+    assert not second.intact()
+
+
+async def test_a_kept_mapping_whose_bytes_do_not_pass_is_let_go_and_never_served(
+    store: Store, mapping: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ref = await put(store, png(9, 9, seed=7))
+    first = await served(store, ref)
+    # What damage that leaves the file and its lease alone (bit rot under the file system) looks like:
+    monkeypatch.setattr(Ref, "matches", lambda self, data: False)
+    monkeypatch.setattr(Checker, "holds", lambda self, check, data: False)
+    with pytest.raises(Corrupt):
+        await store.read(ref, "", None, True)
+    assert not first.intact()
+    assert not path_of(store, ref).exists()  # quarantined by the usual path
