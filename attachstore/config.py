@@ -126,6 +126,9 @@ class Http(_Section, frozen=True):
     max_sending_bytes: Positive = 64 * 1024 * 1024
     # Plain GETs of an object's bytes answered without aiohttp's per-request machinery (api/lane.py).
     read_lane: bool = True
+    # The lane hashes and sends an object in the page cache where it lies, under a read lease, instead of
+    # a copy, and keeps the mapping for the next read of the same file (storage/mapped.py).
+    mapped_reads: bool = True
 
     @property
     def read_timeout_seconds(self) -> float:

@@ -25,6 +25,7 @@ import asyncio
 import email.utils
 import http
 import logging
+import os
 import re
 import time
 from collections.abc import Mapping
@@ -35,6 +36,8 @@ from aiohttp.http import SERVER_SOFTWARE
 
 from ..errors import AttachstoreError, Unauthorized
 from ..service import ImageRef
+from ..storage import Mapped
+from ..storage.mapped import BREAK_SIGNAL, watch
 from .app import SECURITY_HEADERS, TOKENS, tenant_for
 from .attachments import READ_HEADERS, etag_matches, not_modified_headers
 from .common import CONFIG, STORE, error_response
@@ -178,6 +181,7 @@ class Lanes:
         self.budget = app[BUDGET]
         self.max_line = config.http.max_header_bytes
         self.keepalive = config.http.keepalive_timeout_seconds
+        self.mapped = config.http.mapped_reads
         self.connections: set[Lane] = set()
         self.closing = False
 
@@ -191,10 +195,20 @@ class Lanes:
                 lane.transport.close()
 
     async def run(self) -> None:
+        """Close the idle connections past their keep-alive, and let go of the mappings kept past their
+        time or someone asked to write to (at once on the lease-break signal, where the loop handles it)."""
         loop = asyncio.get_running_loop()
-        while True:
-            await asyncio.sleep(min(1.0, self.keepalive / 4))
-            self.sweep(loop.time())
+        mappings = self.store.resident.mappings if self.store.resident is not None else None
+        watched = mappings is not None and self.mapped and watch(mappings, loop)
+        try:
+            while True:
+                await asyncio.sleep(min(1.0, self.keepalive / 4))
+                self.sweep(loop.time())
+                if mappings is not None:
+                    mappings.sweep()
+        finally:
+            if watched:
+                loop.remove_signal_handler(BREAK_SIGNAL)
 
     async def shutdown(self, within: float) -> None:
         """Close the idle connections now and the others once their answer is written (within `within` s)."""
@@ -217,6 +231,7 @@ class Lane(asyncio.Protocol):
     def __init__(self, lanes: Lanes) -> None:
         self.lanes = lanes
         self.transport: asyncio.Transport | None = None
+        self._fd = -1  # the socket's, written to directly only while the transport holds nothing unsent
         self.since = 0.0  # when it last began to wait for a request (the loop's clock)
         self._loop = asyncio.get_running_loop()
         self._pending = bytearray()  # received and not yet answered
@@ -235,6 +250,8 @@ class Lane(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's transports are not its subclasses
+        sock = transport.get_extra_info("socket")
+        self._fd = sock.fileno() if sock is not None else -1
         self.since = self._loop.time()
         self.lanes.connections.add(self)
         if self.lanes.closing:
@@ -309,9 +326,8 @@ class Lane(asyncio.Protocol):
             return
         revalidate = bool(get.if_none_match) and etag_matches(get.if_none_match or "", f'"{get.ref}"')
         if not revalidate:
-            hit = lanes.store.recalled(get.ref, tenant)
-            if hit is not None:
-                self._send(get, rid, started, tenant, *hit)
+            hit = lanes.store.recalled(get.ref, tenant, lanes.mapped)
+            if hit is not None and self._send(get, rid, started, tenant, *hit):
                 return
         self._task = self._loop.create_task(self._answer_later(get, rid, started, tenant, revalidate))
 
@@ -322,8 +338,11 @@ class Lane(asyncio.Protocol):
                 self._write(304, not_modified_headers(f'"{get.ref}"'), rid)
                 self._record(get, rid, started, tenant, 304)
             else:
-                found = await self.lanes.store.read(get.ref, tenant, lambda n: self._claim(tenant, n))
-                self._send(get, rid, started, tenant, *found)
+                found = await self._read(get, tenant, self.lanes.mapped)
+                if not self._send(get, rid, started, tenant, *found):
+                    self._release()  # claimed by the read of the mapping: claimed again by the next
+                    found = await self._read(get, tenant, False)
+                    self._send(get, rid, started, tenant, *found)
         except AttachstoreError as e:
             self._failed(e, get, rid, started, tenant)
         except asyncio.CancelledError:  # the client left: nobody is answered
@@ -336,14 +355,28 @@ class Lane(asyncio.Protocol):
             self._task = None
         self._next()
 
+    async def _read(self, get: Get, tenant: str, mapped: bool) -> tuple[ImageRef, bytes | bytearray | Mapped]:
+        return await self.lanes.store.read(get.ref, tenant, lambda n: self._claim(tenant, n), mapped)
+
     def _claim(self, tenant: str, n: int) -> None:
         """Count `n` bytes of this connection's answer against its tenant's budget (ServerBusy past it)."""
         self.lanes.budget.take(tenant, n, 0)
         self._held = (tenant, n)
 
     def _send(
-        self, get: Get, rid: str, started: float, tenant: str, found: ImageRef, data: bytes | bytearray
-    ) -> None:
+        self,
+        get: Get,
+        rid: str,
+        started: float,
+        tenant: str,
+        found: ImageRef,
+        data: bytes | bytearray | Mapped,
+    ) -> bool:
+        """Answer with the verified `data`; False (and nothing sent) for a mapping whose file someone has
+        asked to write to since its lease was granted: the caller reads again."""
+        if isinstance(data, Mapped) and not data.intact():
+            data.release()
+            return False
         # Read in a task: claimed before its bytes were read. Recalled (on this stack, from the check to the
         # write): counted only if part of it is still in the transport once written.
         claimed = self._held is not None
@@ -351,14 +384,17 @@ class Lane(asyncio.Protocol):
             try:
                 self.lanes.budget.check(tenant, len(data), 0)
             except AttachstoreError as e:
+                if isinstance(data, Mapped):
+                    data.release()
                 self._failed(e, get, rid, started, tenant)
-                return
+                return True
         self._send_head(verified_head(found, rid, len(data), self._close), data)
         if not self._paused:  # all of it is with the kernel, or within the transport's low-water mark
             self._release()
         elif not claimed:
             self._claim(tenant, len(data))
         self._record(get, rid, started, tenant, 200)
+        return True
 
     def _failed(self, e: AttachstoreError, get: Get, rid: str, started: float, tenant: str | None) -> None:
         self._release()  # what a read claimed before it failed
@@ -376,13 +412,37 @@ class Lane(asyncio.Protocol):
         headers["X-Request-Id"] = rid
         self._send_head(head(status, headers, len(body), self._close), body)
 
-    def _send_head(self, head_: bytes, body: bytes | bytearray) -> None:
+    def _send_head(self, head_: bytes, body: bytes | bytearray | Mapped) -> None:
         if self.transport is None:
+            if isinstance(body, Mapped):
+                body.release()
             return
-        self.transport.writelines([head_, body])
+        if isinstance(body, Mapped):
+            self._send_mapped(self.transport, head_, body)
+        else:
+            self.transport.writelines([head_, body])
         if self._close:
             self.transport.close()  # once what is buffered is sent
         self.since = self._loop.time()
+
+    def _send_mapped(self, transport: asyncio.Transport, head_: bytes, body: Mapped) -> None:
+        """Write the head and the mapping straight to the socket, as the transport would when it holds
+        nothing unsent (it holds nothing of them, so the mapping can be let go at once); what the socket does
+        not take is copied out of the mapping into the transport. Asked right after `intact()`, on the same
+        stack: the bytes written are the ones hashed (storage/mapped.py)."""
+        try:
+            sent = 0
+            if self._fd >= 0 and not transport.get_write_buffer_size():
+                try:
+                    sent = os.writev(self._fd, [head_, body])
+                except OSError:  # full (EAGAIN), or broken: the transport finds out as it writes the rest
+                    sent = 0
+            if sent < len(head_):
+                transport.writelines([head_[sent:], bytes(body)])
+            elif sent < len(head_) + len(body):
+                transport.write(body[sent - len(head_) :])
+        finally:
+            body.served()
 
     def _record(
         self, get: Get, rid: str, started: float, tenant: str | None, status: int, code: str | None = None

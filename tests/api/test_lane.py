@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import socket
+import threading
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, Gauge
@@ -14,6 +19,7 @@ from attachstore.api.sending import Budget
 from attachstore.errors import NotFound
 from attachstore.metrics import Metrics
 from attachstore.service import ImageRef
+from attachstore.storage.mapped import Mapped, map_resident
 
 REF = "sha256:" + "ab" * 32
 PLAIN = f"GET /v1/attachments/{REF} HTTP/1.1\r\nHost: x\r\nAccept: */*".encode()
@@ -139,6 +145,9 @@ class _Transport:
     def close(self) -> None:
         pass
 
+    def get_extra_info(self, name: str) -> None:
+        return None
+
 
 class _Store:
     """A read that takes until `done` is set (or, for a ref in `slow`, its own event), so that the
@@ -148,10 +157,10 @@ class _Store:
         self.done = asyncio.Event()
         self.slow: dict[str, asyncio.Event] = {}
 
-    def recalled(self, text: str, tenant: str) -> None:
+    def recalled(self, text: str, tenant: str, mapped: bool = False) -> None:
         return None
 
-    async def read(self, text: str, tenant: str, claim: object = None) -> object:
+    async def read(self, text: str, tenant: str, claim: object = None, mapped: bool = False) -> object:
         await self.slow.get(text, self.done).wait()
         raise NotFound(f"no attachment {text}")
 
@@ -161,6 +170,7 @@ class _Store:
 def _lanes() -> Lanes:
     lanes = Lanes.__new__(Lanes)
     lanes.store, lanes.tokens, lanes.max_line, lanes.closing = _Store(), {}, 8190, False  # type: ignore[assignment]
+    lanes.mapped = True
     lanes.connections = set()
     return lanes
 
@@ -254,7 +264,7 @@ class _Recalled:
         self.data = bytearray(size)
         self.metrics = Metrics()
 
-    def recalled(self, text: str, tenant: str) -> tuple[ImageRef, bytearray]:
+    def recalled(self, text: str, tenant: str, mapped: bool = False) -> tuple[ImageRef, bytearray]:
         return self.found, self.data
 
 
@@ -312,3 +322,98 @@ async def test_a_recalled_answer_left_in_the_transport_counts_until_it_drains() 
     assert [w.split(b"\r\n")[0] for w in transport.written] == [b"HTTP/1.1 200 OK"] * 2
     assert lanes.budget.held("") == 0
     assert _gauge(gauge) == 0
+
+
+def _mapped(path: Path) -> Mapped:
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    view = map_resident(fd, path.stat().st_size)
+    if view is None:
+        os.close(fd)
+        pytest.skip("this kernel grants no read leases or has no cachestat (Linux 6.5)")
+    return view
+
+
+class _Mapping:
+    """A store whose mapped read is a mapping someone has asked to write to meanwhile, and whose other
+    read is a copy."""
+
+    def __init__(self, view: Mapped, copy: bytes) -> None:
+        self.view, self.copy = view, copy
+        self.found = ImageRef(REF, "image/png", len(copy), 1, 1, 1, None)
+        self.asked: list[bool] = []
+        self.metrics = Metrics()
+
+    def recalled(self, text: str, tenant: str, mapped: bool = False) -> None:
+        return None
+
+    async def read(
+        self, text: str, tenant: str, claim: Callable[[int], None], mapped: bool = False
+    ) -> object:
+        self.asked.append(mapped)
+        claim(len(self.copy))
+        return self.found, self.view if mapped else self.copy
+
+
+async def test_a_mapping_someone_asked_to_write_to_is_not_sent_but_read_again(tmp_path: Path) -> None:
+    path = tmp_path / "object"
+    path.write_bytes(b"the bytes that were hashed")
+    view = _mapped(path)
+    opened = threading.Event()
+    writer = threading.Thread(target=lambda: (os.close(os.open(path, os.O_WRONLY)), opened.set()))
+    writer.start()
+    await _until(lambda: not view.intact())  # the writer has asked, and waits
+    lanes = _lanes()
+    lanes.store = store = _Mapping(view, b"read again")  # type: ignore[assignment]
+    lanes.budget = Budget(1 << 20, Gauge("sending", "test", registry=CollectorRegistry()))
+    lane = Lane(lanes)
+    transport = _Transport()
+    lane.connection_made(transport)  # type: ignore[arg-type]
+    lane.data_received(_read(REF))
+    assert lane._task is not None
+    await lane._task
+    assert store.asked == [True, False]
+    assert len(transport.written) == 1
+    assert transport.written[0].endswith(b"\r\n\r\nread again")
+    assert lanes.budget.held("") == 0  # the first claim given back before the second
+    assert await asyncio.to_thread(opened.wait, 10)  # let go at once
+    writer.join()
+
+
+class _Sent(_Transport):
+    def __init__(self, unsent: int = 0) -> None:
+        super().__init__()
+        self.unsent = unsent
+
+    def get_write_buffer_size(self) -> int:
+        return self.unsent
+
+    def write(self, piece: bytes) -> None:
+        self.written.append(piece)
+
+
+@pytest.mark.parametrize("unsent", [0, 1], ids=["straight to the socket", "behind the transport's bytes"])
+async def test_what_the_socket_does_not_take_is_copied_out_of_the_mapping(
+    tmp_path: Path, unsent: int
+) -> None:
+    body = os.urandom(3_000_000)
+    path = tmp_path / "object"
+    path.write_bytes(body)
+    view = _mapped(path)
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 * 1024)
+        ours.setblocking(False)
+        lane = Lane(_lanes())
+        lane._fd = ours.fileno()
+        transport = _Sent(unsent)
+        lane._send_mapped(transport, b"HEAD\r\n\r\n", view)  # type: ignore[arg-type]
+        assert not view.intact()  # let go on return
+        straight = b""
+        theirs.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            while chunk := theirs.recv(1 << 20):
+                straight += chunk
+    assert all(type(piece) is bytes for piece in transport.written)
+    assert straight + b"".join(transport.written) == b"HEAD\r\n\r\n" + body
+    assert (len(straight) > 0) == (unsent == 0)
+    assert len(straight) < len(body)  # some of it was left to the transport

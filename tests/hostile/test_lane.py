@@ -6,10 +6,18 @@ string, which the lane leaves to aiohttp (the route ignores the query)."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import os
 import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.support.images import png
 
@@ -55,8 +63,12 @@ def _same(daemon: Daemon, target: str, *extra: str) -> tuple[int, dict[str, str]
     return lane
 
 
-def test_every_answer_of_the_lane_is_aiohttp_s(start_daemon: Any) -> None:
-    daemon = start_daemon()
+MAPPED = pytest.mark.parametrize("mapped", [False, True], ids=["copied", "mapped"])
+
+
+@MAPPED
+def test_every_answer_of_the_lane_is_aiohttp_s(start_daemon: Any, mapped: bool) -> None:
+    daemon = start_daemon(http={"mapped_reads": mapped})
     image = png(64, 48)
     ref = _admit(daemon, "alice", image)
     auth = f"Authorization: Bearer {TOKENS['alice']}"
@@ -98,14 +110,14 @@ def test_pipelined_requests_are_answered_in_order_across_the_hand_over(start_dae
     assert json.loads(answers[2][2])["attachments"][0]["width"] == 40
 
 
-def test_damaged_bytes_are_never_served_from_a_remembered_row(start_daemon: Any) -> None:
-    daemon = start_daemon()
+@MAPPED
+def test_damaged_bytes_are_never_served_from_a_remembered_row(start_daemon: Any, mapped: bool) -> None:
+    daemon = start_daemon(http={"mapped_reads": mapped})
     image = png(50, 50)
     ref = _admit(daemon, "alice", image)
     auth = f"Authorization: Bearer {TOKENS['alice']}"
     assert _exchange(daemon, _get(f"/v1/attachments/{ref}", auth) * 2, 2)[1][2] == image
-    algorithm, digest = ref.split(":")
-    path = Path(daemon.data_dir) / "objects" / algorithm / digest[:2] / digest[2:4] / digest
+    path = _path(daemon, ref)
     damaged = bytearray(path.read_bytes())
     damaged[-20] ^= 0xFF
     path.chmod(0o644)
@@ -114,6 +126,83 @@ def test_damaged_bytes_are_never_served_from_a_remembered_row(start_daemon: Any)
     assert status == 500
     assert json.loads(body)["error"]["code"] == "ATTACHMENT_CORRUPT"
     daemon.assert_alice_is_served()
+
+
+def _path(daemon: Daemon, ref: str) -> Path:
+    algorithm, digest = ref.split(":")
+    return Path(daemon.data_dir) / "objects" / algorithm / digest[:2] / digest[2:4] / digest
+
+
+@contextlib.contextmanager
+def _on_unix_socket(daemon: Daemon, config: Path, path: Path) -> Iterator[None]:
+    """Another `serve` of the same store, on a Unix socket: a stream socket's send buffer does not grow as
+    TCP's does on loopback, so what a slow client leaves unread stays with the daemon."""
+    with daemon.log.open("ab") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "attachstore",
+                "serve",
+                "--config",
+                str(config),
+                "--unix-socket",
+                str(path),
+            ],
+            env={k: v for k, v in os.environ.items() if not k.startswith("ATTACHSTORE_")},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        while True:
+            assert proc.poll() is None, "serve exited early"
+            with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX) as s:
+                s.connect(str(path))
+                s.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+                if s.makefile("rb").readline().startswith(b"HTTP/1.1 200"):
+                    break
+            time.sleep(0.05)
+        yield
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@MAPPED
+def test_a_slow_client_gets_the_bytes_hashed_though_the_file_changes_while_they_are_sent(
+    start_daemon: Any, tmp_path: Path, mapped: bool
+) -> None:
+    daemon = start_daemon(http={"mapped_reads": mapped})
+    image = png(540, 540, seed=3)  # noise: about 870 KB, read on the loop (resident.RESIDENT_MAX)
+    ref = _admit(daemon, "alice", image)
+    read = _get(f"/v1/attachments/{ref}", f"Authorization: Bearer {TOKENS['alice']}")
+    with (
+        _on_unix_socket(daemon, tmp_path / "config0.toml", tmp_path / "s"),
+        socket.socket(socket.AF_UNIX) as s,
+    ):
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.settimeout(60)
+        s.connect(str(tmp_path / "s"))
+        s.sendall(read)
+        stream = s.makefile("rb")
+        assert stream.readline().split()[1] == b"200"
+        while stream.readline() not in (b"\r\n", b""):
+            pass
+        first = stream.read(1000)
+        # Damage the file in place while most of the answer is still to be sent. The open waits while a read
+        # holds a lease on the file: a few microseconds here, the time the read takes to let go.
+        path = _path(daemon, ref)
+        path.chmod(0o644)
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            os.pwrite(fd, b"\0" * (len(image) - 2000), 1000)
+        finally:
+            os.close(fd)
+        rest = stream.read(len(image) - 1000)
+    assert first + rest == image
+    status, _, body = _exchange(daemon, read, 1)[0]
+    assert status == 500
+    assert json.loads(body)["error"]["code"] == "ATTACHMENT_CORRUPT"
 
 
 def test_an_idle_connection_and_an_unfinished_head_are_closed_after_the_keep_alive(start_daemon: Any) -> None:
