@@ -128,10 +128,10 @@ class Mapped(mmap.mmap):
 class Mappings:
     """The mappings of one process: made under a lease, and once served kept (at most `entries`, each until
     `idle` seconds after its last use) for the next read of the same file, which then costs a `stat`, a
-    look at the lease and at the page cache, and the hash. Unmapping is what a fresh mapping costs most:
-    in a process with other threads, every unmapping interrupts the other cores to flush their TLBs (a
-    300 KB read took 100 µs mapped afresh, 55 µs from a kept mapping and 70 µs copied, with three threads
-    waking now and then). A full table keeps nothing more until an entry goes: no churn of mappings.
+    look at the lease and at the page cache, and the hash. A mapping made and unmapped for each read cost
+    more than the copy it saves (the calls that make it and its lease, its page faults, the unmapping); a
+    kept one costs less (docs/performance.md, "Mapped reads"). A full table keeps nothing more until an
+    entry goes: no churn of mappings.
 
     A kept mapping holds its lease, so a writer of its file waits until it is let go: `sweep` lets go of the
     broken ones, on the lease-break signal when the event loop has a handler for it (`watch`), and at least

@@ -1,20 +1,26 @@
-"""A verified read sent to a socket, two ways: what the daemon does, and from a read-only mapping.
+"""A verified read sent to a socket, three ways: copied, from a mapping made for it, from a kept mapping.
 
-    python -m tests.bench.mapped [ROUNDS] [SIZE]   # {"copy_us", "mapped_us", "ratio", "rounds"} as JSON
+    python -m tests.bench.mapped [ROUNDS] [SIZE] [THREADS] [SEND]
+        # {"copy_us", "mapped_us", "kept_us", "mapped_ratio", "kept_ratio", "rounds"} as JSON
 
-Both ways open the file (non-blocking), fstat it, hash every byte with the keyed check and write a head and
-the body to a Unix socket that another process drains, as the read lane does for a recalled read:
+Each way hashes every byte with the keyed check and writes a head and the body to a Unix socket that another
+process drains, as the read lane does for a recalled read:
 
-- `copy`: what `storage/resident.py` does: the bytes read from the page cache (`preadv` with `RWF_NOWAIT`)
-  into a fresh buffer, hashed there, the same buffer written.
-- `mapped`: the same file mapped read-only and hashed and written where it lies, with what that needs to keep
-  the promises: a read lease held from before the hash until the bytes are in the socket (nobody can open the
+- `copy`: the bytes read from the page cache (`preadv` with `RWF_NOWAIT`) into a fresh buffer, hashed there,
+  the same buffer written: the read lane with `[http] mapped_reads = false`.
+- `mapped`: the file mapped read-only and hashed and written where it lies, with what that needs to keep the
+  promises: a read lease held from before the hash until the bytes are in the socket (nobody can open the
   file for writing or truncate it meanwhile: an object changed under the mapping can never be served), and
-  `cachestat` before it is touched (a page not in the cache would stall the event loop on the disk).
+  `cachestat` before it is touched (a page not in the cache would stall the event loop on the disk); then
+  unmapped.
+- `kept`: what the read lane does by default (`storage/mapped.py`, `Mappings`): the mapping kept from read
+  to read; each read `stat`s the path, asks the lease and `cachestat`, and hashes.
 
 20 files of SIZE bytes (283,000, the read scenario's objects), each way in turn for half a second, ROUNDS
-times (7); the figures are the medians of µs per read and of the paired ratios mapped / copy. Linux 6.5 or
-later (`cachestat`), as root or as the files' owner (the lease).
+times (7); the figures are the medians of µs per read and of the paired ratios to the copy. THREADS (0)
+other threads in the process wake every half millisecond, as a serving process's index, log and pool
+threads do. SEND 0 writes nothing: the reads alone. Linux 6.5 or later (`cachestat`), as root or as the
+files' owner (the lease).
 """
 
 from __future__ import annotations
@@ -29,10 +35,13 @@ import socket
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 
 import blake3
+
+from attachstore.storage.mapped import Mappings
 
 from .procs import CHECK_KEY
 
@@ -58,7 +67,7 @@ def _drain(fd: int, other: int) -> None:
             pass
 
 
-def _ways(out: int) -> dict[str, Callable[[str], None]]:
+def _ways(out: int, paths: list[str]) -> dict[str, Callable[[str], None]]:
     libc = ctypes.CDLL(None, use_errno=True)
     whole, stat = _Range(0, 0), _Stat()
 
@@ -71,7 +80,8 @@ def _ways(out: int) -> dict[str, Callable[[str], None]]:
         finally:
             os.close(fd)
         blake3.blake3(data, key=_KEY).digest()
-        os.writev(out, [_HEAD, data])
+        if out >= 0:
+            os.writev(out, [_HEAD, data])
 
     def mapped(path: str) -> None:
         fd = os.open(path, _OPEN)
@@ -84,15 +94,44 @@ def _ways(out: int) -> dict[str, Callable[[str], None]]:
                 raise OSError("not in the page cache")
             with mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ) as view:
                 blake3.blake3(view, key=_KEY).digest()
-                os.writev(out, [_HEAD, view])
+                if out >= 0:
+                    os.writev(out, [_HEAD, view])
             fcntl.fcntl(fd, _F_SETLEASE, fcntl.F_UNLCK)
         finally:
             os.close(fd)
 
-    return {"copy": copy, "mapped": mapped}
+    mappings = Mappings(len(paths), 3600)
+    for path in paths:
+        fd = os.open(path, _OPEN)
+        st = os.fstat(fd)
+        view = mappings.map(path, fd, st.st_size, (st.st_dev, st.st_ino, st.st_ctime_ns))
+        if view is None:
+            os.close(fd)
+            raise OSError(f"{path}: no lease, or not in the page cache")
+        view.served()
+
+    def kept(path: str) -> None:
+        again = mappings.again(path, os.stat(path).st_size, None)
+        if again is None:
+            raise OSError("the kept mapping was let go")
+        view = again[0]
+        blake3.blake3(view, key=_KEY).digest()
+        if not view.intact():
+            raise OSError("the lease broke")
+        if out >= 0:
+            os.writev(out, [_HEAD, view])
+
+    return {"copy": copy, "mapped": mapped, "kept": kept}
 
 
-def measure(rounds: int, size: int) -> dict[str, object]:
+def _wake() -> None:
+    while True:
+        time.sleep(0.0005)
+
+
+def measure(rounds: int, size: int, threads: int = 0, send: bool = True) -> dict[str, object]:
+    for _ in range(threads):
+        threading.Thread(target=_wake, daemon=True).start()
     with tempfile.TemporaryDirectory() as tmp:
         paths = []
         for i in range(20):
@@ -108,7 +147,7 @@ def measure(rounds: int, size: int) -> dict[str, object]:
         reader.start()
         theirs.close()
         try:
-            ways = _ways(ours.fileno())
+            ways = _ways(ours.fileno() if send else -1, paths)
             per_read: dict[str, list[float]] = {name: [] for name in ways}
             for _ in range(rounds):
                 for name, way in ways.items():
@@ -121,19 +160,20 @@ def measure(rounds: int, size: int) -> dict[str, object]:
         finally:
             ours.close()
             reader.join(timeout=30)
-    ratios = [m / c for m, c in zip(per_read["mapped"], per_read["copy"], strict=True)]
-    return {
-        "copy_us": statistics.median(per_read["copy"]),
-        "mapped_us": statistics.median(per_read["mapped"]),
-        "ratio": statistics.median(ratios),
-        "rounds": {name: [round(x, 1) for x in values] for name, values in per_read.items()},
-    }
+    out: dict[str, object] = {f"{name}_us": statistics.median(values) for name, values in per_read.items()}
+    for name in ("mapped", "kept"):
+        ratios = [m / c for m, c in zip(per_read[name], per_read["copy"], strict=True)]
+        out[f"{name}_ratio"] = statistics.median(ratios)
+    out["rounds"] = {name: [round(x, 1) for x in values] for name, values in per_read.items()}
+    return out
 
 
 def main() -> None:
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 7
     size = int(sys.argv[2]) if len(sys.argv) > 2 else 283_000
-    json.dump(measure(rounds, size), sys.stdout)
+    threads = int(sys.argv[3]) if len(sys.argv) > 3 else 0
+    send = sys.argv[4] != "0" if len(sys.argv) > 4 else True
+    json.dump(measure(rounds, size, threads, send), sys.stdout)
     sys.stdout.write("\n")
 
 
