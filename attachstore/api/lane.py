@@ -385,7 +385,7 @@ class Lane(asyncio.Protocol):
                 self.lanes.budget.check(tenant, len(data), 0)
             except AttachstoreError as e:
                 if isinstance(data, Mapped):
-                    data.release()
+                    data.served()  # verified, and not sent: kept for the next read all the same
                 self._failed(e, get, rid, started, tenant)
                 return True
         self._send_head(verified_head(found, rid, len(data), self._close), data)
@@ -415,7 +415,7 @@ class Lane(asyncio.Protocol):
     def _send_head(self, head_: bytes, body: bytes | bytearray | Mapped) -> None:
         if self.transport is None:
             if isinstance(body, Mapped):
-                body.release()
+                body.served()
             return
         if isinstance(body, Mapped):
             self._send_mapped(self.transport, head_, body)

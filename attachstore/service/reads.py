@@ -140,19 +140,37 @@ class Reads:
             verify = self._verify(ref, row)
             found = resident.read(ref, row.bytes, verify, mapped)
             if found is not None:
+                data: bytes | bytearray | Mapped = found[0]
+                file = found[1]
+                if isinstance(data, Mapped) and not self._at_once(ref, row, data):
+                    # What follows waits (a header walked off the loop, a check written to the index): no
+                    # mapping is held across a wait, where its lease would keep a writer waiting out of the
+                    # sweep's reach and another read of the same kept mapping could let it go.
+                    data = _copied(data)
                 try:
-                    fits = await self._header_fits(row, found[0])
+                    fits = await self._header_fits(row, data)
                     if fits:
-                        await self._record_check(ref, row, found[0])
+                        await self._record_check(ref, row, data)
                 except BaseException:
-                    _let_go(found[0])
+                    _let_go(data)
                     raise
                 if fits:
-                    resident.remember(_Known(row, image_ref(row), verify), scope, found[1])
+                    resident.remember(_Known(row, image_ref(row), verify), scope, file)
                     self.metrics.reads_ok.inc()
-                    return image_ref(row), found[0]
-                _let_go(found[0])
+                    return image_ref(row), data
+                _let_go(data)
         return await self.verified(ref, row, scope)
+
+    def _at_once(self, ref: Ref, row: ObjectRow, data: Mapped) -> bool:
+        """Whether checking `data`'s header against `row` and recording its keyed check take no wait: the
+        header is probed on the loop (or was walked in full before), and the row has this key's check."""
+        if ref.algorithm == "sha256" and not self.checker.mine(row.keyed_check):
+            return False
+        try:
+            probe_header(data, bounded=True)
+        except HeaderTooDeep:
+            return row.ref in self._deep
+        return True
 
     def _verify(self, ref: Ref, row: ObjectRow) -> Verify:
         """What the bytes of `row` must pass: its keyed check when this key made it, else their address
@@ -310,13 +328,12 @@ class Reads:
     async def _header_fits(self, row: ObjectRow, data: bytes | bytearray | Mapped) -> bool:
         """The verified bytes' header says what the row says: type and dimensions. Probed on the loop, at
         most JPEG_HEADER_STEPS steps; a JPEG that needs more was admitted before the gate refused those, and
-        is walked off the loop, from a copy of a mapping (which its reader may let go meanwhile)."""
+        is walked off the loop (never from a mapping: `read` copies one that would need it)."""
         try:
             return _fits(row, probe_header(data, bounded=True))
         except HeaderTooDeep:
-            return _fits(
-                row, await self._deep_header(row.ref, bytes(data) if isinstance(data, Mapped) else data)
-            )
+            assert not isinstance(data, Mapped)
+            return _fits(row, await self._deep_header(row.ref, data))
 
     async def _deep_header(self, ref: str, data: bytes | bytearray) -> Header | None:
         """The header walked in full, in a thread and one object at a time, so that the loop keeps serving.
@@ -362,6 +379,14 @@ class _Known(NamedTuple):
 
 def _verify_known(known: _Known) -> Verify:
     return known.verify
+
+
+def _copied(data: Mapped) -> bytes:
+    """A mapping's bytes, copied, and the mapping let go."""
+    try:
+        return bytes(data)
+    finally:
+        data.release()
 
 
 def _let_go(data: Buffer) -> None:

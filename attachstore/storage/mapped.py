@@ -52,9 +52,6 @@ class _Stat(ctypes.Structure):
     _fields_ = [(n, ctypes.c_uint64) for n in ("cache", "dirty", "writeback", "evicted", "recent")]
 
 
-_WHOLE = _Range(0, 0)  # from the start to the end of the file
-
-
 def available() -> bool:
     """Whether this kernel grants read leases and answers `cachestat`, and a writer waits for a lease at
     least a second."""
@@ -67,20 +64,27 @@ def available() -> bool:
         return False
     fd = os.open("/", os.O_RDONLY | os.O_CLOEXEC)
     try:
-        return _cached_pages(fd) is not None
+        return _cached_pages(fd, 0) is not None  # 0: to the end of the file
     finally:
         os.close(fd)
 
 
-def _cached_pages(fd: int) -> int | None:
-    """How many of the file's pages are in the page cache; None if the kernel cannot say."""
+def _cached_pages(fd: int, size: int) -> int | None:
+    """How many pages of the file's first `size` bytes (0: all) are in the page cache; None if the kernel
+    cannot say."""
     stat = _Stat()
-    if _libc.syscall(_SYS_CACHESTAT, fd, ctypes.byref(_WHOLE), ctypes.byref(stat), 0) != 0:
+    if _libc.syscall(_SYS_CACHESTAT, fd, ctypes.byref(_Range(0, size)), ctypes.byref(stat), 0) != 0:
         return None
     return int(stat.cache)
 
 
 FileId = tuple[int, int, int]  # st_dev, st_ino, st_ctime_ns: which file, not just which name
+
+
+def _cached(fd: int, size: int) -> bool:
+    """Every page of the file's first `size` bytes is in the page cache."""
+    pages = _cached_pages(fd, size)
+    return pages is not None and pages >= -(-size // mmap.PAGESIZE)
 
 
 class Mapped(mmap.mmap):
@@ -95,9 +99,8 @@ class Mapped(mmap.mmap):
     idle = 0.0  # monotonic seconds: kept until then unless used again
 
     def resident(self) -> bool:
-        """Every page of the file is in the page cache."""
-        cached = _cached_pages(self._fd) if self._fd >= 0 else None
-        return cached is not None and cached * mmap.PAGESIZE >= len(self)
+        """Every page it maps is in the page cache."""
+        return self._fd >= 0 and _cached(self._fd, len(self))
 
     def intact(self) -> bool:
         """Nobody has asked to write to or truncate the file since the lease was granted: its bytes are the
@@ -222,8 +225,7 @@ def map_resident(fd: int, size: int) -> Mapped | None:
     except OSError:
         return None
     try:
-        cached = _cached_pages(fd)
-        if size == 0 or cached is None or cached * mmap.PAGESIZE < size:
+        if size == 0 or not _cached(fd, size):
             raise _Unmapped
         mapped = Mapped(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
     except (_Unmapped, OSError, ValueError):

@@ -23,8 +23,9 @@ from attachstore.refs import Checker, Ref
 from attachstore.service import Store, Upload
 from attachstore.storage import Mapped, resident
 from tests.conftest import MakeConfig
+from tests.support import images
 from tests.support.images import jpeg, png
-from tests.support.store import age
+from tests.support.store import age, plant
 
 TENANTS = [{"name": n, "token_sha256": hashlib.sha256(n.encode()).hexdigest()} for n in ("alpha", "beta")]
 
@@ -609,3 +610,23 @@ async def test_a_kept_mapping_whose_bytes_do_not_pass_is_let_go_and_never_served
         await store.read(ref, "", None, True)
     assert not first.intact()
     assert not path_of(store, ref).exists()  # quarantined by the usual path
+
+
+async def test_no_mapping_is_held_while_a_read_waits(store: Store, mapping: None) -> None:
+    """A read that waits after its hash (a check to write to the index, a header to walk off the loop) copies
+    the mapping first: a lease held across a wait would keep a writer waiting where no sweep reaches it."""
+    unchecked = await plant(store, png(7, 7, seed=9), "image/png", 7, 7)  # a row without a keyed check
+    _, data = await store.read(str(unchecked), "", None, True)
+    assert type(data) is bytes
+    assert _unleased(path_of(store, str(unchecked)))
+    row = await store.index.get(str(unchecked), None)
+    assert row is not None
+    assert store.checker.mine(row.keyed_check)  # recorded from the copy
+    deep = images.jpeg_padded(images.jpeg(16, 16), segments=5_000)  # a header past the bounded probe
+    walked = await plant(store, deep, "image/jpeg", 16, 16)
+    await store.index.record_check(str(walked), store.checker.of(deep))
+    _, data = await store.read(str(walked), "", None, True)
+    assert (type(data), data) == (bytes, deep)
+    assert _unleased(path_of(store, str(walked)))
+    mapped = await served(store, str(walked))  # walked in full once: probed from what was found
+    assert mapped[:] == deep
