@@ -20,7 +20,7 @@ import urllib.request
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -37,6 +37,7 @@ class Daemon:
     proc: subprocess.Popen[bytes]
     data_dir: Path
     log: Path
+    config: Path
 
     def headers(self, tenant: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {TOKENS[tenant]}"}
@@ -140,6 +141,17 @@ def write_config(path: Path, data_dir: Path, sections: dict[str, dict[str, Any]]
     path.write_text("\n".join(lines))
 
 
+def serve(config: Path, out: IO[bytes], *where: str) -> subprocess.Popen[bytes]:
+    """`attachstore serve --config CONFIG WHERE...`, its output to `out`, without this environment's
+    ATTACHSTORE_ variables."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "attachstore", "serve", "--config", str(config), *where],
+        env={k: v for k, v in os.environ.items() if not k.startswith("ATTACHSTORE_")},
+        stdout=out,
+        stderr=subprocess.STDOUT,
+    )
+
+
 @pytest.fixture
 def start_daemon(tmp_path: Path) -> Iterator[Any]:
     """start_daemon(**sections) -> Daemon: `attachstore serve` on a free loopback port with these config
@@ -156,28 +168,11 @@ def start_daemon(tmp_path: Path) -> Iterator[Any]:
         sections.setdefault("admission", {}).setdefault("decode_workers", 1)
         write_config(config, data_dir, sections)
         port = free_port()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ATTACHSTORE_")}
         with log.open("wb") as out:
-            proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "attachstore",
-                    "serve",
-                    "--config",
-                    str(config),
-                    "--listen",
-                    f"127.0.0.1:{port}",
-                    # One process: the bounds under test are each process's, and its RSS is read from
-                    # /proc of this pid.
-                    "--workers",
-                    "1",
-                ],
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        daemon = Daemon(f"http://127.0.0.1:{port}", proc, data_dir, log)
+            # One process: the bounds under test are each process's, and its RSS is read from /proc of
+            # this pid.
+            proc = serve(config, out, "--listen", f"127.0.0.1:{port}", "--workers", "1")
+        daemon = Daemon(f"http://127.0.0.1:{port}", proc, data_dir, log, config)
         started.append(daemon)
         wait_ready(f"{daemon.url}/healthz", proc)
         return daemon

@@ -10,8 +10,6 @@ import contextlib
 import json
 import os
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +19,7 @@ import pytest
 
 from tests.support.images import png
 
-from .conftest import TOKENS, Daemon
+from .conftest import TOKENS, Daemon, serve
 
 _VARYING = {"date", "x-request-id"}
 
@@ -134,25 +132,11 @@ def _path(daemon: Daemon, ref: str) -> Path:
 
 
 @contextlib.contextmanager
-def _on_unix_socket(daemon: Daemon, config: Path, path: Path) -> Iterator[None]:
+def _on_unix_socket(daemon: Daemon, path: Path) -> Iterator[None]:
     """Another `serve` of the same store, on a Unix socket: a stream socket's send buffer does not grow as
     TCP's does on loopback, so what a slow client leaves unread stays with the daemon."""
     with daemon.log.open("ab") as log:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "attachstore",
-                "serve",
-                "--config",
-                str(config),
-                "--unix-socket",
-                str(path),
-            ],
-            env={k: v for k, v in os.environ.items() if not k.startswith("ATTACHSTORE_")},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+        proc = serve(daemon.config, log, "--unix-socket", str(path))
     try:
         while True:
             assert proc.poll() is None, "serve exited early"
@@ -177,7 +161,7 @@ def test_a_slow_client_gets_the_bytes_hashed_though_the_file_changes_while_they_
     ref = _admit(daemon, "alice", image)
     read = _get(f"/v1/attachments/{ref}", f"Authorization: Bearer {TOKENS['alice']}")
     with (
-        _on_unix_socket(daemon, tmp_path / "config0.toml", tmp_path / "s"),
+        _on_unix_socket(daemon, tmp_path / "s"),
         socket.socket(socket.AF_UNIX) as s,
     ):
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
