@@ -161,15 +161,16 @@ class Mappings:
         if kept is None:
             return None
         try:
-            st = os.stat(path)
+            st: os.stat_result | None = os.stat(path)
         except OSError:
-            kept.release()
-            return None
-        found = (st.st_dev, st.st_ino, st.st_ctime_ns)
-        if found != kept.file or file not in (None, found) or st.st_size != size:
-            kept.release()
-            return None
-        if not (kept.intact() and kept.resident()):
+            st = None
+        if (
+            st is None
+            or (st.st_dev, st.st_ino, st.st_ctime_ns) != kept.file
+            or file not in (None, kept.file)
+            or st.st_size != size
+            or not (kept.intact() and kept.resident())
+        ):
             kept.release()
             return None
         self._kept[path] = kept
@@ -209,7 +210,7 @@ def watch(mappings: Mappings, loop: asyncio.AbstractEventLoop) -> bool:
     writer then waits only until the loop gets to it. False where the loop cannot handle signals."""
     try:
         loop.add_signal_handler(BREAK_SIGNAL, mappings.sweep)
-    except (RuntimeError, ValueError, NotImplementedError):
+    except (RuntimeError, ValueError):  # not the main thread
         return False
     return True
 

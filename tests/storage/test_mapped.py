@@ -203,3 +203,16 @@ async def test_a_writer_of_a_kept_mapping_waits_only_until_the_signal_is_handled
         loop.remove_signal_handler(mapped.BREAK_SIGNAL)
     assert not view.intact()
     assert len(mappings) == 0
+
+
+def test_no_watch_where_the_loop_cannot_handle_signals() -> None:
+    """Only the main thread's loop can: elsewhere the lane's timer alone lets go of broken mappings."""
+    found: list[bool] = []
+    thread = threading.Thread(target=lambda: found.append(asyncio.run(_watched())))
+    thread.start()
+    thread.join()
+    assert found == [False]
+
+
+async def _watched() -> bool:
+    return mapped.watch(Mappings(entries=1, idle=1), asyncio.get_running_loop())
