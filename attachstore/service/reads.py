@@ -85,11 +85,8 @@ class Reads:
         if hit is None:
             return None
         known, data = hit
-        try:
-            fits = _fits(known.row, probe_header(data, bounded=True))
-        except HeaderTooDeep:  # walked in full before, or `read` walks it (off the loop)
-            fits = _fits(known.row, self._deep.get(text))
-        if not fits:
+        # None: a header not walked in full yet, which `read` walks off the loop.
+        if not self._fits_now(known.row, data):
             _let_go(data)
             resident.forget(text)
             return None
@@ -141,36 +138,22 @@ class Reads:
             found = resident.read(ref, row.bytes, verify, mapped)
             if found is not None:
                 data: bytes | bytearray | Mapped = found[0]
-                file = found[1]
-                if isinstance(data, Mapped) and not self._at_once(ref, row, data):
+                fits = self._fits_now(row, data)
+                if isinstance(data, Mapped) and (fits is None or self._unchecked(ref, row)):
                     # What follows waits (a header walked off the loop, a check written to the index): no
                     # mapping is held across a wait, where its lease would keep a writer waiting out of the
                     # sweep's reach and another read of the same kept mapping could let it go.
                     data = _copied(data)
-                try:
-                    fits = await self._header_fits(row, data)
-                    if fits:
-                        await self._record_check(ref, row, data)
-                except BaseException:
-                    _let_go(data)
-                    raise
+                if fits is None:
+                    assert not isinstance(data, Mapped)
+                    fits = _fits(row, await self._deep_header(row.ref, data))
                 if fits:
-                    resident.remember(_Known(row, image_ref(row), verify), scope, file)
+                    await self._record_check(ref, row, data)
+                    resident.remember(_Known(row, image_ref(row), verify), scope, found[1])
                     self.metrics.reads_ok.inc()
                     return image_ref(row), data
                 _let_go(data)
         return await self.verified(ref, row, scope)
-
-    def _at_once(self, ref: Ref, row: ObjectRow, data: Mapped) -> bool:
-        """Whether checking `data`'s header against `row` and recording its keyed check take no wait: the
-        header is probed on the loop (or was walked in full before), and the row has this key's check."""
-        if ref.algorithm == "sha256" and not self.checker.mine(row.keyed_check):
-            return False
-        try:
-            probe_header(data, bounded=True)
-        except HeaderTooDeep:
-            return row.ref in self._deep
-        return True
 
     def _verify(self, ref: Ref, row: ObjectRow) -> Verify:
         """What the bytes of `row` must pass: its keyed check when this key made it, else their address
@@ -193,9 +176,13 @@ class Reads:
 
         return verify
 
+    def _unchecked(self, ref: Ref, row: ObjectRow) -> bool:
+        """A sha256 row without a check of this key: its first verified read records one."""
+        return ref.algorithm == "sha256" and not self.checker.mine(row.keyed_check)
+
     async def _record_check(self, ref: Ref, row: ObjectRow, data: Buffer) -> None:
         """A row without a check of this key gains one on its first verified read (verified by address)."""
-        if ref.algorithm != "sha256" or self.checker.mine(row.keyed_check):
+        if not self._unchecked(ref, row):
             return
         try:
             await self.index.record_check(row.ref, self.checker.of(data))
@@ -325,15 +312,20 @@ class Reads:
 
         return decide
 
-    async def _header_fits(self, row: ObjectRow, data: bytes | bytearray | Mapped) -> bool:
+    async def _header_fits(self, row: ObjectRow, data: bytes | bytearray) -> bool:
         """The verified bytes' header says what the row says: type and dimensions. Probed on the loop, at
         most JPEG_HEADER_STEPS steps; a JPEG that needs more was admitted before the gate refused those, and
-        is walked off the loop (never from a mapping: `read` copies one that would need it)."""
+        is walked off the loop."""
+        fits = self._fits_now(row, data)
+        return _fits(row, await self._deep_header(row.ref, data)) if fits is None else fits
+
+    def _fits_now(self, row: ObjectRow, data: bytes | bytearray | Mapped) -> bool | None:
+        """`_header_fits` where it needs no wait: the header probed on the loop, or walked in full before;
+        None where the walk is still to make."""
         try:
             return _fits(row, probe_header(data, bounded=True))
         except HeaderTooDeep:
-            assert not isinstance(data, Mapped)
-            return _fits(row, await self._deep_header(row.ref, data))
+            return _fits(row, self._deep[row.ref]) if row.ref in self._deep else None
 
     async def _deep_header(self, ref: str, data: bytes | bytearray) -> Header | None:
         """The header walked in full, in a thread and one object at a time, so that the loop keeps serving.

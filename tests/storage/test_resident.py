@@ -630,3 +630,10 @@ async def test_no_mapping_is_held_while_a_read_waits(store: Store, mapping: None
     assert _unleased(path_of(store, str(walked)))
     mapped = await served(store, str(walked))  # walked in full once: probed from what was found
     assert mapped[:] == deep
+
+
+def test_kept_mappings_take_at_most_an_eighth_of_the_descriptors(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(resident.resource, "getrlimit", lambda which: (1024, 4096))
+    assert resident._kept_entries() == 64  # two descriptors each: 128 of 1,024
+    monkeypatch.setattr(resident.resource, "getrlimit", lambda which: (65536, 65536))
+    assert resident._kept_entries() == resident.KEPT_MAX
