@@ -226,9 +226,15 @@ async def _until(condition: Callable[[], bool]) -> None:
     raise AssertionError("the condition never held")
 
 
-async def test_a_shutdown_closes_idle_connections_now_busy_ones_after_their_answer_and_aborts_the_rest() -> (
-    None
-):
+async def test_a_shutdown_closes_idle_connections_now_busy_ones_after_their_answer_and_aborts_the_rest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The shutdown's time runs out when the test says so, not when the machine is slow: the loop's clock,
+    # which the shutdown's deadline is on, jumps past the deadline once `expired` is set, and only then.
+    within, expired = 3600.0, asyncio.Event()
+    loop = asyncio.get_running_loop()
+    clock = loop.time
+    monkeypatch.setattr(loop, "time", lambda: clock() + (2 * within if expired.is_set() else 0.0))
     lanes = _lanes()
     store: _Store = lanes.store  # type: ignore[assignment]
     answered, stuck_ref = "sha256:" + "01" * 32, "sha256:" + "02" * 32
@@ -236,7 +242,7 @@ async def test_a_shutdown_closes_idle_connections_now_busy_ones_after_their_answ
     idle, busy, stuck = (_Ending(Lane(lanes)) for _ in range(3))
     busy.lane.data_received(_read(answered))
     stuck.lane.data_received(_read(stuck_ref))
-    shutdown = asyncio.create_task(lanes.shutdown(within=2.0))
+    shutdown = asyncio.create_task(lanes.shutdown(within=within))
     await _until(lambda: idle.ended is not None)
     assert idle.ended == "closed"
     assert (busy.ended, stuck.ended) == (None, None)  # both still answering
@@ -249,6 +255,8 @@ async def test_a_shutdown_closes_idle_connections_now_busy_ones_after_their_answ
     assert stuck.ended is None
     late = _Ending(Lane(lanes))  # a connection accepted while stopping is closed at once
     assert late.ended == "closed"
+    assert not shutdown.done()  # its time has not run out
+    expired.set()
     await shutdown
     assert stuck.ended == "aborted"  # its answer never came within the shutdown's time
     assert stuck.written == []
