@@ -97,13 +97,19 @@ class Daemon:
             connection.close()
 
     def access(self, endpoint: str, count: int = 1) -> list[dict[str, Any]]:
-        """The access log lines of `endpoint`, once there are `count` (the log is written a moment late)."""
-        deadline = time.monotonic() + 10
+        """The access log lines of `endpoint`, once there are `count` (the log is written a moment late). A
+        guard against a hang, not a bound: fewer than `count` after 60 s fails the test."""
+        deadline = time.monotonic() + 60
         while True:
             lines = [json.loads(line) for line in self.log.read_text().splitlines() if line.startswith("{")]
             found = [x for x in lines if x.get("msg") == "request" and x.get("endpoint") == endpoint]
-            if len(found) >= count or time.monotonic() > deadline:
+            if len(found) >= count:
                 return found
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"after 60 s, {len(found)} access log lines of {endpoint} in {self.log}, "
+                    f"not the {count} expected: {found}"
+                )
             time.sleep(0.05)
 
     def assert_alice_is_served(self) -> None:
