@@ -138,9 +138,13 @@ def _on_unix_socket(daemon: Daemon, path: Path) -> Iterator[None]:
     with daemon.log.open("ab") as log:
         proc = serve(daemon.config, log, "--unix-socket", str(path))
     try:
+        deadline = time.monotonic() + 60  # a guard against a hang, not a bound
         while True:
             assert proc.poll() is None, "serve exited early"
+            left = deadline - time.monotonic()
+            assert left > 0, f"serve on {path} did not answer /healthz within 60 s"
             with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX) as s:
+                s.settimeout(left)  # past it, the OSError it raises ends this try
                 s.connect(str(path))
                 s.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
                 if s.makefile("rb").readline().startswith(b"HTTP/1.1 200"):
