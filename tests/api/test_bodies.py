@@ -8,6 +8,7 @@ import asyncio
 import io
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
@@ -203,7 +204,13 @@ async def started(client: Client, body: Trickle, declared: bool = False) -> asyn
     if declared:
         headers["Content-Length"] = str(len(body.body))
     task = asyncio.create_task(client.post("/v1/attachments", data=body, headers=headers))
-    while client.app[STORE].admissions.slots.taken == 0:  # noqa: ASYNC110 - the server's state, polled
+    deadline = time.monotonic() + 60  # a guard against a hang, not a bound
+    while client.app[STORE].admissions.slots.taken == 0:  # the server's state, polled
+        if task.done():
+            raise AssertionError(f"the admission ended before it took a place: {await task}")
+        if time.monotonic() > deadline:
+            task.cancel()
+            raise AssertionError("the admission took no place within 60 s")
         await asyncio.sleep(0.01)
     return task
 
