@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.bench import loadgen
+from tests.bench import ceiling, loadgen
 from tests.bench.stats import alternate
 
 REPO = Path(__file__).resolve().parents[1]
@@ -164,3 +164,13 @@ async def test_in_a_smoke_run_every_connection_makes_a_request_however_late_it_s
         assert _number(late["p99_ms"])
         # Without it (the full bench), the window decides.
         assert (await loadgen.run(url, 4, over))["requests"] == 0
+
+
+def test_in_a_smoke_run_the_ceiling_reads_the_files_once_however_late_it_starts(tmp_path: Path) -> None:
+    """The same for the read scenario's ceiling: with no read its rate is 0 and its ratio NaN."""
+    files = []
+    for name in ("a", "b"):
+        (tmp_path / name).write_bytes(name.encode() * 1000)
+        files.append(str(tmp_path / name))
+    assert ceiling._loop(files, 1e-9, "check", at_least_one=True) == 2
+    assert ceiling._loop(files, 1e-9, "check") == 0  # without it (the full bench), the window decides
