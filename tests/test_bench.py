@@ -4,6 +4,7 @@ No timing is asserted: this machine is shared and noisy, and `--quick` sizes say
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import subprocess
@@ -11,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tests.bench import ceiling, loadgen
 from tests.bench.stats import alternate
 
 REPO = Path(__file__).resolve().parents[1]
@@ -136,3 +138,39 @@ def test_each_side_of_a_comparison_goes_first_in_turn() -> None:
     ran.clear()
     alternate(3, side("A"), None)
     assert ran == ["A0", "A1", "A2"]
+
+
+async def test_in_a_smoke_run_every_connection_makes_a_request_however_late_it_starts() -> None:
+    """--quick's load windows are 0.3 s: a load generator that a loaded runner starts after its window is
+    over still makes one request on each connection, so that the window has a latency to report."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while await reader.readuntil(b"\r\n\r\n"):
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                await writer.drain()
+        except asyncio.IncompleteReadError:
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    async with server:
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/"
+        over = 1e-9  # seconds: the window is over before any connection starts
+        late = await loadgen.run(url, 4, over, at_least_one=True)
+        assert (late["requests"], late["errors"]) == (4, 0)
+        assert _number(late["p50_ms"])
+        assert _number(late["p99_ms"])
+        # Without it (the full bench), the window decides.
+        assert (await loadgen.run(url, 4, over))["requests"] == 0
+
+
+def test_in_a_smoke_run_the_ceiling_reads_the_files_once_however_late_it_starts(tmp_path: Path) -> None:
+    """The same for the read scenario's ceiling: with no read its rate is 0 and its ratio NaN."""
+    files = []
+    for name in ("a", "b"):
+        (tmp_path / name).write_bytes(name.encode() * 1000)
+        files.append(str(tmp_path / name))
+    assert ceiling._loop(files, 1e-9, "check", at_least_one=True) == 2
+    assert ceiling._loop(files, 1e-9, "check") == 0  # without it (the full bench), the window decides

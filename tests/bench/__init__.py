@@ -29,6 +29,8 @@ Scenarios, and what their baselines contain:
 - memory: the peak RSS of the daemon and its decode workers (VmHWM, summed) during the admit scenario.
 
 `--quick` shrinks everything (a smoke run for tests/test_bench.py; never installs anything, always uses the
-bundled load generator). `--profile DIR` adds one unmeasured read, admit and render run each with py-spy
-recording the daemon and its workers, and prints where the time goes (`python -m tests.bench.spy FILE`).
+bundled load generator, which then makes a request on every connection however late it starts, as each
+process of the ceiling reads its files once: a window with nothing done would have no figure to report).
+`--profile DIR` adds one unmeasured read, admit and render run each with py-spy recording the daemon and
+its workers, and prints where the time goes (`python -m tests.bench.spy FILE`).
 """

@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     bench = scenarios.Bench(
         plan=plan,
         work=work,
-        driver=Driver(None if args.quick else found.wrk, work),
+        driver=Driver(None if args.quick else found.wrk, work, at_least_one=args.quick),
         nginx=None if args.no_nginx else found.nginx,
         nginx_note=(
             "left out (--no-nginx)"

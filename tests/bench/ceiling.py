@@ -1,9 +1,11 @@
 """The read scenario's ceiling: the least every verified read must do, as fast as this machine does it.
 
-    python -m tests.bench.ceiling SECONDS PROCESSES HASH FILE...   # {"reads", "seconds", "rps"} as JSON
+    python -m tests.bench.ceiling [--at-least-one] SECONDS PROCESSES HASH FILE...
+    # prints {"reads", "seconds", "rps"} as JSON
 
 PROCESSES processes (one per core, as the daemon's workers) each open, read in full, hash and close the
-files in turn for SECONDS, with no HTTP, no index and no header check. HASH is the hash a read verifies
+files in turn for SECONDS (with --at-least-one, each process goes through them once however late it
+starts), with no HTTP, no index and no header check. HASH is the hash a read verifies
 with: `check`, the keyed BLAKE3 check the daemon verifies sha256 objects by (docs/security.md), or
 `sha256`, the address itself (what reads hashed before the check). No daemon that keeps the promise "every
 read hashes every byte it serves" with that hash can serve more verified reads per second than this on the
@@ -32,11 +34,11 @@ def _hash(name: str) -> Callable[[bytes], object]:
     raise SystemExit(f"unknown hash {name!r}: check or sha256")
 
 
-def _loop(paths: list[str], seconds: float, name: str) -> int:
+def _loop(paths: list[str], seconds: float, name: str, at_least_one: bool = False) -> int:
     digest = _hash(name)
     reads = 0
     end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
+    while time.perf_counter() < end or (at_least_one and not reads):
         for path in paths:
             with open(path, "rb") as f:
                 digest(f.read())
@@ -44,17 +46,22 @@ def _loop(paths: list[str], seconds: float, name: str) -> int:
     return reads
 
 
-def measure(paths: list[str], seconds: float, processes: int, name: str = "check") -> dict[str, float]:
+def measure(
+    paths: list[str], seconds: float, processes: int, name: str = "check", at_least_one: bool = False
+) -> dict[str, float]:
     """Each process loops for `seconds` from its own start, so the rate is the sum of their counts over it."""
     with multiprocessing.get_context("spawn").Pool(processes) as pool:
-        counts = pool.starmap(_loop, [(paths, seconds, name)] * processes)
+        counts = pool.starmap(_loop, [(paths, seconds, name, at_least_one)] * processes)
     reads = sum(counts)
     return {"reads": reads, "seconds": seconds, "rps": reads / seconds}
 
 
 def main() -> None:
-    seconds, processes, name, paths = float(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4:]
-    json.dump(measure(paths, seconds, processes, name), sys.stdout)
+    args = sys.argv[1:]
+    at_least_one = args[:1] == ["--at-least-one"]
+    args = args[1:] if at_least_one else args
+    seconds, processes, name, paths = float(args[0]), int(args[1]), args[2], args[3:]
+    json.dump(measure(paths, seconds, processes, name, at_least_one), sys.stdout)
     sys.stdout.write("\n")
 
 

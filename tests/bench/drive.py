@@ -44,11 +44,14 @@ end
 
 
 class Driver:
-    """One load generator for a whole comparison. `wrk` is the wrk binary, or None for the bundled one."""
+    """One load generator for a whole comparison. `wrk` is the wrk binary, or None for the bundled one;
+    `at_least_one` has the bundled one make a request on every connection however short the run (the
+    smoke run's: a window with no request has no latency to report)."""
 
-    def __init__(self, wrk: str | None, workdir: Path) -> None:
+    def __init__(self, wrk: str | None, workdir: Path, at_least_one: bool = False) -> None:
         self.wrk = wrk
         self.workdir = workdir
+        self.at_least_one = at_least_one
         self.name = "wrk" if wrk else "bundled"
         self._n = 0
 
@@ -86,6 +89,8 @@ class Driver:
         ]
         if body is not None:
             args += ["--body", str(body), "--content-type", content_type or "application/octet-stream"]
+        if self.at_least_one:
+            args.append("--at-least-one")
         return bundled(args, timeout=duration + 120)
 
     def _wrk(

@@ -4,6 +4,7 @@
     python -m tests.bench.loadgen URL --paths FILE ...                     # cycle through the paths in FILE
     python -m tests.bench.loadgen URL --body FILE --content-type T ...     # POST FILE again and again
     python -m tests.bench.loadgen URL --bodies FILE --content-type T -c N  # POST each listed file once
+    python -m tests.bench.loadgen URL --at-least-one ...                   # every connection makes one
 
 It prints one JSON object: requests, rps, p50_ms, p99_ms, max_ms, errors, bytes, seconds. A request counts as
 an error when the connection fails or the status is not 2xx. Latency runs from the first byte written to the
@@ -119,12 +120,18 @@ def _head(method: str, host: str, path: str, content_type: str | None, length: i
 
 
 async def _worker(
-    client: Client, jobs: Iterator[tuple[bytes, bytes | None]], deadline: float, tally: Tally
+    client: Client,
+    jobs: Iterator[tuple[bytes, bytes | None]],
+    deadline: float,
+    tally: Tally,
+    at_least_one: bool = False,
 ) -> None:
     clock = time.perf_counter
+    first = at_least_one
     for head, body in jobs:
-        if clock() >= deadline:
+        if clock() >= deadline and not first:
             return
+        first = False
         start = clock()
         try:
             status, size = await client.request(head, body)
@@ -149,6 +156,7 @@ async def run(
     body: bytes | None = None,
     bodies: list[bytes] | None = None,
     content_type: str | None = None,
+    at_least_one: bool = False,
 ) -> dict[str, object]:
     parts = urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
@@ -170,7 +178,7 @@ async def run(
     tally = Tally()
     clients = [Client(host, port) for _ in range(connections)]
     start = time.perf_counter()
-    await asyncio.gather(*(_worker(c, jobs, deadline, tally) for c in clients))
+    await asyncio.gather(*(_worker(c, jobs, deadline, tally, at_least_one) for c in clients))
     seconds = time.perf_counter() - start
     for c in clients:
         c.close()
@@ -198,6 +206,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--body", type=Path, help="POST this file's bytes on every request")
     p.add_argument("--bodies", type=Path, help="a file listing body files: each is POSTed exactly once")
     p.add_argument("--content-type", help="Content-Type of the POSTed bodies")
+    p.add_argument(
+        "--at-least-one",
+        action="store_true",
+        help="every connection makes a request, even one that starts after the duration is over",
+    )
     args = p.parse_args(argv)
     paths = args.paths.read_text().split() if args.paths else None
     body = args.body.read_bytes() if args.body else None
@@ -212,6 +225,7 @@ def main(argv: list[str] | None = None) -> None:
             body=body,
             bodies=bodies,
             content_type=args.content_type,
+            at_least_one=args.at_least_one,
         )
     )
     json.dump(result, sys.stdout)

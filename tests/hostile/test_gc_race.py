@@ -2,13 +2,17 @@
 sweeps in a loop beside the daemon, admitting each again once it is gone. A read that gc overtakes (row
 looked up, then file and row collected) is a ref that no longer exists: 404 ATTACHMENT_NOT_FOUND, never a
 500 ATTACHMENT_MISSING, and no integrity failure is counted. Alice, who holds her image, is served
-throughout."""
+throughout.
+
+Each reader reads at least READS times, and all go on until gc has swept at least once and overtaken or
+collected under them (a 404): a slow machine gets a longer run, never a weaker one."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections import Counter
@@ -21,7 +25,8 @@ from tests.support.images import png
 
 OBJECTS = 24
 READERS = 4
-READS = 500  # per reader: with the old code, about a dozen reads were overtaken and answered 500
+READS = 500  # per reader, at the least: with the old code, about a dozen were overtaken and answered 500
+GIVE_UP = 120.0  # seconds: a guard against a hang, not a measure
 
 
 def status_of(url: str, headers: dict[str, str]) -> int:
@@ -45,6 +50,7 @@ def test_reads_that_gc_overtakes_are_not_found(start_daemon: Any) -> None:
     config = daemon.data_dir.parent / "config0.toml"
     images = [png(6, 6, seed=100 + i) for i in range(OBJECTS)]
     stop = threading.Event()
+    collected = threading.Event()  # a reader was answered 404
     sweeps = 0
 
     def sweep() -> None:
@@ -63,15 +69,25 @@ def test_reads_that_gc_overtakes_are_not_found(start_daemon: Any) -> None:
         alice.create_session("keep")
         [held] = alice.admit(Image(alices), source="user", session="keep").refs
         headers = daemon.headers("mallory")
+        give_up = time.monotonic() + GIVE_UP
+
+        def going(n: int) -> bool:
+            assert time.monotonic() < give_up, (
+                f"after {GIVE_UP:g} s: {sweeps} gc sweeps, a 404 seen: {collected.is_set()}"
+            )
+            return n < READS or sweeps < 1 or not collected.is_set()
 
         def read(worker: int) -> Counter[int]:
             seen: Counter[int] = Counter()
+            n = 0
             with Client(daemon.url, token=TOKENS["mallory"]) as again:
-                for n in range(READS):
+                while going(n):
                     i = (worker * 7 + n) % OBJECTS
+                    n += 1
                     status = status_of(f"{daemon.url}/v1/attachments/{refs[i]}", headers)
                     seen[status] += 1
                     if status == 404:  # collected: admit it again, as a host would
+                        collected.set()
                         again.admit(Image(images[i]), source="user")
             return seen
 

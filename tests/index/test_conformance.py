@@ -33,6 +33,7 @@ from attachstore.index.schema import SCHEMA_VERSION, IndexUnusable
 from tests.support.fixtures import database, drop_database, fresh_database
 
 AnyIndex = Index | PgIndex
+HANG = 60.0  # seconds: a guard against a hang, not a measure
 
 
 def ref(c: str) -> str:
@@ -68,7 +69,10 @@ class Gate:
     async def __call__(self, *args: object) -> None:
         self.calls.append(args)
         self.entered.set()
-        await asyncio.wait_for(self._open.wait(), 10)
+        try:
+            await asyncio.wait_for(self._open.wait(), HANG)
+        except TimeoutError:
+            raise AssertionError(f"the gate was not opened within {HANG:g} s") from None
 
 
 # -- a PostgreSQL server for the tests (tests/support/fixtures.py finds it) ------------------------------
@@ -194,10 +198,10 @@ class PostgresStore:
     async def until_waiting(self, task: asyncio.Task[Any], count: int = 1) -> None:
         """Until `count` sessions wait for a lock, or `task` has finished (without waiting: the test's
         assertions then tell what went wrong)."""
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + HANG
         while not task.done() and await self.lock_waiters() < count:
             if time.monotonic() > deadline:
-                raise AssertionError("nothing waits for a lock")
+                raise AssertionError(f"nothing waits for a lock after {HANG:g} s")
             await asyncio.sleep(0.002)
 
     async def inject(self, body: str) -> None:

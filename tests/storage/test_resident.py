@@ -309,9 +309,12 @@ async def test_a_longer_file_is_never_served_from_the_page_cache(store: Store) -
 async def test_a_file_changed_in_the_last_seconds_is_served_but_not_remembered(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(resident, "wall_ns", time.time_ns)
     image = png(5, 6, seed=7)
     ref = await put(store, image)
+    changed = path_of(store, ref).stat().st_ctime_ns
+    # The wall clock stands at the file's change time: both reads come within SETTLED_NS of the change,
+    # however long they take.
+    monkeypatch.setattr(resident, "wall_ns", lambda: changed)
     gets = CountingGets(store)
     for _ in range(2):
         assert bytes((await store.read(ref))[1]) == image
@@ -351,12 +354,13 @@ async def test_a_successor_in_the_same_inode_and_tick_is_not_taken_for_the_file(
     """Collected and admitted again by another tenant within one tick of the change time: the new file
     has the old one's device, inode and change time. The old file was too young to be remembered, so the
     first tenant's read asks the index, which no longer grants it."""
-    monkeypatch.setattr(resident, "wall_ns", time.time_ns)
     monkeypatch.setattr(resident, "os", Reusing())
     store = await Store.open(make_config(tenants=TENANTS))
     try:
         image = png(6, 6, seed=11)
         ref = await put(store, image, tenant="alpha")
+        changed = path_of(store, ref).stat().st_ctime_ns
+        monkeypatch.setattr(resident, "wall_ns", lambda: changed)  # every read within the tick of the change
         for _ in range(2):
             await store.read(ref, "alpha")
         assert store.resident is not None
