@@ -167,9 +167,13 @@ def _bomb(pool: DecodePool) -> asyncio.Future[Passed]:
 
 
 async def _decoding(pool: DecodePool) -> asyncio.Future[Passed]:
-    """A slow job, once a worker decodes it."""
+    """A slow job, once a worker decodes it (or once it ended without, for the caller's await to tell why)."""
     job = _bomb(pool)
-    while not pool.metrics.registry.get_sample_value("attachstore_decodes_running"):  # noqa: ASYNC110
+    hang_guard = asyncio.get_running_loop().time() + 60
+    while not pool.metrics.registry.get_sample_value("attachstore_decodes_running"):
+        if job.done():
+            return job
+        assert asyncio.get_running_loop().time() < hang_guard, "no worker took the job in 60 s"
         await asyncio.sleep(0.01)
     return job
 
@@ -200,6 +204,9 @@ async def test_a_worker_that_dies_or_is_cut_off_leaves_no_shared_memory_behind()
         assert crashed.value.code == "INVALID_IMAGE"
         bomb.close()
         del bomb, job, slow, crashing, crashed
+        # The bombs above had to run out of the short time bound; this tiny image must pass, however long a
+        # loaded machine stalls its fresh worker. The pool reads its timeout for each job.
+        pool.timeout = 60.0
         assert (await pool.inspect(SharedBuffer.of(images.png(4, 4)), None, DEFAULTS, "sha256")).width == 4
     finally:
         await pool.close()

@@ -1,12 +1,16 @@
-"""Scan-bomb JPEGs: a few hundred KB each, valid, and some 50 s of decoding, so that only a time bound or a
-cancellation stops them. One request of several used to keep the decoders for all of them, after its
-verdict was known or its client had gone, while another tenant's small admission waited behind it."""
+"""Scan-bomb JPEGs: a few hundred KB each, valid, and some 50 s of decoding, so that only a time bound, a
+cancellation or the crash of their worker stops them. One request of several used to keep the decoders for
+all of them, after its verdict was known or its client had gone, while another tenant's small admission
+waited behind it."""
 
 from __future__ import annotations
 
 import asyncio
 import io
 import json
+import os
+import signal
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -120,8 +124,25 @@ async def test_a_request_decodes_no_longer_than_its_budget(start_daemon: Any) ->
     assert daemon.peak_rss() < PEAK_RSS
 
 
+def _crash_the_decoder(daemon: Any) -> None:
+    """SIGKILL the daemon's one decode worker, as a decoder crash (a segfault) would end it."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            command = (entry / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == daemon.proc.pid and b"attachstore.gate" in command:
+            found.append(int(entry.name))
+    [worker] = found
+    os.kill(worker, signal.SIGKILL)
+
+
 async def test_one_tenants_queue_of_decodes_does_not_hold_up_anothers(start_daemon: Any) -> None:
-    daemon = start_daemon(admission={"decode_timeout": "2s"}, **VISION)
+    # No decode here ends by the clock: the test ends each bomb by crashing its worker. What decoded before
+    # alice's image is then the same however slow the machine, and counted exactly.
+    daemon = start_daemon(admission={"decode_timeout": "600s", "request_decode_timeout": "3600s"}, **VISION)
     mallory = asyncio.ensure_future(_admit(daemon, "mallory", _body("tool", _bombs(), route="vision")))
     await _until(
         lambda: (
@@ -129,12 +150,29 @@ async def test_one_tenants_queue_of_decodes_does_not_hold_up_anothers(start_daem
             and daemon.metric("attachstore_decodes_waiting") == BOMBS - 1
         )
     )
-    before = _decodes(daemon)
-    await _alice_is_served(daemon)
-    # Alice's image went to the worker as soon as the bomb decoding then ended: two decodes, hers included
-    # (and perhaps the next bomb's, if it ended before this was read), not the five bombs queued before it.
-    assert _decodes(daemon) - before <= 3
+    alice = asyncio.ensure_future(_alice_is_served(daemon))
+    await _until(lambda: daemon.metric("attachstore_decodes_waiting") == BOMBS)  # hers, behind five bombs
+    _crash_the_decoder(daemon)  # the bomb decoding ends
+    async with asyncio.timeout(60):  # a hang guard: once that bomb ended, her image waits for none
+        await alice
+    # Alice's image went to the worker as soon as the bomb decoding then ended, not after the five bombs
+    # queued before it: two decodes in all, and the five bombs still to decode.
+    assert (_decodes(daemon, result="crashed"), _decodes(daemon, result="passed")) == (1, 1)
+    assert _decodes(daemon) == 2
+    await _until(lambda: daemon.metric("attachstore_decodes_running") == 1)
+    assert daemon.metric("attachstore_decodes_waiting") == BOMBS - 2
+
+    for ended in range(1, BOMBS):  # mallory's other five, each once its worker decodes it
+        # The crash count first: once it is `ended`, a running decode is the next bomb's.
+        await _until(
+            lambda ended=ended: (
+                _decodes(daemon, result="crashed") == ended
+                and daemon.metric("attachstore_decodes_running") == 1
+            )
+        )
+        _crash_the_decoder(daemon)
     status, answer = await mallory
     assert status == 200
     assert [d["code"] for d in answer["diagnostics"]] == ["INVALID_IMAGE"] * BOMBS
+    assert _decodes(daemon) == BOMBS + 1
     assert daemon.peak_rss() < PEAK_RSS
