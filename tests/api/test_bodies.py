@@ -8,7 +8,6 @@ import asyncio
 import io
 import json
 import logging
-import time
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
@@ -20,6 +19,7 @@ from attachstore.logs import FIELDS
 from tests.conftest import MakeClient
 from tests.support.http import Client, admit, admit_ok, b64, error_of
 from tests.support.images import png, png_chunk, png_insert
+from tests.support.waiting import eventually
 
 BOUNDARY = "test-boundary"
 FORM = {"Content-Type": f"multipart/form-data; boundary={BOUNDARY}"}
@@ -204,14 +204,16 @@ async def started(client: Client, body: Trickle, declared: bool = False) -> asyn
     if declared:
         headers["Content-Length"] = str(len(body.body))
     task = asyncio.create_task(client.post("/v1/attachments", data=body, headers=headers))
-    deadline = time.monotonic() + 60  # a guard against a hang, not a bound
-    while client.app[STORE].admissions.slots.taken == 0:  # the server's state, polled
-        if task.done():
-            raise AssertionError(f"the admission ended before it took a place: {await task}")
-        if time.monotonic() > deadline:
-            task.cancel()
-            raise AssertionError("the admission took no place within 60 s")
-        await asyncio.sleep(0.01)
+    try:
+        await eventually(
+            lambda: task.done() or client.app[STORE].admissions.slots.taken > 0,
+            "the admission to take a place",
+        )
+    except AssertionError:
+        task.cancel()
+        raise
+    if task.done():
+        raise AssertionError(f"the admission ended before it took a place: {await task}")
     return task
 
 

@@ -20,6 +20,7 @@ from attachstore.errors import NotFound
 from attachstore.metrics import Metrics
 from attachstore.service import ImageRef
 from attachstore.storage.mapped import Mapped, map_resident
+from tests.support.waiting import eventually
 
 REF = "sha256:" + "ab" * 32
 PLAIN = f"GET /v1/attachments/{REF} HTTP/1.1\r\nHost: x\r\nAccept: */*".encode()
@@ -218,14 +219,6 @@ class _Ending(_Transport):
             asyncio.get_running_loop().call_soon(self.lane.connection_lost, None)
 
 
-async def _until(condition: Callable[[], bool]) -> None:
-    for _ in range(10_000):
-        if condition():
-            return
-        await asyncio.sleep(0.001)
-    raise AssertionError("the condition never held")
-
-
 async def test_a_shutdown_closes_idle_connections_now_busy_ones_after_their_answer_and_aborts_the_rest(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -243,11 +236,11 @@ async def test_a_shutdown_closes_idle_connections_now_busy_ones_after_their_answ
     busy.lane.data_received(_read(answered))
     stuck.lane.data_received(_read(stuck_ref))
     shutdown = asyncio.create_task(lanes.shutdown(within=within))
-    await _until(lambda: idle.ended is not None)
+    await eventually(lambda: idle.ended is not None)
     assert idle.ended == "closed"
     assert (busy.ended, stuck.ended) == (None, None)  # both still answering
     store.slow[answered].set()
-    await _until(lambda: busy.ended is not None)
+    await eventually(lambda: busy.ended is not None)
     assert busy.ended == "closed"
     assert [w.split(b"\r\n")[0] for w in busy.written] == [
         b"HTTP/1.1 404 Not Found"
@@ -369,7 +362,7 @@ async def test_a_mapping_someone_asked_to_write_to_is_not_sent_but_read_again(tm
     opened = threading.Event()
     writer = threading.Thread(target=lambda: (os.close(os.open(path, os.O_WRONLY)), opened.set()))
     writer.start()
-    await _until(lambda: not view.intact())  # the writer has asked, and waits
+    await eventually(lambda: not view.intact())  # the writer has asked, and waits
     lanes = _lanes()
     lanes.store = store = _Mapping(view, b"read again")  # type: ignore[assignment]
     lanes.budget = Budget(1 << 20, Gauge("sending", "test", registry=CollectorRegistry()))

@@ -14,6 +14,7 @@ from attachstore.gate import Batch, DecodePool, Unwanted
 from attachstore.gate import pool as pool_module
 from attachstore.refs import Checker
 from tests.support import images
+from tests.support.waiting import eventually
 
 DEFAULTS = Limits()
 TIMEOUT = 2.0  # for the jobs that are meant to run out of time
@@ -29,12 +30,6 @@ def _decodes(pool: DecodePool, result: str | None = None) -> float:
 
 def _gauge(pool: DecodePool, name: str) -> float:
     return pool.metrics.registry.get_sample_value(name) or 0.0
-
-
-async def _until(condition: Any) -> None:
-    async with asyncio.timeout(30):
-        while not condition():  # noqa: ASYNC110 - counters of a worker's progress: nothing to wait on
-            await asyncio.sleep(0.01)
 
 
 async def test_a_budget_is_shared_out_and_never_overdrawn() -> None:
@@ -144,7 +139,7 @@ async def test_a_cancelled_job_kills_its_worker_and_the_pool_serves_on(
     try:
         job = asyncio.ensure_future(pool.inspect(images.jpeg_scan_bomb(BOMB_SCANS), None, DEFAULTS, "sha256"))
         waiting = asyncio.ensure_future(pool.inspect(images.png(4, 4), None, DEFAULTS, "sha256"))
-        await _until(lambda: _gauge(pool, "attachstore_decodes_running") == 1)
+        await eventually(lambda: _gauge(pool, "attachstore_decodes_running") == 1)
         assert _gauge(pool, "attachstore_decodes_waiting") == 1
         job.cancel()
         waiting.cancel()

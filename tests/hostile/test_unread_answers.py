@@ -9,7 +9,6 @@ import base64
 import json
 import re
 import socket
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ from typing import Any
 
 from tests.hostile.conftest import Daemon
 from tests.support.images import png
+from tests.support.waiting import until
 
 MiB = 1 << 20
 BUDGET = 16 * MiB  # [http] max_sending_bytes in these tests
@@ -86,14 +86,6 @@ def answered(daemon: Daemon, endpoint: str) -> float:
     return metric(daemon, "attachstore_request_duration_seconds_count", endpoint=endpoint)
 
 
-def wait_for(condition: Any, what: str, deadline: float = 90.0) -> None:
-    """A guard against a hang, not a bound: the bounds are asserted on what was done."""
-    end = time.monotonic() + deadline
-    while not condition():
-        assert time.monotonic() < end, f"still waiting for {what}"
-        time.sleep(0.2)
-
-
 @contextmanager
 def unread(daemon: Daemon, requests: list[bytes]) -> Iterator[list[socket.socket]]:
     """One socket per request, with a 4 KB receive buffer, that sends the request and reads nothing."""
@@ -149,8 +141,8 @@ def test_unread_reads_are_cut_off(start_daemon: Any) -> None:
     reads = answered(daemon, READ)
 
     with unread(daemon, [http_request(daemon, "GET", f"/v1/attachments/{ref}")] * 40) as sockets:
-        wait_for(lambda: answered(daemon, READ) == reads + 40, "the forty reads to be answered")
-        wait_for(lambda: metric(daemon, "attachstore_sending_bytes") == 0, "the answers to be dropped")
+        until(lambda: answered(daemon, READ) == reads + 40, "the forty reads to be answered")
+        until(lambda: metric(daemon, "attachstore_sending_bytes") == 0, "the answers to be dropped")
         daemon.assert_alice_is_served()
         statuses = [answer_head(s)[0] for s in sockets]
 
@@ -173,7 +165,7 @@ def test_unread_reads_hold_at_most_the_budget(start_daemon: Any) -> None:
     reads = answered(daemon, READ)
 
     with unread(daemon, [http_request(daemon, "GET", f"/v1/attachments/{ref}")] * 40) as sockets:
-        wait_for(lambda: answered(daemon, READ) == reads + 40, "the forty reads to be answered")
+        until(lambda: answered(daemon, READ) == reads + 40, "the forty reads to be answered")
         statuses = [answer_head(s)[0] for s in sockets]
         # alice has her own budget: she is served while mallory's answers wait.
         assert call(daemon, "alice", "GET", f"/v1/attachments/{ref}") == (200, image)
@@ -186,7 +178,7 @@ def test_unread_reads_hold_at_most_the_budget(start_daemon: Any) -> None:
     # nothing, so besides the budget there is only the one answer a tenant may get past it, and alice's.
     assert daemon.peak_rss() - before <= BUDGET + 2 * len(image) + SLACK
     # Their connections closed, the answers are let go of, and mallory is served again.
-    wait_for(lambda: metric(daemon, "attachstore_sending_bytes") == 0, "the answers to be let go of")
+    until(lambda: metric(daemon, "attachstore_sending_bytes") == 0, "the answers to be let go of")
     assert call(daemon, "mallory", "GET", f"/v1/attachments/{ref}") == (200, image)
 
 
@@ -214,8 +206,8 @@ def test_unread_renders_are_clamped_to_the_route_and_bounded(start_daemon: Any) 
     before, stalls = daemon.rss(), metric(daemon, "attachstore_write_stalls_total")
 
     with unread(daemon, [request] * 5) as sockets:
-        wait_for(lambda: answered(daemon, "/v1/render") == 5, "the five renders to be answered")
-        wait_for(lambda: metric(daemon, "attachstore_sending_bytes") == 0, "the answers to be dropped")
+        until(lambda: answered(daemon, "/v1/render") == 5, "the five renders to be answered")
+        until(lambda: metric(daemon, "attachstore_sending_bytes") == 0, "the answers to be dropped")
         heads = [answer_head(s) for s in sockets]
         mine = {
             "route": "vision",

@@ -18,6 +18,7 @@ from attachstore.service import Store, Upload
 from tests.conftest import MakeConfig
 from tests.support import images
 from tests.support.faults import RecordingOps
+from tests.support.waiting import eventually
 
 BOMB_SCANS = 20_000  # about 50 s of decoding: only a time bound or a cancellation stops it
 VISION = {"vision": {"input_modalities": ["text", "image"]}}
@@ -51,12 +52,6 @@ async def open_store(make_config: MakeConfig) -> AsyncIterator[OpenStore]:
     yield open_
     for store in opened:
         await store.close()
-
-
-async def _until(condition: Callable[[], bool]) -> None:
-    async with asyncio.timeout(30):
-        while not condition():  # noqa: ASYNC110 - counters of a worker's progress: nothing to wait on
-            await asyncio.sleep(0.01)
 
 
 def _bomb() -> bytes:
@@ -97,7 +92,7 @@ async def test_a_cancelled_admission_kills_its_decode_and_starts_no_more(
     store = await open_store(admission={"decode_timeout": "60s"})
     bombs = [Upload.of_bytes(_bomb()) for _ in range(3)]
     admitting = asyncio.create_task(store.admit(bombs, "user"))
-    await _until(lambda: len(sent) == 1)
+    await eventually(lambda: len(sent) == 1)
     admitting.cancel()  # what the HTTP edge does when the client disconnects
     with pytest.raises(asyncio.CancelledError):
         await admitting
@@ -135,7 +130,7 @@ async def test_one_tenants_queued_images_do_not_hold_up_anothers(
     mallory = asyncio.ensure_future(
         store.admit([Upload.of_bytes(b) for b in bombs], "tool", route="vision", tenant="mallory")
     )
-    await _until(lambda: len(sent) == 1)
+    await eventually(lambda: len(sent) == 1)
     photo = images.png(8, 8)
     admitted = await store.admit([Upload.of_bytes(photo)], "user", tenant="alice")
     assert admitted.attachments[0].width == 8

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,9 +14,9 @@ import pytest
 
 from attachstore.storage import mapped
 from attachstore.storage.mapped import Mapped, Mappings, map_resident
+from tests.support.waiting import HANG, until
 
 OPEN = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
-HANG = 60.0  # seconds: a guard against a hang, not a measure
 
 
 @pytest.fixture(autouse=True)
@@ -112,10 +111,7 @@ def test_a_writer_waits_for_the_mapping_to_be_let_go_and_nobody_is_signalled(obj
 
     writer = threading.Thread(target=write)
     writer.start()
-    deadline = time.monotonic() + HANG
-    while view.intact():
-        assert time.monotonic() < deadline, f"the writer did not break the lease within {HANG:g} s"
-        time.sleep(0.01)
+    until(lambda: not view.intact(), "the writer to break the lease", every=0.01)
     # The writer has asked and is waiting: the lease says so, the bytes have not changed.
     assert not opened.wait(0.2)
     assert view[:] == original

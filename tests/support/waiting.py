@@ -1,0 +1,31 @@
+"""Waiting for what another task, thread or process does. A guard against a hang, never a measure: tests
+never time things, so the wait is long enough for any loaded machine, and a condition that still does not
+hold after it fails the test with what was awaited."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+HANG = 60.0  # seconds
+
+
+def until(
+    condition: Callable[[], object], what: str = "the condition", seconds: float = HANG, every: float = 0.05
+) -> None:
+    """Poll `condition` from this thread until it holds."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"still waiting for {what} after {seconds:g} s"
+        time.sleep(every)
+
+
+async def eventually(
+    condition: Callable[[], object], what: str = "the condition", seconds: float = HANG, every: float = 0.01
+) -> None:
+    """Poll `condition` on the loop until it holds, letting other tasks run in between."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, f"still waiting for {what} after {seconds:g} s"
+        await asyncio.sleep(every)
