@@ -77,11 +77,14 @@ async def authenticate(request: web.Request, handler: Handler) -> web.StreamResp
 
 def tenant_for(tokens: dict[str, str], authorization: str) -> str:
     """The tenant whose bearer token `authorization` carries (Unauthorized for anything else), given the
-    configured tokens' sha256s."""
+    configured tokens' sha256s. A header's bytes that are not UTF-8 come as lone surrogates (aiohttp
+    decodes with surrogateescape): they are hashed as the bytes the client sent, a wrong token like any
+    other."""
     scheme, _, token = authorization.partition(" ")
-    tenant = (
-        tokens.get(hashlib.sha256(token.strip().encode()).hexdigest()) if scheme.lower() == "bearer" else None
-    )
+    tenant = None
+    if scheme.lower() == "bearer":
+        sent = token.strip().encode("utf-8", "surrogateescape")
+        tenant = tokens.get(hashlib.sha256(sent).hexdigest())
     if tenant is None:
         raise Unauthorized("a valid bearer token is required", hint="send Authorization: Bearer <token>")
     return tenant
