@@ -14,6 +14,7 @@ from ..service import Store
 from ..storage import FileOps
 from . import attachments, mcp, observe, openapi, render, routes, sessions, wire
 from .common import CONFIG, STORE, TENANT, error_response, json_response
+from .drain import DRAIN, Drain, close_when_stopping, refuse_when_stopping
 from .observe import ERROR_CODE
 from .sending import BUDGET, Budget
 
@@ -142,7 +143,7 @@ def make_app(
     open while another node enforces another policy, unless `replace_policy` (docs/configuration.md)."""
     app = web.Application(
         client_max_size=config.http.body_cap(config.limits),
-        middlewares=[observe.access, error_envelope, authenticate],
+        middlewares=[observe.access, error_envelope, refuse_when_stopping, authenticate],
         handler_args={
             "keepalive_timeout": config.http.keepalive_timeout_seconds,
             "max_line_size": config.http.max_header_bytes,
@@ -153,7 +154,9 @@ def make_app(
     app[CONFIG] = config
     app[TOKENS] = {t.token_sha256: t.name for t in config.tenants}
     app[REPLACE_POLICY] = replace_policy
+    app[DRAIN] = Drain()
     app.on_response_prepare.append(_security_headers)
+    app.on_response_prepare.append(close_when_stopping)
     if file_ops is not None:
         app[FILE_OPS] = file_ops
     app.cleanup_ctx.append(_store_ctx)
