@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -9,7 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from aiohttp import web
 
 from ..config import Config
-from ..errors import AttachstoreError, StorageUnavailable, Unauthorized
+from ..errors import AttachstoreError, ServerBusy, StorageUnavailable, Unauthorized
 from ..service import Store
 from ..storage import FileOps
 from . import attachments, mcp, observe, openapi, render, routes, sessions, wire
@@ -54,7 +55,13 @@ async def error_envelope(request: web.Request, handler: Handler) -> web.StreamRe
         if "Allow" in e.headers:
             answer.headers["Allow"] = e.headers["Allow"]
         return answer
-    except Exception:
+    except Exception as e:
+        if isinstance(e, OSError) and e.errno in (errno.EMFILE, errno.ENFILE):
+            # Out of descriptors, in this process or the system: a moment's trouble, answered as such.
+            log.warning("%s %s: out of descriptors: %s", request.method, request.path, e)
+            busy = ServerBusy("the daemon has no descriptor left for this request", hint="retry later")
+            request[ERROR_CODE] = busy.code
+            return error_response(busy)
         log.exception("unhandled error in %s %s", request.method, request.path)
         request[ERROR_CODE] = AttachstoreError.code
         return error_response(AttachstoreError("internal error"))
