@@ -24,7 +24,7 @@ import msgspec
 from aiohttp import web
 
 from . import logs
-from .api import Lanes, make_app, watch_writes
+from .api import Lanes, drain, make_app, watch_writes
 from .config import Config
 from .errors import ConfigError
 
@@ -190,9 +190,10 @@ def _run_loop(main: Coroutine[Any, Any, None]) -> None:
 async def serve_on(
     config: Config, sock: socket.socket | Callable[[], socket.socket], *, replace_policy: bool = False
 ) -> None:
-    """Serve until SIGTERM or SIGINT, then stop accepting, let in-flight requests finish (an admission
-    finishes or publishes nothing), and close the store. Given a function, the socket is made only once
-    the store is open, so that no connection waits on a worker that cannot serve it yet."""
+    """Serve until SIGTERM or SIGINT, then stop accepting, refuse new requests on open connections, let
+    those in progress finish (an upload's body still arrives) for up to SHUTDOWN_TIMEOUT, cancel the rest
+    (an admission cut off so publishes nothing), and close the store. Given a function, the socket is made
+    only once the store is open, so that no connection waits on a worker that cannot serve it yet."""
     app = make_app(config, replace_policy=replace_policy)
     # A client that disconnects cancels its request, as in aiohttp's test server: an admission stops its
     # decodes (and, cut off before its commit, publishes nothing), a render stops reading.
@@ -219,8 +220,11 @@ async def serve_on(
     finally:
         if server is not None:
             server.close()
-        if lanes is not None:
-            await lanes.shutdown(SHUTDOWN_TIMEOUT)
+        # aiohttp's cleanup closes every connection, dropping what still arrives on them: the requests in
+        # progress are let finish first (the lanes' and aiohttp's at once, within the one bound).
+        await asyncio.gather(
+            drain(app, SHUTDOWN_TIMEOUT), *([lanes.shutdown(SHUTDOWN_TIMEOUT)] if lanes is not None else [])
+        )
         await runner.cleanup()
         for task in watching:
             task.cancel()

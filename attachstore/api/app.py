@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -9,11 +10,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from aiohttp import web
 
 from ..config import Config
-from ..errors import AttachstoreError, StorageUnavailable, Unauthorized
+from ..errors import AttachstoreError, ServerBusy, StorageUnavailable, Unauthorized
 from ..service import Store
 from ..storage import FileOps
 from . import attachments, mcp, observe, openapi, render, routes, sessions, wire
 from .common import CONFIG, STORE, TENANT, error_response, json_response
+from .drain import DRAIN, Drain, close_when_stopping, refuse_when_stopping
 from .observe import ERROR_CODE
 from .sending import BUDGET, Budget
 
@@ -53,7 +55,13 @@ async def error_envelope(request: web.Request, handler: Handler) -> web.StreamRe
         if "Allow" in e.headers:
             answer.headers["Allow"] = e.headers["Allow"]
         return answer
-    except Exception:
+    except Exception as e:
+        if isinstance(e, OSError) and e.errno in (errno.EMFILE, errno.ENFILE):
+            # Out of descriptors, in this process or the system: a moment's trouble, answered as such.
+            log.warning("%s %s: out of descriptors: %s", request.method, request.path, e)
+            busy = ServerBusy("the daemon has no descriptor left for this request", hint="retry later")
+            request[ERROR_CODE] = busy.code
+            return error_response(busy)
         log.exception("unhandled error in %s %s", request.method, request.path)
         request[ERROR_CODE] = AttachstoreError.code
         return error_response(AttachstoreError("internal error"))
@@ -77,11 +85,14 @@ async def authenticate(request: web.Request, handler: Handler) -> web.StreamResp
 
 def tenant_for(tokens: dict[str, str], authorization: str) -> str:
     """The tenant whose bearer token `authorization` carries (Unauthorized for anything else), given the
-    configured tokens' sha256s."""
+    configured tokens' sha256s. A header's bytes that are not UTF-8 come as lone surrogates (aiohttp
+    decodes with surrogateescape): they are hashed as the bytes the client sent, a wrong token like any
+    other."""
     scheme, _, token = authorization.partition(" ")
-    tenant = (
-        tokens.get(hashlib.sha256(token.strip().encode()).hexdigest()) if scheme.lower() == "bearer" else None
-    )
+    tenant = None
+    if scheme.lower() == "bearer":
+        sent = token.strip().encode("utf-8", "surrogateescape")
+        tenant = tokens.get(hashlib.sha256(sent).hexdigest())
     if tenant is None:
         raise Unauthorized("a valid bearer token is required", hint="send Authorization: Bearer <token>")
     return tenant
@@ -139,7 +150,7 @@ def make_app(
     open while another node enforces another policy, unless `replace_policy` (docs/configuration.md)."""
     app = web.Application(
         client_max_size=config.http.body_cap(config.limits),
-        middlewares=[observe.access, error_envelope, authenticate],
+        middlewares=[observe.access, error_envelope, refuse_when_stopping, authenticate],
         handler_args={
             "keepalive_timeout": config.http.keepalive_timeout_seconds,
             "max_line_size": config.http.max_header_bytes,
@@ -150,7 +161,9 @@ def make_app(
     app[CONFIG] = config
     app[TOKENS] = {t.token_sha256: t.name for t in config.tenants}
     app[REPLACE_POLICY] = replace_policy
+    app[DRAIN] = Drain()
     app.on_response_prepare.append(_security_headers)
+    app.on_response_prepare.append(close_when_stopping)
     if file_ops is not None:
         app[FILE_OPS] = file_ops
     app.cleanup_ctx.append(_store_ctx)

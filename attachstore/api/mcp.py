@@ -16,8 +16,9 @@ from ..render.neutral import MAX_NESTING, nested_deeper
 from ..service import Admission, Upload
 from . import wire
 from .attachments import attachment, diagnostics
-from .bodies import IMAGES_HINT
-from .common import CONFIG, STORE, decode_error, json_response, read_json, tenant_of
+from .bodies import BODY_BYTES, IMAGES_HINT
+from .common import CONFIG, STORE, decode_error, read_json, tenant_of
+from .sending import Sending, View, sending
 
 # Content blocks in one result: as many as the images one JSON admission may list.
 MAX_BLOCKS = wire.MAX_IMAGES
@@ -148,6 +149,7 @@ def answered(result: dict[str, Any], images: dict[int, Upload], admission: Admis
 
 async def results(request: web.Request) -> web.Response:
     store, config, tenant = request.app[STORE], request.app[CONFIG], tenant_of(request)
+    share = sending(request)
     # An admission: its place is taken, and the body counted against the admissions' bytes, before a byte
     # of it is read; the cap is an admission's.
     with store.admission_slot(tenant) as slot:
@@ -157,8 +159,12 @@ async def results(request: web.Request) -> web.Response:
         if nested_deeper(result, MAX_NESTING):
             raise InvalidRequest(f"invalid request at {where}: nested more than {MAX_NESTING} levels deep")
         images = images_of(result, where)
+        # The answer echoes the result, which may be as large as the body: it is claimed against the tenant's
+        # answers in flight before any image is admitted, so that one that would not fit is refused with
+        # nothing stored.
+        share.claim(echoed_bytes(request.get(BODY_BYTES, 0), images))
         if not images:  # nothing to admit: the result as it came
-            return json_response(wire.McpAnswer(result, []))
+            return _answer(share, wire.McpAnswer(result, []))
         admission = await store.admit(
             list(images.values()),
             "mcp",
@@ -169,8 +175,28 @@ async def results(request: web.Request) -> web.Response:
         )
     out = answered(result, images, admission)
     if admission.degraded:
-        return json_response(wire.McpAnswer(out, [], True, diagnostics(admission), admission.text))
-    return json_response(wire.McpAnswer(out, [attachment(a) for a in admission.attachments]), 201)
+        return _answer(share, wire.McpAnswer(out, [], True, diagnostics(admission), admission.text))
+    return _answer(share, wire.McpAnswer(out, [attachment(a) for a in admission.attachments]), 201)
+
+
+# What an answer may add for each image besides what its body held: the ref block, its attachment entry or
+# diagnostic, the text for the model.
+_PER_IMAGE = 2048
+
+
+def echoed_bytes(body_bytes: int, images: dict[int, Upload]) -> int:
+    """What the answer to a result of `body_bytes` will hold, as near as is known before its images are
+    admitted: the body, less each image's base64 (which becomes a ref), plus what each image adds."""
+    base64 = sum(len(u.payload) for u in images.values() if isinstance(u.payload, str))
+    return body_bytes - base64 + _PER_IMAGE * len(images)
+
+
+def _answer(share: Sending, value: wire.McpAnswer, status: int = 200) -> web.Response:
+    """The answer, its bytes counted against the budget beyond what was claimed for it (ServerBusy if they
+    do not fit), and written without a copy."""
+    encoded = wire.encoder.encode(value)
+    share.claim(len(encoded) - share.held)
+    return web.Response(body=View(encoded, "application/json"), status=status)
 
 
 def add_routes(router: web.UrlDispatcher) -> None:

@@ -10,14 +10,15 @@ import fcntl
 import gc
 import mmap
 import os
+import resource
 import signal
 from pathlib import Path
 
 import pytest
 
 from attachstore.config import Limits
-from attachstore.errors import Rejected
-from attachstore.gate import DecodePool, Passed, SharedBuffer, decode_base64, decode_base64_shared
+from attachstore.errors import Rejected, ServerBusy
+from attachstore.gate import DecodePool, Passed, SharedBuffer, decode_base64, decode_base64_shared, shared
 from tests.support import images
 from tests.support.waiting import eventually
 
@@ -238,3 +239,27 @@ def test_the_fast_decoder_accepts_exactly_what_decode_base64_does() -> None:
         except Rejected as e:
             got = e.message
         assert got == expected, text
+
+
+def test_the_uploads_in_progress_hold_at_most_their_share_of_descriptors(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(shared, "DESCRIPTORS", shared.Descriptors(limit=2))
+    first, second = SharedBuffer(), SharedBuffer()
+    with pytest.raises(ServerBusy, match="RLIMIT_NOFILE"):
+        SharedBuffer()
+    first.close()
+    third = SharedBuffer()  # a closed buffer's descriptor is given back
+    del second  # and so is one nobody holds any more
+    gc.collect()
+    fourth = SharedBuffer()
+    assert shared.DESCRIPTORS.held == 2
+    third.close()
+    fourth.close()
+    assert shared.DESCRIPTORS.held == 0
+
+
+def test_the_share_is_a_quarter_of_the_open_file_limit() -> None:
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft != resource.RLIM_INFINITY:
+        assert shared.Descriptors().limit == soft // 4
