@@ -30,23 +30,44 @@ async def _read_frame(stream: asyncio.StreamReader) -> bytes:
     return await stream.readexactly(length)
 
 
+class _Undelivered(Exception):
+    """The worker was gone before it had the whole job: the job did nothing to it."""
+
+
 class _Worker:
     def __init__(self, proc: asyncio.subprocess.Process, fds: socket.socket) -> None:
         self.proc = proc
         self.fds = fds  # our end of the socket that hands the worker each job's shared memory
 
+    @property
+    def alive(self) -> bool:
+        """False once its exit, or the end of its pipes, is known (an idle worker killed from outside)."""
+        stdin, stdout = self.proc.stdin, self.proc.stdout
+        return not (
+            self.proc.returncode is not None
+            or stdin is None
+            or stdin.is_closing()
+            or stdout is None
+            or stdout.at_eof()
+        )
+
     async def ask(self, job: Job | Derive, shared: SharedBuffer | None = None) -> Outcome:
+        """The worker's answer to `job`. Raises _Undelivered if the worker is gone before it has the whole
+        job (a worker reads a job whole before it decodes anything, so no image can have ended it)."""
         stdin, stdout = self.proc.stdin, self.proc.stdout
         if stdin is None or stdout is None:  # pragma: no cover - created with both pipes
             raise RuntimeError("worker without pipes")
-        if shared is not None:
-            # One datagram with the descriptor, before the frame that announces it; the worker takes each
-            # before it answers, so the socket's buffer never holds more than one.
-            socket.send_fds(self.fds, [b"m"], [shared.fd])
-        body = job_encoder.encode(job)
-        stdin.write(LENGTH.pack(len(body)))
-        stdin.write(body)
-        await stdin.drain()
+        try:
+            if shared is not None:
+                # One datagram with the descriptor, before the frame that announces it; the worker takes
+                # each before it answers, so the socket's buffer never holds more than one.
+                socket.send_fds(self.fds, [b"m"], [shared.fd])
+            body = job_encoder.encode(job)
+            stdin.write(LENGTH.pack(len(body)))
+            stdin.write(body)
+            await stdin.drain()
+        except ConnectionError as e:  # a pipe or socket with no reader: EPIPE, ECONNREFUSED, reset
+            raise _Undelivered from e
         return outcome_decoder.decode(await _read_frame(stdout))
 
     async def stop(self) -> None:
@@ -209,17 +230,28 @@ class DecodePool:
         shared: SharedBuffer | None = None,
     ) -> Outcome:
         """The job's outcome from a worker within `seconds` (past them, `too_slow` is raised). A worker that
-        takes longer or dies, or whose job is cancelled, is killed. `clock` gets the start and end of the
-        work."""
+        takes longer or dies, or whose job is cancelled, is killed: its image is INVALID_IMAGE. A job that
+        never reached its worker (one that exited while idle) goes to a fresh one instead. `clock` gets the
+        start and end of the work."""
         if self._closed:
             raise AttachstoreError("the decode pool is closed")
-        worker = self._idle.pop() if self._idle else await self._spawn()
+        worker = await self._worker()
         self.metrics.decodes_running.inc()
         clock[0] = clock[1] = time.monotonic()
         result = "crashed"
         try:
-            outcome = await asyncio.wait_for(worker.ask(job, shared), seconds)
+            try:
+                outcome = await asyncio.wait_for(worker.ask(job, shared), seconds)
+            except _Undelivered:
+                # Gone before it had the job (killed while idle, and not yet seen to be): no image ended it.
+                await worker.stop()
+                worker = await self._spawn()
+                clock[0] = time.monotonic()
+                outcome = await asyncio.wait_for(worker.ask(job, shared), seconds)
             result = "rejected" if isinstance(outcome, Failed) else "passed"
+        except _Undelivered as e:  # a worker just started, gone before its first job: not the image's doing
+            await worker.stop()
+            raise AttachstoreError("a decode worker exited before it could take a job") from e
         except TimeoutError:
             result = "timeout"
             await worker.stop()
@@ -243,6 +275,15 @@ class DecodePool:
         else:
             self._idle.append(worker)
         return outcome
+
+    async def _worker(self) -> _Worker:
+        """An idle worker, else a new one; idle workers known to have exited are put away on the way."""
+        while self._idle:
+            worker = self._idle.pop()
+            if worker.alive:
+                return worker
+            await worker.stop()
+        return await self._spawn()
 
     async def _spawn(self) -> _Worker:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
