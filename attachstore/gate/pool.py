@@ -1,6 +1,7 @@
 """A bounded pool of decode workers (see worker.py) with a time bound per image: every piece of image work
 (the gate's decode, normalization, variants) runs here, never on the event loop. Jobs wait for a worker in
-turn across tenants (slots.py); the jobs of one admission may make a `Batch` (batch.py)."""
+turn across tenants (slots.py), each in the turn of the tenant it is done for; the jobs of one admission may
+make a `Batch` (batch.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Hashable
+from collections.abc import Awaitable, Callable, Hashable
 
 from ..config import Limits
 from ..errors import AttachstoreError, Rejected
@@ -22,7 +23,6 @@ from .slots import FairSlots
 from .worker import LENGTH, READY, Derive, Failed, Job, Outcome, Passed, job_encoder, outcome_decoder
 
 _STREAM_LIMIT = 1 << 16
-_STORE = object()  # the turn of the store's own work in the queue for workers
 
 
 async def _read_frame(stream: asyncio.StreamReader) -> bytes:
@@ -144,7 +144,7 @@ class DecodePool:
 
     async def derive(
         self,
-        data: bytes,
+        source: Callable[[], Awaitable[bytes]],
         media_type: str,
         target: tuple[int, int, int],
         limits: Limits,
@@ -153,17 +153,15 @@ class DecodePool:
         *,
         preview: bool = False,
         check_key: bytes | None = None,
+        tenant: Hashable = "",
     ) -> Passed:
         """A variant of a stored image within `target` (max side, max pixels, max bytes), checked by the
         gate with `limits`; Passed.data holds its bytes. Raises `Rejected` when none fits. A `preview` is
-        a still image (normalize.fit)."""
-        # The store's own work (variants are shared by every tenant's renders) takes a turn of its own.
+        a still image (normalize.fit). The job waits for a worker in the turn of `tenant` (who asked for
+        it), and only then reads the stored image's bytes with `source`: a job waiting holds none."""
+        job = Derive(b"", media_type, target, limits, source_limits, algorithm, preview, check_key)
         return await self._run(
-            Derive(data, media_type, target, limits, source_limits, algorithm, preview, check_key),
-            "the stored image is too expensive to resize",
-            _STORE,
-            None,
-            0,
+            job, "the stored image is too expensive to resize", tenant, None, 0, load=source
         )
 
     async def _run(
@@ -174,7 +172,9 @@ class DecodePool:
         batch: Batch | None,
         position: int,
         shared: SharedBuffer | None = None,
+        load: Callable[[], Awaitable[bytes]] | None = None,
     ) -> Passed:
+        """`job` in `tenant`'s turn; with `load`, its bytes are read once it has its turn."""
         granted = self.timeout if batch is None else await batch.reserve(self.timeout, position)
         if batch is None or granted >= self.timeout:
             too_slow = Rejected(
@@ -204,6 +204,8 @@ class DecodePool:
             try:
                 if batch is not None and not batch.wanted(position):
                     raise Unwanted
+                if load is not None:
+                    job.data = await load()
                 outcome = await self._ask(job, granted, clock, too_slow, shared)
                 if isinstance(outcome, Failed) and batch is not None:
                     batch.failed(position)
