@@ -103,7 +103,7 @@ async def test_another_tenants_derivations_wait_for_no_queue_of_mallorys(start_d
 
 
 async def test_one_tenant_has_at_most_its_cap_of_derivations_in_flight_and_queued(start_daemon: Any) -> None:
-    daemon = start_daemon(admission={**SLOW, "max_derivations_per_tenant": 2})
+    daemon = start_daemon(admission={**SLOW, "max_derivations_per_tenant": 2}, **ROUTES)
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None)) as http:
         photo = await _admit(http, daemon, "alice", images.png(300, 200))
         bombs = await _bombs(daemon, 2)
@@ -117,7 +117,10 @@ async def test_one_tenant_has_at_most_its_cap_of_derivations_in_flight_and_queue
         error = json.loads(data)["error"]
         assert error["code"] == "SERVER_BUSY"
         assert "derivations of this tenant" in error["message"]
-        assert daemon.metric("attachstore_variants_total", result="busy") == 1
+        # So is a render that would derive a variant: a 503 to retry, not its image left out as damaged.
+        status, answer = await _render(http, daemon, "mallory", bombs[0])
+        assert (status, answer["error"]["code"]) == (503, "SERVER_BUSY"), answer
+        assert daemon.metric("attachstore_variants_total", result="busy") == 2
         again = asyncio.ensure_future(preview(http, daemon, "mallory", bombs[1], 64))
 
         # Alice's own cap is untouched: hers queues in her turn, and is derived after the bomb running.
