@@ -78,8 +78,8 @@ class Variants:
         self.verified = verified
         self.publisher = publisher
         self.metrics = metrics
-        # Derivations in progress by (source, spec, tenant): concurrent callers of one tenant share one; each
-        # tenant's run in its own turn of the decode pool, so that none waits for another's queue.
+        # Derivations in progress by (source, spec, tenant): concurrent callers of one tenant share one, and
+        # each tenant's run in its own turn of the decode pool, so that none waits behind another's queue.
         self._deriving: dict[tuple[str, str, str], asyncio.Future[ObjectRow]] = {}
         self._pending: Counter[str] = Counter()  # the same, counted by tenant
         self.per_tenant = config.admission.max_derivations_per_tenant
