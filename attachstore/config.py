@@ -67,6 +67,10 @@ class Admission(_Section, frozen=True):
     # Bytes of body the admissions in progress hold at once (past it, 503 SERVER_BUSY; one admission alone
     # may always hold a whole body). Default: twice the admission body cap ([http] max_body_bytes).
     max_buffered_bytes: Positive | None = None
+    # Per tenant and process: the derivations (previews, a render's request variants) one tenant may have
+    # in progress or waiting for a decode worker at once; past it, 503 SERVER_BUSY. They wait in the
+    # tenant's own turn, and read their source only once a worker is there for them.
+    max_derivations_per_tenant: Positive = 32
     # "fit": an image over the side, pixel or byte limit is normalized to fit them (docs/normalization.md)
     # instead of being rejected; images within the limits are stored byte-identical. "reject" refuses it.
     oversize: Literal["reject", "fit"] = "fit"

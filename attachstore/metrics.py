@@ -28,7 +28,8 @@ class Metrics:
         )
         self.variants = Counter(
             "attachstore_variants",
-            "Request variants used by render, and previews: found cached, or derived (image work done)",
+            "Request variants used by render, and previews: found cached, derived (image work done), or busy "
+            "(refused: the tenant had its most derivations in progress)",
             ["result"],
             registry=r,
         )

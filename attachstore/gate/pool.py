@@ -1,6 +1,7 @@
 """A bounded pool of decode workers (see worker.py) with a time bound per image: every piece of image work
 (the gate's decode, normalization, variants) runs here, never on the event loop. Jobs wait for a worker in
-turn across tenants (slots.py); the jobs of one admission may make a `Batch` (batch.py)."""
+turn across tenants (slots.py), each in the turn of the tenant it is done for; the jobs of one admission may
+make a `Batch` (batch.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Hashable
+from collections.abc import Awaitable, Callable, Hashable
 
 from ..config import Limits
 from ..errors import AttachstoreError, Rejected
@@ -22,7 +23,6 @@ from .slots import FairSlots
 from .worker import LENGTH, READY, Derive, Failed, Job, Outcome, Passed, job_encoder, outcome_decoder
 
 _STREAM_LIMIT = 1 << 16
-_STORE = object()  # the turn of the store's own work in the queue for workers
 
 
 async def _read_frame(stream: asyncio.StreamReader) -> bytes:
@@ -30,23 +30,44 @@ async def _read_frame(stream: asyncio.StreamReader) -> bytes:
     return await stream.readexactly(length)
 
 
+class _Undelivered(Exception):
+    """The worker was gone before it had the whole job: the job did nothing to it."""
+
+
 class _Worker:
     def __init__(self, proc: asyncio.subprocess.Process, fds: socket.socket) -> None:
         self.proc = proc
         self.fds = fds  # our end of the socket that hands the worker each job's shared memory
 
+    @property
+    def alive(self) -> bool:
+        """False once its exit, or the end of its pipes, is known (an idle worker killed from outside)."""
+        stdin, stdout = self.proc.stdin, self.proc.stdout
+        return not (
+            self.proc.returncode is not None
+            or stdin is None
+            or stdin.is_closing()
+            or stdout is None
+            or stdout.at_eof()
+        )
+
     async def ask(self, job: Job | Derive, shared: SharedBuffer | None = None) -> Outcome:
+        """The worker's answer to `job`. Raises _Undelivered if the worker is gone before it has the whole
+        job (a worker reads a job whole before it decodes anything, so no image can have ended it)."""
         stdin, stdout = self.proc.stdin, self.proc.stdout
         if stdin is None or stdout is None:  # pragma: no cover - created with both pipes
             raise RuntimeError("worker without pipes")
-        if shared is not None:
-            # One datagram with the descriptor, before the frame that announces it; the worker takes each
-            # before it answers, so the socket's buffer never holds more than one.
-            socket.send_fds(self.fds, [b"m"], [shared.fd])
-        body = job_encoder.encode(job)
-        stdin.write(LENGTH.pack(len(body)))
-        stdin.write(body)
-        await stdin.drain()
+        try:
+            if shared is not None:
+                # One datagram with the descriptor, before the frame that announces it; the worker takes
+                # each before it answers, so the socket's buffer never holds more than one.
+                socket.send_fds(self.fds, [b"m"], [shared.fd])
+            body = job_encoder.encode(job)
+            stdin.write(LENGTH.pack(len(body)))
+            stdin.write(body)
+            await stdin.drain()
+        except ConnectionError as e:  # a pipe or socket with no reader: EPIPE, ECONNREFUSED, reset
+            raise _Undelivered from e
         return outcome_decoder.decode(await _read_frame(stdout))
 
     async def stop(self) -> None:
@@ -123,7 +144,7 @@ class DecodePool:
 
     async def derive(
         self,
-        data: bytes,
+        source: Callable[[], Awaitable[bytes]],
         media_type: str,
         target: tuple[int, int, int],
         limits: Limits,
@@ -132,17 +153,15 @@ class DecodePool:
         *,
         preview: bool = False,
         check_key: bytes | None = None,
+        tenant: Hashable = "",
     ) -> Passed:
         """A variant of a stored image within `target` (max side, max pixels, max bytes), checked by the
         gate with `limits`; Passed.data holds its bytes. Raises `Rejected` when none fits. A `preview` is
-        a still image (normalize.fit)."""
-        # The store's own work (variants are shared by every tenant's renders) takes a turn of its own.
+        a still image (normalize.fit). The job waits for a worker in the turn of `tenant` (who asked for
+        it), and only then reads the stored image's bytes with `source`: a job waiting holds none."""
+        job = Derive(b"", media_type, target, limits, source_limits, algorithm, preview, check_key)
         return await self._run(
-            Derive(data, media_type, target, limits, source_limits, algorithm, preview, check_key),
-            "the stored image is too expensive to resize",
-            _STORE,
-            None,
-            0,
+            job, "the stored image is too expensive to resize", tenant, None, 0, load=source
         )
 
     async def _run(
@@ -153,7 +172,9 @@ class DecodePool:
         batch: Batch | None,
         position: int,
         shared: SharedBuffer | None = None,
+        load: Callable[[], Awaitable[bytes]] | None = None,
     ) -> Passed:
+        """`job` in `tenant`'s turn; with `load`, its bytes are read once it has its turn."""
         granted = self.timeout if batch is None else await batch.reserve(self.timeout, position)
         if batch is None or granted >= self.timeout:
             too_slow = Rejected(
@@ -183,6 +204,8 @@ class DecodePool:
             try:
                 if batch is not None and not batch.wanted(position):
                     raise Unwanted
+                if load is not None:
+                    job.data = await load()
                 outcome = await self._ask(job, granted, clock, too_slow, shared)
                 if isinstance(outcome, Failed) and batch is not None:
                     batch.failed(position)
@@ -209,17 +232,28 @@ class DecodePool:
         shared: SharedBuffer | None = None,
     ) -> Outcome:
         """The job's outcome from a worker within `seconds` (past them, `too_slow` is raised). A worker that
-        takes longer or dies, or whose job is cancelled, is killed. `clock` gets the start and end of the
-        work."""
+        takes longer or dies, or whose job is cancelled, is killed: its image is INVALID_IMAGE. A job that
+        never reached its worker (one that exited while idle) goes to a fresh one instead. `clock` gets the
+        start and end of the work."""
         if self._closed:
             raise AttachstoreError("the decode pool is closed")
-        worker = self._idle.pop() if self._idle else await self._spawn()
+        worker = await self._worker()
         self.metrics.decodes_running.inc()
         clock[0] = clock[1] = time.monotonic()
         result = "crashed"
         try:
-            outcome = await asyncio.wait_for(worker.ask(job, shared), seconds)
+            try:
+                outcome = await asyncio.wait_for(worker.ask(job, shared), seconds)
+            except _Undelivered:
+                # Gone before it had the job (killed while idle, and not yet seen to be): no image ended it.
+                await worker.stop()
+                worker = await self._spawn()
+                clock[0] = time.monotonic()
+                outcome = await asyncio.wait_for(worker.ask(job, shared), seconds)
             result = "rejected" if isinstance(outcome, Failed) else "passed"
+        except _Undelivered as e:  # a worker just started, gone before its first job: not the image's doing
+            await worker.stop()
+            raise AttachstoreError("a decode worker exited before it could take a job") from e
         except TimeoutError:
             result = "timeout"
             await worker.stop()
@@ -243,6 +277,15 @@ class DecodePool:
         else:
             self._idle.append(worker)
         return outcome
+
+    async def _worker(self) -> _Worker:
+        """An idle worker, else a new one; idle workers known to have exited are put away on the way."""
+        while self._idle:
+            worker = self._idle.pop()
+            if worker.alive:
+                return worker
+            await worker.stop()
+        return await self._spawn()
 
     async def _spawn(self) -> _Worker:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)

@@ -17,7 +17,7 @@ from enum import Enum
 from typing import Any, get_args
 
 from ..config import Placeholders, Provider, Route
-from ..errors import AttachstoreError, InvalidRequest, Rejected
+from ..errors import AttachstoreError, InvalidRequest, Rejected, ServerBusy
 from ..index import ObjectRow
 from ..refs import Ref
 from ..service import Store, VariantSpec, accepts_images
@@ -123,7 +123,7 @@ async def render(
         sent = {o.ref for o in occurrences if fates[(o.message, o.block)] is Fate.SENT}
         # Variants are derived only for images the plan sends; their real sizes may change the plan.
         if spec is not None and (derive := sorted((sent & oversize) - variants.keys())):
-            made = await asyncio.gather(*(_variant(store, rows[ref], spec) for ref in derive))
+            made = await _variants(store, [rows[ref] for ref in derive], spec, tenant)
             for ref, v in zip(derive, made, strict=True):
                 if isinstance(v, ObjectRow):
                     variants[ref] = v
@@ -134,7 +134,12 @@ async def render(
         if claim is not None and wanted:
             claim(sum(_stored_size(rows[ref], variants.get(ref)) for ref in wanted))
         read = await _read(
-            store, {ref: row for ref in wanted if (row := rows[ref]) is not None}, variants, spec, scope
+            store,
+            {ref: row for ref in wanted if (row := rows[ref]) is not None},
+            variants,
+            spec,
+            scope,
+            tenant,
         )
         failed = set(wanted) - read.keys()
         data |= read
@@ -191,14 +196,32 @@ def _stored_size(row: ObjectRow | None, variant: ObjectRow | None) -> int:
     return sent.bytes if sent is not None else 0
 
 
-async def _variant(store: Store, row: ObjectRow | None, spec: VariantSpec) -> ObjectRow | Fate:
+async def _variants(
+    store: Store, rows: list[ObjectRow | None], spec: VariantSpec, tenant: str
+) -> list[ObjectRow | Fate]:
+    """The variants of `rows` (each as _variant), derived in `tenant`'s turn, at most the tenant's cap of
+    derivations at a time, so that a render alone never meets the cap. Raises ServerBusy when the tenant's
+    other requests hold the cap."""
+    room = asyncio.Semaphore(store.variants.per_tenant)
+
+    async def one(row: ObjectRow | None) -> ObjectRow | Fate:
+        async with room:
+            return await _variant(store, row, spec, tenant)
+
+    return await asyncio.gather(*(one(row) for row in rows))
+
+
+async def _variant(store: Store, row: ObjectRow | None, spec: VariantSpec, tenant: str) -> ObjectRow | Fate:
     """The variant, or why there is none: the source cannot be read (UNAVAILABLE), or its bytes are fine
     but no variant within the route's limits could be made (OVER_BUDGET: the image is left out as too
-    large, with the budget's placeholder, not reported as damaged)."""
+    large, with the budget's placeholder, not reported as damaged). ServerBusy is raised: the image is fine,
+    the request is to be tried again."""
     if row is None:  # pragma: no cover - only rows found are oversize
         return Fate.UNAVAILABLE
     try:
-        return await store.variant(row, spec)
+        return await store.variant(row, spec, tenant)
+    except ServerBusy:
+        raise
     except Rejected:  # from the decode pool: no fit, or past the time bound
         return Fate.OVER_BUDGET
     except AttachstoreError:
@@ -255,6 +278,7 @@ async def _read(
     variants: dict[str, ObjectRow],
     spec: VariantSpec | None,
     scope: str | None,
+    tenant: str,
 ) -> dict[str, bytes | bytearray]:
     """The verified bytes of those of `wanted` that could be read: one bad object never fails the request, it
     is left out. The rows were looked up under `scope` (their visibility checked) with all the others, in one
@@ -263,7 +287,9 @@ async def _read(
     resized = [ref for ref in wanted if ref in variants]  # a variant exists only under a spec
     stored = [ref for ref in wanted if ref not in variants]
     reads = (
-        [] if spec is None else [_variant_bytes(store, wanted[ref], variants[ref], spec) for ref in resized]
+        []
+        if spec is None
+        else [_variant_bytes(store, wanted[ref], variants[ref], spec, tenant) for ref in resized]
     )
     as_stored, as_resized = await asyncio.gather(
         store.verified_many([(Ref.parse(ref), wanted[ref]) for ref in stored], scope),
@@ -273,12 +299,16 @@ async def _read(
     return {ref: data for ref, data in read if data is not None}
 
 
-async def _variant_bytes(store: Store, row: ObjectRow, variant: ObjectRow, spec: VariantSpec) -> bytes | None:
+async def _variant_bytes(
+    store: Store, row: ObjectRow, variant: ObjectRow, spec: VariantSpec, tenant: str
+) -> bytes | None:
     """A variant's verified bytes, or None. A variant (which no tenant holds a grant to) whose bytes fail
-    their read, or that was collected since, is derived again (the same bytes, which heals it) and read once
-    more."""
+    their read, or that was collected since, is derived again in `tenant`'s turn (the same bytes, which
+    heals it) and read once more; ServerBusy is raised, as by _variant."""
     try:
-        _, data = await store.read_variant(row, variant, spec)
+        _, data = await store.read_variant(row, variant, spec, tenant)
+    except ServerBusy:
+        raise
     except AttachstoreError:
         return None
     return data

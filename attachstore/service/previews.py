@@ -43,10 +43,12 @@ class Previews:
 
     async def preview(self, text: str, size: int, tenant: str | None) -> tuple[ImageRef, bytes | bytearray]:
         """The verified bytes of `text`'s preview of `size`. A still image already within the size (and the
-        preview's byte budget) is its own preview: its bytes are read as they are, nothing is derived."""
+        preview's byte budget) is its own preview: its bytes are read as they are, nothing is derived. A
+        preview to derive is derived in `tenant`'s turn of the decode pool, within its cap of derivations
+        (Variants.variant: ServerBusy past it)."""
         spec = preview_spec(size)
         _, row = await self.reads.row(text, tenant)
         if not spec.exceeded_by(row):
             return await self.reads.read(text, tenant)
-        variant = await self.variants.variant(row, spec)
-        return await self.variants.read(row, variant, spec)
+        variant = await self.variants.variant(row, spec, tenant)
+        return await self.variants.read(row, variant, spec, tenant)

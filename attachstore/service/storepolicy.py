@@ -53,6 +53,7 @@ _OPERATIONAL = frozenset(
         "max_concurrent",
         "max_concurrent_per_tenant",
         "max_buffered_bytes",
+        "max_derivations_per_tenant",
     }
 )
 _SHOWN = 8  # differences named in a message; the rest are counted

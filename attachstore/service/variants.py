@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from ..config import Config
-from ..errors import AttachstoreError, Corrupt, Missing, NotFound, Rejected, StorageUnavailable
+from ..errors import AttachstoreError, Corrupt, Missing, NotFound, Rejected, ServerBusy, StorageUnavailable
 from ..gate import DecodePool
 from ..index import Index, ObjectRow
 from ..metrics import Metrics
@@ -77,7 +78,11 @@ class Variants:
         self.verified = verified
         self.publisher = publisher
         self.metrics = metrics
-        self._deriving: dict[tuple[str, str], asyncio.Future[ObjectRow]] = {}
+        # Derivations in progress by (source, spec, tenant): concurrent callers of one tenant share one, and
+        # each tenant's run in its own turn of the decode pool, so that none waits behind another's queue.
+        self._deriving: dict[tuple[str, str, str], asyncio.Future[ObjectRow]] = {}
+        self._pending: Counter[str] = Counter()  # the same, counted by tenant
+        self.per_tenant = config.admission.max_derivations_per_tenant
         # (source, spec) whose derivation failed in the decode pool, until when, and why.
         self._unfit: dict[tuple[str, str], tuple[float, Rejected]] = {}
 
@@ -86,12 +91,15 @@ class Variants:
             task.cancel()
         await asyncio.gather(*self._deriving.values(), return_exceptions=True)
 
-    async def variant(self, source: ObjectRow, spec: VariantSpec, *, again: bool = False) -> ObjectRow:
+    async def variant(
+        self, source: ObjectRow, spec: VariantSpec, tenant: str | None = "", *, again: bool = False
+    ) -> ObjectRow:
         """The row of `source`'s variant within `spec`: found in the index, else derived in the decode pool,
-        stored like any object and linked to its source. Concurrent callers in this process share one
-        derivation. `again` derives even when a variant is recorded (its bytes failed a read: the same
-        bytes are derived and written again, which heals them). Raises AttachstoreError (the source is
-        unreadable, or no variant fits)."""
+        in `tenant`'s turn, stored like any object and linked to its source. Concurrent callers of one tenant
+        in this process share one derivation. `again` derives even when a variant is recorded (its bytes
+        failed a read: the same bytes are derived and written again, which heals them). Raises ServerBusy
+        when `tenant` already has `[admission] max_derivations_per_tenant` derivations in progress, and
+        AttachstoreError (the source is unreadable, or no variant fits)."""
         key = (source.ref, spec.key)
         if not again:
             found = await self.index.variant(*key)
@@ -102,11 +110,21 @@ class Variants:
         if failed is not None and failed[0] > time.monotonic():
             why = failed[1]  # it failed a moment ago: the same work would fail the same way
             raise Rejected(why.code, why.message, hint=why.hint)
-        task = self._deriving.get(key)
+        whose = tenant or ""
+        running = (*key, whose)
+        task = self._deriving.get(running)
         if task is None:
-            task = asyncio.ensure_future(self._derive(source, spec))
-            self._deriving[key] = task
-            task.add_done_callback(lambda t: (self._deriving.pop(key, None), t.cancelled() or t.exception()))
+            if self._pending[whose] >= self.per_tenant:
+                self.metrics.variants.labels("busy").inc()
+                raise ServerBusy(
+                    f"{self._pending[whose]} derivations of this tenant (previews, request variants) are in "
+                    "progress or waiting for a decode worker, the most one tenant may have at once",
+                    hint="retry after the Retry-After delay",
+                )
+            task = asyncio.ensure_future(self._derive(source, spec, whose))
+            self._deriving[running] = task
+            self._pending[whose] += 1
+            task.add_done_callback(lambda t: self._derived(running, t))
         try:
             return await asyncio.shield(task)
         except Rejected as e:  # no variant fits, or past the time bound: remembered for a while
@@ -116,26 +134,41 @@ class Variants:
                 self._unfit = {k: v for k, v in self._unfit.items() if v[0] > now}
             raise
 
-    async def read(self, source: ObjectRow, variant: ObjectRow, spec: VariantSpec) -> tuple[ImageRef, bytes]:
+    def _derived(self, running: tuple[str, str, str], task: asyncio.Future[ObjectRow]) -> None:
+        self._deriving.pop(running, None)
+        tenant = running[2]
+        self._pending[tenant] -= 1
+        if not self._pending[tenant]:
+            del self._pending[tenant]
+        if not task.cancelled():
+            task.exception()  # retrieved: a failure is its callers' to raise, not the loop's to log
+
+    async def read(
+        self, source: ObjectRow, variant: ObjectRow, spec: VariantSpec, tenant: str | None = ""
+    ) -> tuple[ImageRef, bytes]:
         """The verified bytes of `variant`, `source`'s within `spec` (which no tenant holds a grant to: the
         caller looked `source` up under its own scope). Bytes that fail their read, or a variant collected
-        since, are derived again (the same bytes, which heals them) and read once more."""
+        since, are derived again in `tenant`'s turn (the same bytes, which heals them) and read once more."""
         try:
             return await self.verified(Ref.parse(variant.ref), variant, None)
         except (Corrupt, Missing, NotFound):
-            again = await self.variant(source, spec, again=True)
+            again = await self.variant(source, spec, tenant, again=True)
             return await self.verified(Ref.parse(again.ref), again, None)
 
-    async def _derive(self, source: ObjectRow, spec: VariantSpec) -> ObjectRow:
-        # For every tenant that may see the source: the caller has looked its row up under its own scope.
-        _, data = await self.verified(Ref.parse(source.ref), source, None)
+    async def _derive(self, source: ObjectRow, spec: VariantSpec, tenant: str) -> ObjectRow:
+        async def read_source() -> bytes:
+            # Once a decode worker is there for the job, not while it waits: a queued derivation holds no
+            # bytes. Unscoped: the caller has looked the source's row up under its own scope.
+            _, data = await self.verified(Ref.parse(source.ref), source, None)
+            return data
+
         limits = self.config.limits
         target = msgspec.structs.replace(
             limits, max_side=spec.max_side, max_pixels=spec.max_pixels, max_image_bytes=spec.max_bytes
         )
         source_limits = self.config.admission.fit_limits(limits)
         passed = await self.pool.derive(
-            data,
+            read_source,
             source.media_type,
             (spec.max_side, spec.max_pixels, spec.max_bytes),
             target,
@@ -143,6 +176,7 @@ class Variants:
             self.config.hash,
             preview=spec.preview,
             check_key=self.checker.key,
+            tenant=tenant,
         )
         if passed.data is None:  # pragma: no cover - a derivation always answers with its bytes
             raise AttachstoreError("the decode worker answered a derivation without bytes")

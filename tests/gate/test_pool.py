@@ -12,6 +12,7 @@ from attachstore.config import Limits
 from attachstore.errors import Rejected
 from attachstore.gate import Batch, DecodePool, Unwanted
 from attachstore.gate import pool as pool_module
+from attachstore.gate.shared import SharedBuffer
 from attachstore.refs import Checker
 from tests.support import images
 from tests.support.waiting import eventually
@@ -179,3 +180,32 @@ async def test_the_worker_makes_the_keyed_check_of_what_it_hashed() -> None:
     assert fitted.check == checker.of(fitted.data) != checker.of(large)
     assert unkeyed.check is None
     assert by_blake3.check is None  # a blake3 address is its own check
+
+
+async def _kill_idle_worker(pool: DecodePool) -> int:
+    """SIGKILL the pool's one idle worker, as an operator or the OOM killer might; its pid, once it exited."""
+    [worker] = pool._idle
+    worker.proc.kill()
+    await worker.proc.wait()
+    return worker.proc.pid
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["piped", "in-shared-memory"])
+@pytest.mark.parametrize("seen", [True, False], ids=["seen-dead", "not-yet-seen-dead"])
+async def test_a_job_for_a_worker_killed_while_idle_goes_to_a_fresh_one(
+    monkeypatch: pytest.MonkeyPatch, seen: bool, shared: bool
+) -> None:
+    pool = DecodePool(1, AMPLE)
+    if not seen:  # the job is handed over before the pool learns of the death: its delivery fails instead
+        monkeypatch.setattr(pool_module._Worker, "alive", property(lambda self: True))
+    image = images.png(6, 4)
+    try:
+        await pool.inspect(images.png(4, 4), None, DEFAULTS, "sha256")
+        dead = await _kill_idle_worker(pool)
+        passed = await pool.inspect(SharedBuffer.of(image) if shared else image, None, DEFAULTS, "sha256")
+        assert passed.width == 6  # not INVALID_IMAGE: the image never reached the dead worker
+        [worker] = pool._idle
+        assert worker.proc.pid != dead
+    finally:
+        await pool.close()
+    assert (_decodes(pool, "passed"), _decodes(pool)) == (2, 2)

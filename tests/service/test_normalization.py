@@ -412,3 +412,34 @@ async def test_a_variant_renewed_after_the_cutoff_outlives_its_source(make_clien
     result = await gc.execute(store, await gc.plan(store, grace=0, now=cutoff))
     assert result.collected == [ref]
     assert await store.index.get(variant.ref) is not None  # an ordinary unheld object now, for a later gc
+
+
+async def test_a_render_alone_derives_within_its_tenants_cap_and_never_meets_it(
+    make_client: MakeClient,
+) -> None:
+    client = await make_client(routes=ROUTES, admission={"max_derivations_per_tenant": 2})
+    store = client.app[STORE]
+    refs = [
+        (await admit(client, images.jpeg(1024, 768, seed=n)))[1]["attachments"][0]["ref"] for n in range(5)
+    ]
+    running = most = 0
+    derive = store.pool.derive
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        try:
+            await asyncio.sleep(0.01)  # let every derivation the render may start at once start
+            return await derive(*args, **kwargs)
+        finally:
+            running -= 1
+
+    store.pool.derive = counted  # type: ignore[method-assign]
+    blocks = [{"type": "image", "ref": ref} for ref in refs]
+    body = {"route": "small", "messages": [{"role": "user", "content": blocks}]}
+    answer = await client.post("/v1/render", json=body)
+    assert answer.status == 200, await answer.text()
+    rendered = await answer.json()
+    assert rendered["summary"]["resized"] == 5
+    assert most == 2  # two at a time: the tenant's cap, never a 503 of its own making
