@@ -376,11 +376,11 @@ async def test_a_suspect_healed_before_its_closer_look_is_not_reported(
     flip_byte(path, 40)
     look_again = filepass.look_again
 
-    def heal_first(where: str, named: Ref | None) -> object:
+    def heal_first(where: str, named: Ref | None, size: int | None) -> object:
         os.chmod(path, 0o644)
         path.write_bytes(good)  # as an admission of the same bytes heals it
         os.chmod(path, 0o444)
-        return look_again(where, named)
+        return look_again(where, named, size)
 
     monkeypatch.setattr("attachstore.maintenance.filepass.look_again", heal_first)
     assert await audit(store) == []

@@ -21,7 +21,7 @@ from attachstore.errors import Corrupt, NotFound
 from attachstore.maintenance import gc
 from attachstore.refs import Checker, Ref
 from attachstore.service import Store, Upload
-from attachstore.storage import Mapped, resident
+from attachstore.storage import LocalBlobStore, Mapped, resident
 from tests.conftest import MakeConfig
 from tests.support import images
 from tests.support.images import jpeg, png
@@ -120,6 +120,7 @@ async def test_a_remembered_read_whose_bytes_do_not_hash_is_not_served(
     # What damage that leaves the file's change time alone (bit rot under the file system) looks like:
     monkeypatch.setattr(Ref, "matches", lambda self, data: False)
     monkeypatch.setattr(Checker, "holds", lambda self, check, data: False)
+    monkeypatch.setattr(LocalBlobStore, "_intact", staticmethod(lambda ref, path: False))  # its re-check
     with pytest.raises(Corrupt):
         await store.read(ref)
     assert not path_of(store, ref).exists()  # quarantined by the usual path
@@ -610,6 +611,7 @@ async def test_a_kept_mapping_whose_bytes_do_not_pass_is_let_go_and_never_served
     # What damage that leaves the file and its lease alone (bit rot under the file system) looks like:
     monkeypatch.setattr(Ref, "matches", lambda self, data: False)
     monkeypatch.setattr(Checker, "holds", lambda self, check, data: False)
+    monkeypatch.setattr(LocalBlobStore, "_intact", staticmethod(lambda ref, path: False))  # its re-check
     with pytest.raises(Corrupt):
         await store.read(ref, "", None, True)
     assert not first.intact()
