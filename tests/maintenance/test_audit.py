@@ -62,7 +62,7 @@ async def test_clean_files_are_never_looked_at_twice(store: Store, monkeypatch: 
     await put(store, *(png(6, 5, seed=i) for i in range(6)), jpeg(9, 9))
     looked: list[str] = []
     look_again = filepass.look_again
-    monkeypatch.setattr(filepass, "look_again", lambda p, r: looked.append(p) or look_again(p, r))
+    monkeypatch.setattr(filepass, "look_again", lambda p, r, s: looked.append(p) or look_again(p, r, s))
     report = await Audit(store, settle=0).run()
     assert (report.files, report.rows, report.findings, looked) == (7, 7, [], [])
 
