@@ -304,11 +304,17 @@ class Audit:
             problems.append(f"row marked {row.state!r} but the bytes verify")
         checker = self.store.checker
         if ref.algorithm == "sha256" and checker.mine(row.keyed_check):
-            if not checker.holds(row.keyed_check or "", data):
-                problems.append("the keyed check does not fit the bytes (damaged or forged in the index)")
+            if not checker.holds(row.keyed_check or "", row.ref, row.bytes, row.media_type, data):
+                problems.append(
+                    "the keyed check does not fit the bytes as the row describes them (damaged, forged or "
+                    "copied from another row in the index)"
+                )
         elif ref.algorithm == "sha256" and not problems:
-            # A row older than checks (or with another key's): it gains one, as on its first verified read.
-            await self.store.index.record_check(str(ref), checker.of(data))
+            # A row older than checks (or with another key's, or a check of the bytes alone): it gains
+            # one, as on its first verified read.
+            await self.store.index.record_check(
+                str(ref), checker.of(row.ref, row.bytes, row.media_type, data)
+            )
             report.checks_recorded += 1
         if not problems:
             return
@@ -391,7 +397,11 @@ class Audit:
             name,
             existing.created_at if existing else now,
             now,
-            keyed_check=self.store.checker.of(data) if ref.algorithm == "sha256" else None,
+            keyed_check=(
+                self.store.checker.of(str(ref), len(data), found.media_type, data)
+                if ref.algorithm == "sha256"
+                else None
+            ),
         )
 
         async def still_there() -> None:

@@ -112,7 +112,11 @@ def examine(parts: list[Part], rows: dict[str, ObjectRow], checker: Checker) -> 
                 or row.state != "ok"
                 or (
                     algorithm == "sha256"
-                    and not (check and checker.mine(check) and checker.holds(check, data))
+                    and not (
+                        check
+                        and checker.mine(check)
+                        and checker.holds(check, ref, expected, row.media_type, data)
+                    )
                 )
                 or header is None
                 or header.media_type != row.media_type
