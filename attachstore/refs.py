@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import mmap
 import re
+import struct
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -66,13 +67,21 @@ class Ref:
 
 KEY_BYTES = 32
 _KEY_ID_CONTEXT = b"attachstore check key id"
+# What the keyed hash of a check starts with, before the fields it binds: checks of this kind and no other.
+_CHECK_CONTEXT = b"attachstore keyed check 2: ref, size, media type, bytes\x00"
+_FIELD = struct.Struct(">H")  # the length of a text field
+_SIZE = struct.Struct(">Q")
+_VERSION = "v2"  # checks of the bytes alone (schema 8) had none: they are not `mine`
 
 
 class Checker:
-    """The keyed check recorded beside a sha256 address: `<key id>:<keyed BLAKE3 of the bytes>`. It costs a
-    quarter of a sha256 and, keyed with a secret kept away from the objects and the index, cannot be made
-    for other bytes by someone who can write both but does not hold the key (docs/security.md). The key id
-    (16 hex of a keyed hash of a fixed text) says which key made a check without telling the key."""
+    """The keyed check recorded beside a sha256 address: `v2:<key id>:<keyed BLAKE3>` of an object as its
+    index row describes it: its ref, its size and its media type, each framed by its length after a fixed
+    context, then its bytes. It costs a quarter of a sha256 and, keyed with a secret kept away from the
+    objects and the index, cannot be made by someone who can write both but does not hold the key; and a
+    check fits only the ref (and size, and type) it was made for, so one copied from another row, with
+    that row's bytes, fits nothing at the victim's ref (docs/security.md). The key id (16 hex of a keyed
+    hash of a fixed text) says which key made a check without telling the key."""
 
     __slots__ = ("_key", "_prefix", "key_id")
 
@@ -81,23 +90,37 @@ class Checker:
             raise ValueError(f"a check key is {KEY_BYTES} bytes, not {len(key)}")
         self._key = key
         self.key_id = blake3.blake3(_KEY_ID_CONTEXT, key=key).hexdigest()[:16]
-        self._prefix = self.key_id + ":"
+        self._prefix = f"{_VERSION}:{self.key_id}:"
 
     @property
     def key(self) -> bytes:
         """For the decode workers, which make the check of what they hash beside its address."""
         return self._key
 
-    def of(self, data: Buffer) -> str:
-        return self._prefix + blake3.blake3(data, key=self._key).hexdigest()
+    def of(self, ref: str, size: int, media_type: str, data: Buffer) -> str:
+        """The check of `data` stored as `ref` (its canonical text), `size` bytes of `media_type`."""
+        return self._prefix + self._hash(ref, size, media_type, data)
 
     def mine(self, check: str | None) -> bool:
-        """Whether `check` was made with this key (else the bytes are verified by their address)."""
+        """Whether `check` was made with this key, and binds what this kind binds (else the bytes are
+        verified by their address)."""
         return check is not None and check.startswith(self._prefix)
 
-    def holds(self, check: str, data: Buffer) -> bool:
-        """`data` has the check `check` (one of `mine`)."""
-        return blake3.blake3(data, key=self._key).hexdigest() == check[len(self._prefix) :]
+    def holds(self, check: str, ref: str, size: int, media_type: str, data: Buffer) -> bool:
+        """`data` has the check `check` (one of `mine`) as the object `ref` of `size` bytes of
+        `media_type`."""
+        return self._hash(ref, size, media_type, data) == check[len(self._prefix) :]
+
+    def _hash(self, ref: str, size: int, media_type: str, data: Buffer) -> str:
+        h = blake3.blake3(_bound(ref, size, media_type), key=self._key)
+        h.update(data)
+        return h.hexdigest()
+
+
+def _bound(ref: str, size: int, media_type: str) -> bytes:
+    """The fields a check binds, each framed by its length, so that no two sets of them run together."""
+    name, kind = ref.encode(), media_type.encode()
+    return _CHECK_CONTEXT + _FIELD.pack(len(name)) + name + _SIZE.pack(size) + _FIELD.pack(len(kind)) + kind
 
 
 def _what_is_wrong(text: str) -> tuple[str, str]:

@@ -109,8 +109,11 @@ def run(job: Job | Derive) -> Outcome:
     except Rejected as e:
         return Failed(e.code, e.message, e.hint)
     if job.check_key is not None and job.algorithm == "sha256":
-        # Here, on the bytes just hashed to their address, not on the daemon's event loop.
-        passed.check = _checker(job.check_key).of(job.data if passed.data is None else passed.data)
+        # Here, on the bytes just hashed to their address, not on the daemon's event loop; bound to what
+        # their row will say of them: their ref, size and media type.
+        stored = job.data if passed.data is None else passed.data
+        ref = f"sha256:{passed.digest}"
+        passed.check = _checker(job.check_key).of(ref, len(stored), passed.media_type, stored)
     return passed
 
 

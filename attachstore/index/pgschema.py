@@ -105,6 +105,9 @@ MIGRATIONS: list[list[str]] = [
     [
         "ALTER TABLE objects ADD COLUMN keyed_check text",
     ],
+    [
+        "UPDATE objects SET keyed_check = NULL WHERE keyed_check IS NOT NULL",
+    ],
 ]
 if len(MIGRATIONS) != len(schema.MIGRATIONS):
     raise ImportError(

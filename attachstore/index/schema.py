@@ -103,6 +103,12 @@ MIGRATIONS: list[list[str]] = [
         # The keyed check of an object's bytes beside its address (refs.Checker), which reads verify.
         "ALTER TABLE objects ADD COLUMN keyed_check TEXT",
     ],
+    [
+        # Checks now bind the ref, size and media type their row records, not the bytes alone (a check
+        # copied from another row, with its bytes, fitted them): the old ones go. Each row is verified by its
+        # address until its first verified read (or the audit) records a bound check, as after version 8.
+        "UPDATE objects SET keyed_check = NULL WHERE keyed_check IS NOT NULL",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

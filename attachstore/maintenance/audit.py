@@ -187,7 +187,9 @@ class Audit:
                 run.report.files += len(found.refs)
                 run.report.bytes += found.bytes
                 for path, named in found.suspects:
-                    await self._look(await asyncio.to_thread(filepass.look_again, path, named), run)
+                    row = run.rows.get(str(named)) if named is not None else None
+                    size = row.bytes if row is not None else None
+                    await self._look(await asyncio.to_thread(filepass.look_again, path, named, size), run)
                 await self._advance(run, len(found.refs) + len(found.suspects), before)
                 pending.append(start())
         finally:
@@ -243,7 +245,8 @@ class Audit:
         file = StoredFile(Path(found.key), found.ref, len(data), found.mtime)
         if found.ref is None:
             return filepass.Look(file)
-        return filepass.Look(file, await asyncio.to_thread(found.ref.matches, data), data)
+        intact = await asyncio.to_thread(found.ref.matches, data)
+        return filepass.Look(file, intact, data if intact else None)
 
     def _parts(self, local: LocalBlobStore) -> Iterator[filepass.Part]:
         for listing in local.list_objects():
@@ -275,14 +278,13 @@ class Audit:
             )
             return
         ref = f.ref
-        if look.data is None:
-            error = look.error
-            detail = f"cannot be read: {error.strerror or error}" if error else "cannot be read"
+        if look.error is not None:
+            detail = f"cannot be read: {look.error.strerror or look.error}"
             report.findings.append(Finding(Kind.CORRUPT, str(ref), path, detail))
             return
         if row is None:
-            await self._stray(ref, f, look.data, look.intact, report)
-        elif not look.intact:
+            await self._stray(ref, f, look.data if look.intact else None, report)
+        elif not look.intact or look.data is None:
             done = await self._quarantine(ref) if self.repair else None
             report.findings.append(
                 Finding(Kind.CORRUPT, str(ref), path, "the bytes do not hash to the object's name", done)
@@ -302,26 +304,35 @@ class Audit:
             problems.append(f"row marked {row.state!r} but the bytes verify")
         checker = self.store.checker
         if ref.algorithm == "sha256" and checker.mine(row.keyed_check):
-            if not checker.holds(row.keyed_check or "", data):
-                problems.append("the keyed check does not fit the bytes (damaged or forged in the index)")
+            if not checker.holds(row.keyed_check or "", row.ref, row.bytes, row.media_type, data):
+                problems.append(
+                    "the keyed check does not fit the bytes as the row describes them (damaged, forged or "
+                    "copied from another row in the index)"
+                )
         elif ref.algorithm == "sha256" and not problems:
-            # A row older than checks (or with another key's): it gains one, as on its first verified read.
-            await self.store.index.record_check(str(ref), checker.of(data))
+            # A row older than checks (or with another key's, or a check of the bytes alone): it gains
+            # one, as on its first verified read.
+            await self.store.index.record_check(
+                str(ref), checker.of(row.ref, row.bytes, row.media_type, data)
+            )
             report.checks_recorded += 1
         if not problems:
             return
         done = await self._reindex(ref, data, row.name) if self.repair else None
         report.findings.append(Finding(Kind.METADATA_MISMATCH, str(ref), None, "; ".join(problems), done))
 
-    async def _stray(self, ref: Ref, f: StoredFile, data: bytes, intact: bool, report: AuditReport) -> None:
+    async def _stray(self, ref: Ref, f: StoredFile, data: bytes | None, report: AuditReport) -> None:
+        """A file no row publishes; `data`, its bytes if they hash to its name."""
         if f.mtime > self._started - self.settle:
             return  # young: most likely an admission between its link and its commit
         # The row may have been published after the snapshot: confirm under the write lock.
         if await self.store.index.published_now(str(ref)):
             return
-        detail = "no row publishes it; " + ("its bytes verify" if intact else "its bytes do not verify")
+        detail = "no row publishes it; " + (
+            "its bytes verify" if data is not None else "its bytes do not verify"
+        )
         done = None
-        if self.repair and intact:
+        if self.repair and data is not None:
             done = await self._reindex(ref, data, None)
         elif self.repair:
             found = await self.store.blobs.quarantine(ref)  # re-checks the bytes after moving them
@@ -386,7 +397,11 @@ class Audit:
             name,
             existing.created_at if existing else now,
             now,
-            keyed_check=self.store.checker.of(data) if ref.algorithm == "sha256" else None,
+            keyed_check=(
+                self.store.checker.of(str(ref), len(data), found.media_type, data)
+                if ref.algorithm == "sha256"
+                else None
+            ),
         )
 
         async def still_there() -> None:

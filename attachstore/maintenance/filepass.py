@@ -112,7 +112,11 @@ def examine(parts: list[Part], rows: dict[str, ObjectRow], checker: Checker) -> 
                 or row.state != "ok"
                 or (
                     algorithm == "sha256"
-                    and not (check and checker.mine(check) and checker.holds(check, data))
+                    and not (
+                        check
+                        and checker.mine(check)
+                        and checker.holds(check, ref, expected, row.media_type, data)
+                    )
                 )
                 or header is None
                 or header.media_type != row.media_type
@@ -169,12 +173,15 @@ class Look:
 
     file: StoredFile
     intact: bool = False
-    data: bytes | None = None  # None: not an object (file.ref is None), or unreadable (error)
-    error: OSError | None = None
+    data: bytes | None = None  # the bytes, held only when they hash to the file's ref
+    error: OSError | None = None  # it cannot be read
 
 
-def look_again(path: str, ref: Ref | None) -> Look | None:
-    """None if the file is gone (a GC sweep)."""
+def look_again(path: str, ref: Ref | None, size: int | None = None) -> Look | None:
+    """None if the file is gone (a GC sweep). The file is hashed a chunk at a time and its bytes are kept
+    only while they can be the object's: as long as its row's `size` (when it has one) and, past it or
+    without a row, only once they turned out to hash to its ref (read again then). A large file planted at
+    an object's path (a sparse one takes no room on the disk) never sits in memory."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -187,16 +194,33 @@ def look_again(path: str, ref: Ref | None) -> Look | None:
     if ref is None:
         return Look(file)
     try:
-        fd = os.open(path, _OPEN)
-        try:
-            chunks = []
-            while chunk := os.read(fd, READ_CHUNK):
-                chunks.append(chunk)
-        finally:
-            os.close(fd)
+        length, digest, data = _hash(path, ref, size)
+        if digest == ref.digest and data is None:  # the object's bytes, whatever its row says: kept
+            length, digest, data = _hash(path, ref, None, keep=True)
     except FileNotFoundError:
         return None
     except OSError as e:
         return Look(file, error=e)
-    data = b"".join(chunks)
-    return Look(StoredFile(file.path, ref, len(data), file.mtime), ref.matches(data), data)
+    file = StoredFile(file.path, ref, length, file.mtime)
+    return Look(file, True, data) if digest == ref.digest and data is not None else Look(file)
+
+
+def _hash(path: str, ref: Ref, size: int | None, keep: bool = False) -> tuple[int, str, bytes | None]:
+    """The length and digest of the file at `path`, and its bytes if `keep`, or if it turns out to be `size`
+    bytes long."""
+    fd = os.open(path, _OPEN)
+    try:
+        keep = keep or os.fstat(fd).st_size == size
+        h = hasher(ref.algorithm)
+        chunks: list[bytes] = []
+        length = 0
+        while chunk := os.read(fd, READ_CHUNK):
+            h.update(chunk)
+            length += len(chunk)
+            if keep and (size is None or length <= size):
+                chunks.append(chunk)
+            else:
+                keep, chunks = False, []
+    finally:
+        os.close(fd)
+    return length, h.hexdigest(), b"".join(chunks) if keep else None

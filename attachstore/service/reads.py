@@ -157,16 +157,18 @@ class Reads:
 
     def _verify(self, ref: Ref, row: ObjectRow) -> Verify:
         """What the bytes of `row` must pass: its keyed check when this key made it, else their address
-        (blake3 addresses, rows older than checks, checks made with another key). A check that fails over
-        bytes that still hash to their address is the row's fault, not the bytes': they are served, and
-        the mismatch counted and logged (the audit reports it, and --repair records the right check)."""
+        (blake3 addresses, rows older than checks, checks made with another key). The check binds the ref,
+        the size and the media type the row records: one copied from another row fits no bytes here, and
+        the read falls back to the address, which other bytes fail. A check that fails over bytes that
+        still hash to their address is the row's fault, not the bytes': they are served, and the mismatch
+        counted and logged (the audit reports it, and --repair records the right check)."""
         check = row.keyed_check
         if ref.algorithm != "sha256" or check is None or not self.checker.mine(check):
             return ref.matches
-        checker = self.checker
+        checker, name, size, media_type = self.checker, row.ref, row.bytes, row.media_type
 
         def verify(data: Buffer) -> bool:
-            if checker.holds(check, data):
+            if checker.holds(check, name, size, media_type, data):
                 return True
             if not ref.matches(data):
                 return False
@@ -185,7 +187,7 @@ class Reads:
         if not self._unchecked(ref, row):
             return
         try:
-            await self.index.record_check(row.ref, self.checker.of(data))
+            await self.index.record_check(row.ref, self.checker.of(row.ref, row.bytes, row.media_type, data))
         except AttachstoreError as e:  # the read is verified all the same; the next one records it
             log.warning("could not record the keyed check of %s: %s", ref, e.message)
 

@@ -11,6 +11,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 from ..refs import Ref
+from .fileops import open_regular
 
 _CACHE_NAME = re.compile(r"(sha256|blake3)-([0-9a-f]{64})")
 
@@ -65,14 +66,16 @@ class ReadCache:
         name = _cache_name(ref)
         path = self.directory / name
         try:
-            data = path.read_bytes()
+            with open_regular(path) as f:
+                # An entry of another size is dropped as it is found, without reading it.
+                data = f.read(size + 1) if os.fstat(f.fileno()).st_size == size else None
         except OSError:
             with self._lock:
                 self.misses += 1
                 if not path.exists():  # gone behind our back (an add may have put it back meanwhile)
                     self._forget(name)
             return None
-        if len(data) != size or not ref.matches(data):
+        if data is None or len(data) != size or not ref.matches(data):
             with self._lock:
                 self.misses += 1
                 self.drops += 1

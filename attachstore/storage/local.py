@@ -223,17 +223,22 @@ class LocalBlobStore:
     # -- read path -------------------------------------------------------------------------------------
 
     def read_sync(self, ref: Ref, size: int, verify: Verify | None = None) -> bytes:
+        """The object's bytes, verified. A file of another size than `size` is refused as it is found
+        (fstat), without reading a byte of it: a large (sparse) file planted at an object's path costs no
+        memory. Else `size` bytes and one more are read: a file that grew since is not the object either."""
         path = self.path(ref)
+        data = None
         try:
             with open_regular(path) as f:
-                data = f.read()
+                if os.fstat(f.fileno()).st_size == size:
+                    data = f.read(size + 1)
         except FileNotFoundError:
             raise Missing(f"the bytes of {ref} are missing from the store") from None
         except NotRegular:
             raise Corrupt(f"what is stored under {ref} is not a regular file") from None
         except OSError as e:
             raise storage_error(e, "reading an object") from e
-        if len(data) != size or not (ref.matches(data) if verify is None else verify(data)):
+        if data is None or len(data) != size or not (ref.matches(data) if verify is None else verify(data)):
             raise Corrupt(f"the stored bytes of {ref} do not match their reference")
         return data
 
@@ -259,11 +264,16 @@ class LocalBlobStore:
 
     @staticmethod
     def _intact(ref: Ref, path: Path) -> bool:
+        """The file at `path` hashes to `ref`; hashed a chunk at a time, whatever its size, so a large file
+        moved aside costs no memory (its size is not known here: the row is the caller's)."""
         try:
             with open_regular(path) as f:
-                return ref.matches(f.read())
+                h = hasher(ref.algorithm)
+                while chunk := f.read(_READ_CHUNK):
+                    h.update(chunk)
         except NotRegular:
             return False
+        return h.hexdigest() == ref.digest
 
     def discard_sync(self, ref: Ref) -> None:
         """Remove an object file that no index row publishes (the caller holds the index write lock)."""

@@ -69,7 +69,7 @@ def _write_range(args: tuple[str, int, int]) -> tuple[bytes, list[str]]:
         data = tiny_object(i)
         digest = hashlib.sha256(data).digest()
         digests += digest
-        checks.append(checker.of(data))
+        checks.append(checker.of(f"sha256:{digest.hex()}", len(data), "image/png", data))
         hex_ = digest.hex()
         bucket = f"{root}/{hex_[0:2]}/{hex_[2:4]}"
         if bucket not in made:
@@ -144,7 +144,7 @@ def synthesize(data_dir: Path, n: int, processes: int | None = None) -> dict[str
 # <repo>/.bench/scale/ (git-ignored) and reset at the start of each run instead: whatever an earlier run
 # admitted into them is removed, so that they hold exactly the synthesized objects again.
 
-FORMAT = 2  # bump when tiny_object() or the layout changes: older caches are rebuilt
+FORMAT = 3  # bump when tiny_object(), the layout or the checks change: older caches are rebuilt
 MARKER = "bench-synth.json"
 BLOCK = 4096
 

@@ -175,9 +175,11 @@ async def test_the_worker_makes_the_keyed_check_of_what_it_hashed() -> None:
     finally:
         await pool.close()
     assert kept.data is None
-    assert kept.check == checker.of(small)
+    assert kept.check == checker.of(f"sha256:{kept.digest}", len(small), "image/png", small)
     assert fitted.data is not None
-    assert fitted.check == checker.of(fitted.data) != checker.of(large)
+    assert fitted.check == checker.of(
+        f"sha256:{fitted.digest}", len(fitted.data), fitted.media_type, fitted.data
+    )
     assert unkeyed.check is None
     assert by_blake3.check is None  # a blake3 address is its own check
 

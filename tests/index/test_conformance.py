@@ -335,10 +335,29 @@ async def test_a_version_7_index_gains_the_keyed_check_column_empty(blank: Store
         VALUES ('{A}', 'image/png', 10, 2, 3, 1, NULL, 1.0, 1.0)"""
     )
     index = await blank.open()
-    assert await blank.version() == SCHEMA_VERSION == 8
+    assert await blank.version() == SCHEMA_VERSION
     got = await index.get(A)
     assert got is not None
     assert got.keyed_check is None
+
+
+async def test_a_version_8_index_drops_its_checks_of_the_bytes_alone(blank: Store) -> None:
+    """Checks bind the ref, size and media type since version 9: those of version 8 (of the bytes alone)
+    go, and every row is verified by its address until a verified read records a bound check."""
+    await blank.build(8)
+    unbound = "0123456789abcdef:" + "a" * 64  # <key id>:<keyed BLAKE3 of the bytes alone>
+    await blank.execute(
+        f"""INSERT INTO objects (ref, media_type, bytes, width, height, frames, name, created_at, lease_at,
+        keyed_check) VALUES ('{A}', 'image/png', 10, 2, 3, 1, 'a.png', 1.0, 1.0, '{unbound}')""",
+        f"""INSERT INTO objects (ref, media_type, bytes, width, height, frames, name, created_at, lease_at)
+        VALUES ('{B}', 'image/png', 10, 2, 3, 1, NULL, 1.0, 1.0)""",
+    )
+    index = await blank.open()
+    assert await blank.version() == SCHEMA_VERSION == 9
+    assert await index.get(A) == ObjectRow(A, "image/png", 10, 2, 3, 1, "a.png", 1.0, 1.0)
+    assert await index.get(B) == ObjectRow(B, "image/png", 10, 2, 3, 1, None, 1.0, 1.0)
+    await index.record_check(A, "v2:k:bb")
+    assert (await index.get(A)).keyed_check == "v2:k:bb"  # type: ignore[union-attr]
 
 
 # -- objects ---------------------------------------------------------------------------------------------

@@ -62,7 +62,7 @@ async def test_clean_files_are_never_looked_at_twice(store: Store, monkeypatch: 
     await put(store, *(png(6, 5, seed=i) for i in range(6)), jpeg(9, 9))
     looked: list[str] = []
     look_again = filepass.look_again
-    monkeypatch.setattr(filepass, "look_again", lambda p, r: looked.append(p) or look_again(p, r))
+    monkeypatch.setattr(filepass, "look_again", lambda p, r, s: looked.append(p) or look_again(p, r, s))
     report = await Audit(store, settle=0).run()
     assert (report.files, report.rows, report.findings, looked) == (7, 7, [], [])
 
@@ -376,11 +376,11 @@ async def test_a_suspect_healed_before_its_closer_look_is_not_reported(
     flip_byte(path, 40)
     look_again = filepass.look_again
 
-    def heal_first(where: str, named: Ref | None) -> object:
+    def heal_first(where: str, named: Ref | None, size: int | None) -> object:
         os.chmod(path, 0o644)
         path.write_bytes(good)  # as an admission of the same bytes heals it
         os.chmod(path, 0o444)
-        return look_again(where, named)
+        return look_again(where, named, size)
 
     monkeypatch.setattr("attachstore.maintenance.filepass.look_again", heal_first)
     assert await audit(store) == []

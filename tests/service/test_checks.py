@@ -1,5 +1,6 @@
-"""The keyed check: recorded at admission, verified by reads in place of the sha256 address, gained by older
-rows on their first verified read or from the audit; the audit still verifies the address in full."""
+"""The keyed check: recorded at admission, verified by reads in place of the sha256 address, bound to the ref,
+size and media type of its row, gained by older rows (and rows whose check bound the bytes alone) on their
+first verified read or from the audit; the audit still verifies the address in full."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sqlite3
 import stat
 from pathlib import Path
 
+import blake3
 import msgspec
 import pytest
 
@@ -27,6 +29,11 @@ OTHER = "22" * 32
 async def put(store: Store, image: bytes) -> str:
     result = await store.admit([Upload.of_bytes(image)], "user")
     return result.attachments[0].ref
+
+
+def check_of(checker: Checker, image: bytes) -> str:
+    """The check a row of `image`, as admitted (a PNG, stored as it came), records."""
+    return checker.of(str(Ref.of("sha256", image)), len(image), "image/png", image)
 
 
 def set_check(store: Store, ref: str, check: str | None) -> None:
@@ -49,9 +56,9 @@ class Hashes:
             self.address += 1
             return matches(ref, data)
 
-        def count_holds(c: Checker, check: str, data: bytes) -> bool:
+        def count_holds(c: Checker, check: str, ref: str, size: int, media_type: str, data: bytes) -> bool:
             self.keyed += 1
-            return holds(c, check, data)
+            return holds(c, check, ref, size, media_type, data)
 
         monkeypatch.setattr(Ref, "matches", count_matches)
         monkeypatch.setattr(Checker, "holds", count_holds)
@@ -69,8 +76,8 @@ async def test_an_admission_records_the_keyed_check_of_the_stored_bytes(keyed: S
     ref = await put(keyed, image)
     row = await keyed.index.get(ref)
     assert row is not None
-    assert row.keyed_check == Checker(bytes.fromhex(KEY)).of(image)
-    assert row.keyed_check != Checker(bytes.fromhex(OTHER)).of(image)
+    assert row.keyed_check == check_of(Checker(bytes.fromhex(KEY)), image)
+    assert row.keyed_check != check_of(Checker(bytes.fromhex(OTHER)), image)
 
 
 @pytest.mark.parametrize("size", [(20, 10), (700, 600)], ids=["resident", "over 1 MiB"])
@@ -97,20 +104,32 @@ async def test_damaged_bytes_fail_the_keyed_check_and_are_quarantined(keyed: Sto
     assert not path.exists()
 
 
-@pytest.mark.parametrize("old", [None, "another key"], ids=["no check", "another key"])
+def unbound_check(key: str, image: bytes) -> str:
+    """A check as schema 8 made them: `<key id>:<keyed BLAKE3 of the bytes alone>`."""
+    return Checker(bytes.fromhex(key)).key_id + ":" + blake3.blake3(image, key=bytes.fromhex(key)).hexdigest()
+
+
+@pytest.mark.parametrize(
+    "old", [None, "another key", "the bytes alone"], ids=["no check", "another key", "the bytes alone"]
+)
 async def test_a_row_without_a_check_of_this_key_is_verified_by_address_and_gains_one(
     keyed: Store, monkeypatch: pytest.MonkeyPatch, old: str | None
 ) -> None:
     image = png(20, 10, seed=4)
     ref = await put(keyed, image)
-    set_check(keyed, ref, Checker(bytes.fromhex(OTHER)).of(image) if old else None)
+    checks = {
+        None: None,
+        "another key": check_of(Checker(bytes.fromhex(OTHER)), image),
+        "the bytes alone": unbound_check(KEY, image),
+    }
+    set_check(keyed, ref, checks[old])
     hashes = Hashes(monkeypatch)
     _, data = await keyed.read(ref)
     assert bytes(data) == image
     assert (hashes.address, hashes.keyed) == (1, 0)
     row = await keyed.index.get(ref)
     assert row is not None
-    assert row.keyed_check == keyed.checker.of(image)
+    assert row.keyed_check == check_of(keyed.checker, image)
     await keyed.read(ref)
     assert (hashes.address, hashes.keyed) == (1, 1)
 
@@ -118,7 +137,8 @@ async def test_a_row_without_a_check_of_this_key_is_verified_by_address_and_gain
 async def test_a_wrong_check_over_intact_bytes_serves_them_and_the_audit_finds_it(keyed: Store) -> None:
     image = png(20, 10, seed=5)
     ref = await put(keyed, image)
-    forged = keyed.checker.key_id + ":" + "0" * 64
+    forged = "v2:" + keyed.checker.key_id + ":" + "0" * 64
+    assert keyed.checker.mine(forged)
     set_check(keyed, ref, forged)
     _, data = await keyed.read(ref)  # the address verifies them: served, counted
     assert bytes(data) == image
@@ -127,7 +147,7 @@ async def test_a_wrong_check_over_intact_bytes_serves_them_and_the_audit_finds_i
     assert [(f.kind, f.ref) for f in report.findings] == [(Kind.METADATA_MISMATCH, ref)]
     assert "keyed check" in report.findings[0].detail
     await Audit(keyed, repair=True, settle=0).run()
-    assert (await keyed.index.get(ref)).keyed_check == keyed.checker.of(image)  # type: ignore[union-attr]
+    assert (await keyed.index.get(ref)).keyed_check == check_of(keyed.checker, image)  # type: ignore[union-attr]
     assert (await Audit(keyed, settle=0).run()).clean
 
 
@@ -139,9 +159,55 @@ async def test_a_check_made_for_other_bytes_does_not_hide_them_from_the_audit(ke
     path = keyed.config.data_path / "objects" / "sha256" / ref[7:9] / ref[9:11] / ref[7:]
     os.chmod(path, 0o644)
     path.write_bytes(other)
-    set_check(keyed, ref, keyed.checker.of(other))
+    set_check(keyed, ref, keyed.checker.of(ref, len(other), "image/png", other))
     report = await Audit(keyed, settle=0).run()
     assert [(f.kind, f.ref) for f in report.findings] == [(Kind.CORRUPT, ref)]
+
+
+async def test_a_check_copied_from_another_row_fits_nothing_there(keyed: Store) -> None:
+    """Someone without the key copies another object's row (check, size, type, dimensions) onto a victim's
+    and puts the other object's file at the victim's path: the check is bound to the other ref, so the read
+    falls back to the victim's address, which the other bytes fail. Damaged, not served; and the audit says
+    so too."""
+    image, other = png(20, 10, seed=11), png(30, 12, seed=12)
+    victim, source = await put(keyed, image), await put(keyed, other)
+    db = sqlite3.connect(keyed.config.data_path / "index.sqlite3")
+    with db:
+        db.execute(
+            """UPDATE objects SET (media_type, bytes, width, height, frames, keyed_check) =
+            (SELECT media_type, bytes, width, height, frames, keyed_check FROM objects WHERE ref = ?)
+            WHERE ref = ?""",
+            (source, victim),
+        )
+    db.close()
+    keyed.resident.forget(victim)  # type: ignore[union-attr]
+    path = keyed.config.data_path / "objects" / "sha256" / victim[7:9] / victim[9:11] / victim[7:]
+    os.chmod(path, 0o644)
+    path.write_bytes(other)
+    report = await Audit(keyed, settle=0).run()
+    assert [(f.kind, f.ref) for f in report.findings] == [(Kind.CORRUPT, victim)]
+    with pytest.raises(Corrupt):
+        await keyed.read(victim)
+    assert not path.exists()
+    assert keyed.metrics.registry.get_sample_value("attachstore_check_mismatches_total") == 0
+    _, data = await keyed.read(source)
+    assert bytes(data) == other
+
+
+def test_a_check_binds_the_ref_the_size_and_the_media_type() -> None:
+    checker, image = Checker(bytes.fromhex(KEY)), png(20, 10, seed=13)
+    ref = str(Ref.of("sha256", image))
+    check = checker.of(ref, len(image), "image/png", image)
+    assert check.startswith(f"v2:{checker.key_id}:")
+    assert checker.holds(check, ref, len(image), "image/png", image)
+    assert not checker.holds(check, "sha256:" + "0" * 64, len(image), "image/png", image)
+    assert not checker.holds(check, ref, len(image) + 1, "image/png", image)
+    assert not checker.holds(check, ref, len(image), "image/jpeg", image)
+    assert not checker.holds(check, ref, len(image), "image/png", image + b"\0")
+    assert not Checker(bytes.fromhex(OTHER)).mine(check)
+    # The fields are framed by their lengths: moving a character from one to the other changes the check.
+    assert checker.of(ref, 1, "ab", b"") != checker.of(ref + "a", 1, "b", b"")
+    assert not checker.mine(unbound_check(KEY, image))  # schema 8's checks, of the bytes alone
 
 
 async def test_the_audit_records_the_missing_checks(keyed: Store) -> None:
@@ -153,7 +219,7 @@ async def test_the_audit_records_the_missing_checks(keyed: Store) -> None:
     assert report.clean
     assert report.checks_recorded == 2
     for ref, image in zip(refs, images, strict=True):
-        assert (await keyed.index.get(ref)).keyed_check == keyed.checker.of(image)  # type: ignore[union-attr]
+        assert (await keyed.index.get(ref)).keyed_check == check_of(keyed.checker, image)  # type: ignore[union-attr]
     assert (await Audit(keyed, settle=0).run()).checks_recorded == 0
 
 

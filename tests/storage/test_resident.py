@@ -21,7 +21,7 @@ from attachstore.errors import Corrupt, NotFound
 from attachstore.maintenance import gc
 from attachstore.refs import Checker, Ref
 from attachstore.service import Store, Upload
-from attachstore.storage import Mapped, resident
+from attachstore.storage import LocalBlobStore, Mapped, resident
 from tests.conftest import MakeConfig
 from tests.support import images
 from tests.support.images import jpeg, png
@@ -99,7 +99,9 @@ async def test_a_second_read_is_served_without_the_index_and_still_hashed(
     hashed: list[int] = []
     holds = Checker.holds
     monkeypatch.setattr(
-        Checker, "holds", lambda self, check, data: hashed.append(len(data)) or holds(self, check, data)
+        Checker,
+        "holds",
+        lambda self, check, *bound: hashed.append(len(bound[-1])) or holds(self, check, *bound),
     )
     for _ in range(3):
         found, data = await store.read(ref)
@@ -119,7 +121,8 @@ async def test_a_remembered_read_whose_bytes_do_not_hash_is_not_served(
     await remembered(store, ref)
     # What damage that leaves the file's change time alone (bit rot under the file system) looks like:
     monkeypatch.setattr(Ref, "matches", lambda self, data: False)
-    monkeypatch.setattr(Checker, "holds", lambda self, check, data: False)
+    monkeypatch.setattr(Checker, "holds", lambda *args: False)
+    monkeypatch.setattr(LocalBlobStore, "_intact", staticmethod(lambda ref, path: False))  # its re-check
     with pytest.raises(Corrupt):
         await store.read(ref)
     assert not path_of(store, ref).exists()  # quarantined by the usual path
@@ -415,7 +418,9 @@ async def test_many_objects_are_read_in_one_thread_per_core_and_hashed_in_full(
     hashed: list[int] = []
     holds = Checker.holds
     monkeypatch.setattr(
-        Checker, "holds", lambda self, check, data: hashed.append(len(data)) or holds(self, check, data)
+        Checker,
+        "holds",
+        lambda self, check, *bound: hashed.append(len(bound[-1])) or holds(self, check, *bound),
     )
     monkeypatch.setattr(resident, "cores", lambda: 2)
     monkeypatch.setattr(asyncio, "to_thread", counting)
@@ -487,7 +492,9 @@ async def test_a_mapped_read_is_the_object_where_it_lies_hashed_in_full(
     hashed: list[type] = []
     holds = Checker.holds
     monkeypatch.setattr(
-        Checker, "holds", lambda self, check, data: hashed.append(type(data)) or holds(self, check, data)
+        Checker,
+        "holds",
+        lambda self, check, *bound: hashed.append(type(bound[-1])) or holds(self, check, *bound),
     )
     before = _descriptors()
     gets = CountingGets(store)
@@ -551,7 +558,9 @@ async def test_a_served_mapping_is_kept_and_still_hashed_in_full_on_every_read(
     hashed: list[int] = []
     holds = Checker.holds
     monkeypatch.setattr(
-        Checker, "holds", lambda self, check, data: hashed.append(len(data)) or holds(self, check, data)
+        Checker,
+        "holds",
+        lambda self, check, *bound: hashed.append(len(bound[-1])) or holds(self, check, *bound),
     )
     for _ in range(3):
         assert await served(store, ref) is first
@@ -609,7 +618,8 @@ async def test_a_kept_mapping_whose_bytes_do_not_pass_is_let_go_and_never_served
     first = await served(store, ref)
     # What damage that leaves the file and its lease alone (bit rot under the file system) looks like:
     monkeypatch.setattr(Ref, "matches", lambda self, data: False)
-    monkeypatch.setattr(Checker, "holds", lambda self, check, data: False)
+    monkeypatch.setattr(Checker, "holds", lambda *args: False)
+    monkeypatch.setattr(LocalBlobStore, "_intact", staticmethod(lambda ref, path: False))  # its re-check
     with pytest.raises(Corrupt):
         await store.read(ref, "", None, True)
     assert not first.intact()
@@ -628,7 +638,7 @@ async def test_no_mapping_is_held_while_a_read_waits(store: Store, mapping: None
     assert store.checker.mine(row.keyed_check)  # recorded from the copy
     deep = images.jpeg_padded(images.jpeg(16, 16), segments=5_000)  # a header past the bounded probe
     walked = await plant(store, deep, "image/jpeg", 16, 16)
-    await store.index.record_check(str(walked), store.checker.of(deep))
+    await store.index.record_check(str(walked), store.checker.of(str(walked), len(deep), "image/jpeg", deep))
     _, data = await store.read(str(walked), "", None, True)
     assert (type(data), data) == (bytes, deep)
     assert _unleased(path_of(store, str(walked)))
