@@ -8,13 +8,21 @@ caller's stack when this process served the same file a moment ago, else `Store.
 If-None-Match, `Store.meta`), with the same headers, error envelopes, log line, latency sample, budget of
 bytes in flight (`[http] max_sending_bytes`), write-stall bound and keep-alive timeout as the aiohttp path.
 
-A plain read (`recognize`): the request line `GET /v1/attachments/<ref> HTTP/1.1`, the ref of the characters
-a ref can have (no percent-escapes, no query, no dot segment), headers of printable ASCII within aiohttp's
-bounds (`[http] max_header_bytes` a line, 64 of them), no body framing (Content-Length, Transfer-Encoding,
-Expect, Upgrade) and at most one each of Authorization, If-None-Match, X-Request-Id and Connection. The
-first request that is anything else, and a head not complete within those bounds, hands the connection to
-aiohttp for the rest of its life, starting with that request's bytes: aiohttp answers it as it answers
-everything, the malformed included. Requests on one connection are answered in order, one at a time.
+The rule: the lane answers only what aiohttp would accept, and hands over anything aiohttp would refuse,
+so that every refusal is aiohttp's own. A plain read (`recognize`): the request line `GET
+/v1/attachments/<ref> HTTP/1.1`, the ref of the characters a ref can have (no percent-escapes, no query, no
+dot segment), headers of printable ASCII within aiohttp's bounds (`[http] max_header_bytes` a line, 64 of
+them), exactly one Host, no body framing (Content-Length, Transfer-Encoding, Expect, Upgrade), at most one
+each of Authorization, If-None-Match, X-Request-Id and Connection, and at most one of each field aiohttp
+refuses twice (RFC 9110's singletons: Host, User-Agent, Content-Type, ETag, …). The first request that is
+anything else, and a head not complete within those bounds, hands the connection to aiohttp for the rest of
+its life, starting with that request's bytes: aiohttp answers it as it answers everything, the malformed
+included. tests/api/test_lane_differential.py holds the lane to this against aiohttp and h11.
+
+Requests on one connection are answered in order, one at a time; reading pauses while more than 64 KiB
+wait behind an answer, and resumes once they are answered, however they were. A connection the client has
+reset (found by a write, or lost) is answered no further: the answer that found it gone is logged 499, and
+the requests read behind it are dropped unread.
 
 `[http] read_lane = false` serves every request through aiohttp.
 """
@@ -51,7 +59,22 @@ MAX_HEADERS = 64  # as aiohttp is configured (app.make_app)
 _REQUEST_LINE = re.compile(rb"GET /v1/attachments/([A-Za-z0-9:._-]+) HTTP/1\.1")
 _TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _VALUE = re.compile(rb"[\t\x20-\x7e]*")
-_ONCE = frozenset({b"authorization", b"if-none-match", b"x-request-id", b"connection"})
+_READ = frozenset({b"authorization", b"if-none-match", b"x-request-id", b"connection"})
+# The fields aiohttp refuses twice in a request (RFC 9110's singletons, its SINGLETON_HEADERS), less the body
+# framing the lane refuses outright. A request without Host is refused as well (HTTP/1.1 requires one).
+_SINGLETONS = frozenset(
+    {
+        b"host",
+        b"user-agent",
+        b"content-type",
+        b"etag",
+        b"max-forwards",
+        b"server",
+        b"content-location",
+        b"content-range",
+    }
+)
+_ONCE = _READ | _SINGLETONS
 _NOT_HERE = frozenset({b"content-length", b"transfer-encoding", b"expect", b"upgrade"})
 _PENDING_MAX = 64 * 1024  # bytes of requests waiting behind the one being answered, before reading pauses
 # The head of most plain reads in one match: the request line and headers of the right characters, none of
@@ -60,9 +83,12 @@ _PLAIN = re.compile(
     rb"GET /v1/attachments/([A-Za-z0-9:._-]+) HTTP/1\.1(?:\r\n[!#$%&'*+.^_`|~0-9A-Za-z-]+:[\t\x20-\x7e]*)*"
 )
 _SPECIAL = re.compile(
-    rb"\r\n(?:authorization|if-none-match|x-request-id|connection|content-length|transfer-encoding|expect|upgrade):",
+    rb"\r\n(?:authorization|if-none-match|x-request-id|connection|content-length|transfer-encoding|expect|upgrade"
+    rb"|content-type|etag|max-forwards|server|content-location|content-range):",
     re.IGNORECASE,
 )
+# The singletons a plain read usually carries: the one-match path counts them.
+_COMMON = re.compile(rb"\r\n(host|user-agent):", re.IGNORECASE)
 
 
 class Get(NamedTuple):
@@ -78,7 +104,10 @@ def recognize(head: bytes, max_line: int) -> Get | None:
     if len(head) <= max_line and head.count(b"\r\n") <= MAX_HEADERS and not _SPECIAL.search(head):
         plain = _PLAIN.fullmatch(head)  # every line within max_line, none that the walk would read
         if plain is not None and plain[1] not in (b".", b".."):
-            return Get(plain[1].decode("ascii"), "", None, None, False)
+            common = [name.lower() for name in _COMMON.findall(head)]
+            if common.count(b"host") == 1 and common.count(b"user-agent") <= 1:
+                return Get(plain[1].decode("ascii"), "", None, None, False)
+            return None
     return walk(head, max_line)
 
 
@@ -103,6 +132,8 @@ def walk(head: bytes, max_line: int) -> Get | None:
             if lower in seen:
                 return None
             seen[lower] = value.decode("ascii")
+    if b"host" not in seen:
+        return None
     connection = {t.strip().lower() for t in seen.get(b"connection", "").split(",")}
     return Get(
         target[1].decode("ascii"),
@@ -235,6 +266,7 @@ class Lane(asyncio.Protocol):
         self.since = 0.0  # when it last began to wait for a request (the loop's clock)
         self._loop = asyncio.get_running_loop()
         self._pending = bytearray()  # received and not yet answered
+        self._searched = 0  # how far into `_pending` no head ends: where the next search begins, less 3
         self._task: asyncio.Task[None] | None = None  # the answer being made off the caller's stack
         self._paused = False  # the transport holds more unsent bytes than its high-water mark
         self._reading = True
@@ -283,17 +315,31 @@ class Lane(asyncio.Protocol):
 
     # answering
 
+    @property
+    def _open(self) -> bool:
+        """The client may still be answered: the connection is neither lost nor closing (reset by the
+        client, found broken by a write, aborted as stalled, or closed after its last answer)."""
+        return self.transport is not None and not self.transport.is_closing()
+
     def _next(self) -> None:
-        """Answer the complete requests received, in order, while nothing is in the way."""
-        while self.transport is not None and not self._close and self.idle:
-            end = self._pending.find(b"\r\n\r\n")
+        """Answer the complete requests received, in order, while nothing is in the way; then read on, or
+        stop reading while too much waits (`_flow`)."""
+        while self._open and not self._close and self.idle:
+            assert self.transport is not None
+            # Only the bytes that arrived since the last search are searched (and the 3 before them, where
+            # an empty line may have begun): a head that comes in many pieces is searched once, not once a
+            # piece.
+            end = self._pending.find(b"\r\n\r\n", self._searched)
             if end < 0:
+                self._searched = max(0, len(self._pending) - 3)
                 if len(self._pending) > self.lanes.max_line * (MAX_HEADERS + 1):
                     self._hand_over()  # aiohttp refuses it, as it refuses any head past its bounds
-                elif self._eof or self.lanes.closing:
+                    return
+                if self._eof or self.lanes.closing:
                     self._close = True
                     self.transport.close()
-                return
+                break
+            self._searched = 0
             get = recognize(bytes(self._pending[:end]), self.lanes.max_line)
             if get is None:
                 self._hand_over()
@@ -305,9 +351,10 @@ class Lane(asyncio.Protocol):
             self._flow()
 
     def _flow(self) -> None:
-        """Stop reading while the requests waiting behind the current one pass `_PENDING_MAX`."""
+        """Stop reading while more than `_PENDING_MAX` bytes wait behind an answer in the way; read while
+        the lane waits for the rest of a head (bounded by the hand-over, in `_next`)."""
         assert self.transport is not None
-        waiting = len(self._pending) > _PENDING_MAX
+        waiting = len(self._pending) > _PENDING_MAX and not (self.idle and self._open and not self._close)
         if waiting and self._reading:
             self._reading = False
             self.transport.pause_reading()
@@ -335,8 +382,8 @@ class Lane(asyncio.Protocol):
         try:
             if revalidate:
                 await self.lanes.store.meta(get.ref, tenant)
-                self._write(304, not_modified_headers(f'"{get.ref}"'), rid)
-                self._record(get, rid, started, tenant, 304)
+                sent = self._write(304, not_modified_headers(f'"{get.ref}"'), rid)
+                self._record(get, rid, started, tenant, 304 if sent else CLIENT_GONE)
             else:
                 found = await self._read(get, tenant, self.lanes.mapped)
                 if not self._send(get, rid, started, tenant, *found):
@@ -388,12 +435,12 @@ class Lane(asyncio.Protocol):
                     data.served()  # verified, and not sent: kept for the next read all the same
                 self._failed(e, get, rid, started, tenant)
                 return True
-        self._send_head(verified_head(found, rid, len(data), self._close), data)
+        sent = self._send_head(verified_head(found, rid, len(data), self._close), data)
         if not self._paused:  # all of it is with the kernel, or within the transport's low-water mark
             self._release()
         elif not claimed:
             self._claim(tenant, len(data))
-        self._record(get, rid, started, tenant, 200)
+        self._record(get, rid, started, tenant, 200 if sent else CLIENT_GONE)
         return True
 
     def _failed(self, e: AttachstoreError, get: Get, rid: str, started: float, tenant: str | None) -> None:
@@ -405,25 +452,33 @@ class Lane(asyncio.Protocol):
         assert isinstance(body, bytes)
         headers = {name: value for name, value in answer.headers.items() if name != "Content-Length"}
         headers["Content-Type"] = "application/json"  # as aiohttp writes json_response's
-        self._write(e.status, headers, rid, body)
-        self._record(get, rid, started, tenant, e.status, e.code)
+        if self._write(e.status, headers, rid, body):
+            self._record(get, rid, started, tenant, e.status, e.code)
+        else:
+            self._record(get, rid, started, tenant, CLIENT_GONE)
 
-    def _write(self, status: int, headers: dict[str, str], rid: str, body: bytes | bytearray = b"") -> None:
+    def _write(self, status: int, headers: dict[str, str], rid: str, body: bytes | bytearray = b"") -> bool:
         headers["X-Request-Id"] = rid
-        self._send_head(head(status, headers, len(body), self._close), body)
+        return self._send_head(head(status, headers, len(body), self._close), body)
 
-    def _send_head(self, head_: bytes, body: bytes | bytearray | Mapped) -> None:
-        if self.transport is None:
+    def _send_head(self, head_: bytes, body: bytes | bytearray | Mapped) -> bool:
+        """Write an answer; False when its client is gone (before the write, or found gone by it: a reset
+        connection's write fails and closes the transport), as nginx logs 499 for it."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
             if isinstance(body, Mapped):
                 body.served()
-            return
+            return False
         if isinstance(body, Mapped):
-            self._send_mapped(self.transport, head_, body)
+            self._send_mapped(transport, head_, body)
         else:
-            self.transport.writelines([head_, body])
+            transport.writelines([head_, body])
+        if transport.is_closing():
+            return False
         if self._close:
-            self.transport.close()  # once what is buffered is sent
+            transport.close()  # once what is buffered is sent
         self.since = self._loop.time()
+        return True
 
     def _send_mapped(self, transport: asyncio.Transport, head_: bytes, body: Mapped) -> None:
         """Write the head and the mapping straight to the socket, as the transport would when it holds
