@@ -56,6 +56,9 @@ log = logging.getLogger("attachstore.api")
 
 ENDPOINT = "/v1/attachments/{ref}"  # the aiohttp route's canonical form, for the same metrics and log lines
 MAX_HEADERS = 64  # as aiohttp is configured (app.make_app)
+# aiohttp's Python parser counts the request line and the empty line among them (its C parser counts only
+# the fields): 62 fields at most
+_MAX_FIELDS = MAX_HEADERS - 2
 _REQUEST_LINE = re.compile(rb"GET /v1/attachments/([A-Za-z0-9:._-]+) HTTP/1\.1")
 _TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _VALUE = re.compile(rb"[\t\x20-\x7e]*")
@@ -75,7 +78,8 @@ _SINGLETONS = frozenset(
     }
 )
 _ONCE = _READ | _SINGLETONS
-_NOT_HERE = frozenset({b"content-length", b"transfer-encoding", b"expect", b"upgrade"})
+# Body framing, and what changes the connection's life: llhttp reads Proxy-Connection as Connection.
+_NOT_HERE = frozenset({b"content-length", b"transfer-encoding", b"expect", b"upgrade", b"proxy-connection"})
 _PENDING_MAX = 64 * 1024  # bytes of requests waiting behind the one being answered, before reading pauses
 # The head of most plain reads in one match: the request line and headers of the right characters, none of
 # them one the lane reads or refuses (`_SPECIAL`). What does not match goes through `recognize`'s walk.
@@ -84,7 +88,7 @@ _PLAIN = re.compile(
 )
 _SPECIAL = re.compile(
     rb"\r\n(?:authorization|if-none-match|x-request-id|connection|content-length|transfer-encoding|expect|upgrade"
-    rb"|content-type|etag|max-forwards|server|content-location|content-range):",
+    rb"|content-type|etag|max-forwards|server|content-location|content-range|proxy-connection):",
     re.IGNORECASE,
 )
 # The singletons a plain read usually carries: the one-match path counts them.
@@ -101,7 +105,7 @@ class Get(NamedTuple):
 
 def recognize(head: bytes, max_line: int) -> Get | None:
     """The plain read that `head` (a request's bytes up to its empty line) is, or None for anything else."""
-    if len(head) <= max_line and head.count(b"\r\n") <= MAX_HEADERS and not _SPECIAL.search(head):
+    if len(head) <= max_line and head.count(b"\r\n") <= _MAX_FIELDS and not _SPECIAL.search(head):
         plain = _PLAIN.fullmatch(head)  # every line within max_line, none that the walk would read
         if plain is not None and plain[1] not in (b".", b".."):
             common = [name.lower() for name in _COMMON.findall(head)]
@@ -114,7 +118,7 @@ def recognize(head: bytes, max_line: int) -> Get | None:
 def walk(head: bytes, max_line: int) -> Get | None:
     """`recognize`, line by line: what it answers for every head."""
     lines = head.split(b"\r\n")
-    if len(lines) > MAX_HEADERS + 1 or len(lines[0]) > max_line:
+    if len(lines) > _MAX_FIELDS + 1 or len(lines[0]) > max_line:
         return None
     target = _REQUEST_LINE.fullmatch(lines[0])
     if target is None or target[1] in (b".", b".."):  # aiohttp resolves dot segments
