@@ -11,13 +11,16 @@ bytes in flight (`[http] max_sending_bytes`), write-stall bound and keep-alive t
 The rule: the lane answers only what aiohttp would accept, and hands over anything aiohttp would refuse,
 so that every refusal is aiohttp's own. A plain read (`recognize`): the request line `GET
 /v1/attachments/<ref> HTTP/1.1`, the ref of the characters a ref can have (no percent-escapes, no query, no
-dot segment), headers of printable ASCII within aiohttp's bounds (`[http] max_header_bytes` a line, 64 of
-them), exactly one Host, no body framing (Content-Length, Transfer-Encoding, Expect, Upgrade), at most one
-each of Authorization, If-None-Match, X-Request-Id and Connection, and at most one of each field aiohttp
-refuses twice (RFC 9110's singletons: Host, User-Agent, Content-Type, ETag, …). The first request that is
-anything else, and a head not complete within those bounds, hands the connection to aiohttp for the rest of
-its life, starting with that request's bytes: aiohttp answers it as it answers everything, the malformed
-included. tests/api/test_lane_differential.py holds the lane to this against aiohttp and h11.
+dot segment), headers of printable ASCII within aiohttp's bounds (`[http] max_header_bytes` a line, 62 of
+them), exactly one Host, no body framing (Content-Length, Transfer-Encoding, Expect, Upgrade) nor
+Proxy-Connection, at most one each of Authorization, If-None-Match, X-Request-Id and Connection, and at most
+one of each field aiohttp refuses twice (RFC 9110's singletons: Host, User-Agent, Content-Type, ETag, …).
+aiohttp takes a read of the socket whole (refusing one request, it answers none of the read's), so the lane
+takes the heads of a read only if it takes all of them and the start of the next may still be one
+(`possible`). A read that holds anything else, and a head not complete within those bounds, hands the
+connection to aiohttp for the rest of its life, starting with that read's first request, read by read as
+they came: aiohttp answers it as it answers everything, the malformed included.
+tests/api/test_lane_differential.py holds the lane to this against aiohttp and h11.
 
 Requests on one connection are answered in order, one at a time; reading pauses while more than 64 KiB
 wait behind an answer, and resumes once they are answered, however they were. A connection the client has
@@ -36,6 +39,7 @@ import logging
 import os
 import re
 import time
+from collections import deque
 from collections.abc import Mapping
 from typing import NamedTuple, cast
 
@@ -81,6 +85,7 @@ _ONCE = _READ | _SINGLETONS
 # Body framing, and what changes the connection's life: llhttp reads Proxy-Connection as Connection.
 _NOT_HERE = frozenset({b"content-length", b"transfer-encoding", b"expect", b"upgrade", b"proxy-connection"})
 _PENDING_MAX = 64 * 1024  # bytes of requests waiting behind the one being answered, before reading pauses
+_READS_KEPT = 64  # where the last reads ended, kept to give them to aiohttp as they came at a hand-over
 # The head of most plain reads in one match: the request line and headers of the right characters, none of
 # them one the lane reads or refuses (`_SPECIAL`). What does not match goes through `recognize`'s walk.
 _PLAIN = re.compile(
@@ -123,8 +128,23 @@ def walk(head: bytes, max_line: int) -> Get | None:
     target = _REQUEST_LINE.fullmatch(lines[0])
     if target is None or target[1] in (b".", b".."):  # aiohttp resolves dot segments
         return None
+    seen = _fields(lines[1:], max_line)
+    if seen is None or b"host" not in seen:
+        return None
+    connection = {t.strip().lower() for t in seen.get(b"connection", "").split(",")}
+    return Get(
+        target[1].decode("ascii"),
+        seen.get(b"authorization", ""),
+        seen.get(b"if-none-match"),
+        seen.get(b"x-request-id"),
+        "close" in connection,
+    )
+
+
+def _fields(lines: list[bytes], max_line: int) -> dict[bytes, str] | None:
+    """The values of the fields the lane reads or takes once, or None for lines it does not take."""
     seen: dict[bytes, str] = {}
-    for line in lines[1:]:
+    for line in lines:
         name, colon, value = line.partition(b":")
         if len(line) > max_line or not colon or not _TOKEN.fullmatch(name):
             return None
@@ -136,16 +156,34 @@ def walk(head: bytes, max_line: int) -> Get | None:
             if lower in seen:
                 return None
             seen[lower] = value.decode("ascii")
-    if b"host" not in seen:
-        return None
-    connection = {t.strip().lower() for t in seen.get(b"connection", "").split(",")}
-    return Get(
-        target[1].decode("ascii"),
-        seen.get(b"authorization", ""),
-        seen.get(b"if-none-match"),
-        seen.get(b"x-request-id"),
-        "close" in connection,
-    )
+    return seen
+
+
+_START = b"GET /v1/attachments/"
+_REF_START = re.compile(rb"[A-Za-z0-9:._-]*")
+_NAME_START = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]*")
+
+
+def possible(start: bytes, max_line: int) -> bool:
+    """Whether `start`, the first bytes of a head, may still become one that `recognize` takes: False
+    for a start that aiohttp's parser, which reads as the bytes come, may already have refused."""
+    *lines, last = start.removesuffix(b"\r").split(b"\r\n")
+    if len(lines) > _MAX_FIELDS or len(last) > max_line:
+        return False
+    if not lines:  # in the request line: a start of `GET /v1/attachments/<ref> HTTP/1.1`
+        if not _START.startswith(last[: len(_START)]):
+            return False
+        rest = last[len(_START) :]
+        ref = _REF_START.match(rest)
+        assert ref is not None  # it matches the empty string
+        tail = rest[ref.end() :]
+        return not tail or (ref.end() > 0 and b" HTTP/1.1".startswith(tail))
+    if not walk(lines[0] + b"\r\nHost: x", max_line):  # the request line, whole
+        return False
+    name, colon, _ = last.partition(b":")
+    if colon:
+        return _fields([*lines[1:], last], max_line) is not None
+    return _NAME_START.fullmatch(name) is not None and _fields(lines[1:], max_line) is not None
 
 
 class _Date:
@@ -270,7 +308,14 @@ class Lane(asyncio.Protocol):
         self.since = 0.0  # when it last began to wait for a request (the loop's clock)
         self._loop = asyncio.get_running_loop()
         self._pending = bytearray()  # received and not yet answered
-        self._searched = 0  # how far into `_pending` no head ends: where the next search begins, less 3
+        # Where the last reads of the socket ended, counted from the connection's first byte (at most
+        # _READS_KEPT: older ones are merged), and how many bytes were answered and let go before `_pending`.
+        self._segments: deque[int] = deque()
+        self._let_go = 0
+        self._heads: deque[tuple[int, Get]] = deque()  # the complete heads at its start: length, request
+        self._parsed = 0  # where in `_pending` the first incomplete head begins
+        self._searched = 0  # how far past it no head ends: where the next search begins, less 3
+        self._refused: int | None = None  # where in `_pending` aiohttp takes over, once the heads before it
         self._task: asyncio.Task[None] | None = None  # the answer being made off the caller's stack
         self._paused = False  # the transport holds more unsent bytes than its high-water mark
         self._reading = True
@@ -295,6 +340,11 @@ class Lane(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._pending += data
+        self._segments.append(self._let_go + len(self._pending))
+        if len(self._segments) > _READS_KEPT:
+            self._segments.popleft()
+        if self._refused is None:
+            self._parse()
         self._next()
 
     def eof_received(self) -> bool:
@@ -325,32 +375,65 @@ class Lane(asyncio.Protocol):
         client, found broken by a write, aborted as stalled, or closed after its last answer)."""
         return self.transport is not None and not self.transport.is_closing()
 
+    def _parse(self) -> None:
+        """Recognize the heads that the last read of the socket completed, as aiohttp's parser does: it
+        takes each read whole, and where it refuses a request it answers none of those that the same read
+        completed before it, only its 400 (so does a request after one that closes the connection). So the
+        lane takes the heads of a read only if it answers every one of them; else aiohttp takes over from
+        the first."""
+        first = at = self._parsed
+        heads = []
+        while True:
+            # Only the bytes that arrived since the last search are searched (and the 3 before them, where
+            # an empty line may have begun): a head that comes in many pieces is searched once.
+            end = self._pending.find(b"\r\n\r\n", max(at, self._searched))
+            if end < 0:
+                self._searched = max(at, len(self._pending) - 3)
+                break
+            get = recognize(bytes(self._pending[at:end]), self.lanes.max_line)
+            if get is None or (get.close and end + 4 < len(self._pending)):
+                self._refused = first
+                return
+            heads.append((end + 4 - at, get))
+            at = end + 4
+        if len(self._pending) - at > self.lanes.max_line * (MAX_HEADERS + 1) or (
+            # A read that completed heads and began another that aiohttp may refuse already: none of them.
+            heads and at < len(self._pending) and not possible(bytes(self._pending[at:]), self.lanes.max_line)
+        ):
+            self._refused = first  # (and a head past its bounds)
+            return
+        self._heads.extend(heads)
+        self._parsed = at
+
+    def _consume(self, n: int) -> None:
+        """Let go of the first `n` bytes received: a request answered."""
+        del self._pending[:n]
+        self._let_go += n
+        self._parsed -= n
+        self._searched = max(0, self._searched - n)
+        if self._refused is not None:
+            self._refused -= n
+        while self._segments and self._segments[0] <= self._let_go:
+            self._segments.popleft()
+
     def _next(self) -> None:
         """Answer the complete requests received, in order, while nothing is in the way; then read on, or
         stop reading while too much waits (`_flow`)."""
         while self._open and not self._close and self.idle:
             assert self.transport is not None
-            # Only the bytes that arrived since the last search are searched (and the 3 before them, where
-            # an empty line may have begun): a head that comes in many pieces is searched once, not once a
-            # piece.
-            end = self._pending.find(b"\r\n\r\n", self._searched)
-            if end < 0:
-                self._searched = max(0, len(self._pending) - 3)
-                if len(self._pending) > self.lanes.max_line * (MAX_HEADERS + 1):
-                    self._hand_over()  # aiohttp refuses it, as it refuses any head past its bounds
-                    return
+            if self._heads:
+                length, get = self._heads.popleft()
+                self._consume(length)
+                self._close = get.close or self.lanes.closing
+                self._answer(get)
+            elif self._refused is not None:
+                self._hand_over()
+                return
+            else:
                 if self._eof or self.lanes.closing:
                     self._close = True
                     self.transport.close()
                 break
-            self._searched = 0
-            get = recognize(bytes(self._pending[:end]), self.lanes.max_line)
-            if get is None:
-                self._hand_over()
-                return
-            del self._pending[: end + 4]
-            self._close = get.close or self.lanes.closing
-            self._answer(get)
         if self.transport is not None:
             self._flow()
 
@@ -534,9 +617,13 @@ class Lane(asyncio.Protocol):
         inner.connection_made(transport)
         if not self._reading:
             transport.resume_reading()
-        if self._pending:
-            inner.data_received(bytes(self._pending))
+        # Each read as it came (aiohttp refuses what it refuses read by read, and its 400 names the read).
+        start = 0
+        for end in self._segments:
+            inner.data_received(bytes(self._pending[start : end - self._let_go]))
+            start = end - self._let_go
         self._pending = bytearray()
+        self._segments.clear()
         if self._eof:
             inner.eof_received()
         self.transport = None
