@@ -1,14 +1,23 @@
 """The read lane's safety as a tested property: it answers a request only where aiohttp would, framed as
-aiohttp and h11 frame it, with the Authorization they read.
+aiohttp and h11 frame it, with the Authorization they read; and a daemon with the lane answers every byte
+stream exactly as one without it does. One seeded corpus (random.Random(SEED): a failure names its case, and
+reproduces), in two halves.
 
-One seeded corpus (random.Random(SEED): a failure names its case, and reproduces) of generated heads (every
-odd form: folding, tabs, case, spaces, duplicate or absent Host, bad Content-Length, Transfer-Encoding,
-absolute-form and other targets, HTTP/1.0 and others, keep-alive and close, bytes out of range, lines at
-the bounds) and mutations of them, each followed by a second request. Wherever `recognize` (at the end the
-lane finds) takes one, aiohttp's C and Python parsers, configured as the daemon configures them, and h11
-must all accept it, end it where the lane ends it (the next request is the second one), and read the same
-method, target, version, Authorization, If-None-Match, X-Request-Id and keep-alive. An aiohttp whose
-strictness changes fails here.
+- Heads, in process: generated heads (odd forms of every part: folding, tabs, case, spaces, duplicate or
+  absent Host, bad Content-Length, Transfer-Encoding, absolute-form and other targets, HTTP/1.0 and others,
+  keep-alive and close, bytes out of range, lines at the bounds) and mutations of them, each followed by a
+  second request. Wherever `recognize` (at the end the lane finds) takes one, aiohttp's C and Python parsers,
+  configured as the daemon configures them, and h11 must all accept it, end it where the lane ends it (the
+  next request is the second one), and read the same method, target, version, Authorization,
+  If-None-Match, X-Request-Id and keep-alive. An aiohttp whose strictness changes fails here.
+- Byte streams: generated pipelines mixing the lane's reads and aiohttp's requests (a query, a HEAD, /meta,
+  a POST with a body, chunked or not, 401s, 404s, 304s), with odd heads of the first half among them, sent
+  whole to two real daemons, `[http] read_lane = true` and `false`, past the 64 KiB at which the lane stops
+  reading, and reset half-way; and given to the same two servers in process piece by piece, each piece one
+  read of the socket (split at every boundary, a byte at a time, at random). Every answer must be the same
+  (status, headers but Date and the X-Request-Id the daemon made, body), and so must the connection's end;
+  where the stream is well formed, h11's reading of each request decides its answer (as many answers as
+  requests, and for a read of alice's objects the status its Authorization calls for, and her bytes).
 """
 
 from __future__ import annotations
