@@ -96,8 +96,6 @@ _SPECIAL = re.compile(
     rb"|content-type|etag|max-forwards|server|content-location|content-range|proxy-connection):",
     re.IGNORECASE,
 )
-# The singletons a plain read usually carries: the one-match path counts them.
-_COMMON = re.compile(rb"\r\n(host|user-agent):", re.IGNORECASE)
 
 
 class Get(NamedTuple):
@@ -113,8 +111,8 @@ def recognize(head: bytes, max_line: int) -> Get | None:
     if len(head) <= max_line and head.count(b"\r\n") <= _MAX_FIELDS and not _SPECIAL.search(head):
         plain = _PLAIN.fullmatch(head)  # every line within max_line, none that the walk would read
         if plain is not None and plain[1] not in (b".", b".."):
-            common = [name.lower() for name in _COMMON.findall(head)]
-            if common.count(b"host") == 1 and common.count(b"user-agent") <= 1:
+            lower = head.lower()  # the singletons a plain read usually carries, counted
+            if lower.count(b"\r\nhost:") == 1 and lower.count(b"\r\nuser-agent:") <= 1:
                 return Get(plain[1].decode("ascii"), "", None, None, False)
             return None
     return walk(head, max_line)
