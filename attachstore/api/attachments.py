@@ -10,7 +10,7 @@ from ..service import PREVIEW_SIZES, PREVIEW_SIZES_HINT, Admission, ImageRef, Up
 from . import wire
 from .bodies import IMAGES_HINT, close_uploads, read_multipart
 from .common import CONFIG, STORE, json_response, read_json, tenant_of
-from .sending import View, sending
+from .sending import Sending, View, sending
 
 READ_HEADERS = {
     "Cache-Control": "private, max-age=31536000, immutable",
@@ -99,9 +99,10 @@ def _not_modified(etag: str) -> web.Response:
     return web.Response(status=304, headers=not_modified_headers(etag))
 
 
-def _verified(request: web.Request, found: ImageRef, data: bytes | bytearray) -> web.Response:
-    share = sending(request)
-    if not share.held:  # claimed before the read, unless it was recalled (or is a preview)
+def _verified(share: Sending, found: ImageRef, data: bytes | bytearray) -> web.Response:
+    """Verified bytes as an answer, counted once against the sending budget: `share` is the request's one
+    share, which a read has claimed them with already (unless it was recalled, or is a preview)."""
+    if not share.held:
         share.claim(len(data))
     return web.Response(body=View(data, found.media_type), headers=verified_headers(found))
 
@@ -115,7 +116,8 @@ async def read(request: web.Request) -> web.Response:
         # The client holds these exact bytes already (the ETag is their hash): say so without reading them.
         await store.meta(text, tenant_of(request))
         return _not_modified(etag)
-    return _verified(request, *await store.read(text, tenant_of(request), sending(request).claim))
+    share = sending(request)
+    return _verified(share, *await store.read(text, tenant_of(request), share.claim))
 
 
 def _preview_size(request: web.Request) -> int:
@@ -135,7 +137,7 @@ async def preview(request: web.Request) -> web.Response:
         current = await store.preview_ref(text, size, tenant)
         if current is not None and etag_matches(if_none_match, f'"{current}"'):
             return _not_modified(f'"{current}"')
-    return _verified(request, *await store.preview(text, size, tenant))
+    return _verified(sending(request), *await store.preview(text, size, tenant))
 
 
 async def meta(request: web.Request) -> web.Response:

@@ -8,13 +8,24 @@ caller's stack when this process served the same file a moment ago, else `Store.
 If-None-Match, `Store.meta`), with the same headers, error envelopes, log line, latency sample, budget of
 bytes in flight (`[http] max_sending_bytes`), write-stall bound and keep-alive timeout as the aiohttp path.
 
-A plain read (`recognize`): the request line `GET /v1/attachments/<ref> HTTP/1.1`, the ref of the characters
-a ref can have (no percent-escapes, no query, no dot segment), headers of printable ASCII within aiohttp's
-bounds (`[http] max_header_bytes` a line, 64 of them), no body framing (Content-Length, Transfer-Encoding,
-Expect, Upgrade) and at most one each of Authorization, If-None-Match, X-Request-Id and Connection. The
-first request that is anything else, and a head not complete within those bounds, hands the connection to
-aiohttp for the rest of its life, starting with that request's bytes: aiohttp answers it as it answers
-everything, the malformed included. Requests on one connection are answered in order, one at a time.
+The rule: the lane answers only what aiohttp would accept, and hands over anything aiohttp would refuse,
+so that every refusal is aiohttp's own. A plain read (`recognize`): the request line `GET
+/v1/attachments/<ref> HTTP/1.1`, the ref of the characters a ref can have (no percent-escapes, no query, no
+dot segment), headers of printable ASCII within aiohttp's bounds (`[http] max_header_bytes` a line, 62 of
+them), exactly one Host, no body framing (Content-Length, Transfer-Encoding, Expect, Upgrade) nor
+Proxy-Connection, at most one each of Authorization, If-None-Match, X-Request-Id and Connection, and at most
+one of each field aiohttp refuses twice (RFC 9110's singletons: Host, User-Agent, Content-Type, ETag, …).
+aiohttp takes a read of the socket whole (refusing one request, it answers none of the read's), so the lane
+takes the heads of a read only if it takes all of them and the start of the next may still be one
+(`possible`). A read that holds anything else, and a head not complete within those bounds, hands the
+connection to aiohttp for the rest of its life, starting with that read's first request, read by read as
+they came: aiohttp answers it as it answers everything, the malformed included.
+tests/api/test_lane_differential.py holds the lane to this against aiohttp and h11.
+
+Requests on one connection are answered in order, one at a time; reading pauses while more than 64 KiB
+wait behind an answer, and resumes once they are answered, however they were. A connection the client has
+reset (found by a write, or lost) is answered no further: the answer that found it gone is logged 499, and
+the requests read behind it are dropped unread.
 
 `[http] read_lane = false` serves every request through aiohttp.
 """
@@ -28,6 +39,7 @@ import logging
 import os
 import re
 import time
+from collections import deque
 from collections.abc import Mapping
 from typing import NamedTuple, cast
 
@@ -48,19 +60,40 @@ log = logging.getLogger("attachstore.api")
 
 ENDPOINT = "/v1/attachments/{ref}"  # the aiohttp route's canonical form, for the same metrics and log lines
 MAX_HEADERS = 64  # as aiohttp is configured (app.make_app)
+# aiohttp's Python parser counts the request line and the empty line among them (its C parser counts only
+# the fields): 62 fields at most
+_MAX_FIELDS = MAX_HEADERS - 2
 _REQUEST_LINE = re.compile(rb"GET /v1/attachments/([A-Za-z0-9:._-]+) HTTP/1\.1")
 _TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _VALUE = re.compile(rb"[\t\x20-\x7e]*")
-_ONCE = frozenset({b"authorization", b"if-none-match", b"x-request-id", b"connection"})
-_NOT_HERE = frozenset({b"content-length", b"transfer-encoding", b"expect", b"upgrade"})
+_READ = frozenset({b"authorization", b"if-none-match", b"x-request-id", b"connection"})
+# The fields aiohttp refuses twice in a request (RFC 9110's singletons, its SINGLETON_HEADERS), less the body
+# framing the lane refuses outright. A request without Host is refused as well (HTTP/1.1 requires one).
+_SINGLETONS = frozenset(
+    {
+        b"host",
+        b"user-agent",
+        b"content-type",
+        b"etag",
+        b"max-forwards",
+        b"server",
+        b"content-location",
+        b"content-range",
+    }
+)
+_ONCE = _READ | _SINGLETONS
+# Body framing, and what changes the connection's life: llhttp reads Proxy-Connection as Connection.
+_NOT_HERE = frozenset({b"content-length", b"transfer-encoding", b"expect", b"upgrade", b"proxy-connection"})
 _PENDING_MAX = 64 * 1024  # bytes of requests waiting behind the one being answered, before reading pauses
+_READS_KEPT = 64  # where the last reads ended, kept to give them to aiohttp as they came at a hand-over
 # The head of most plain reads in one match: the request line and headers of the right characters, none of
 # them one the lane reads or refuses (`_SPECIAL`). What does not match goes through `recognize`'s walk.
 _PLAIN = re.compile(
     rb"GET /v1/attachments/([A-Za-z0-9:._-]+) HTTP/1\.1(?:\r\n[!#$%&'*+.^_`|~0-9A-Za-z-]+:[\t\x20-\x7e]*)*"
 )
 _SPECIAL = re.compile(
-    rb"\r\n(?:authorization|if-none-match|x-request-id|connection|content-length|transfer-encoding|expect|upgrade):",
+    rb"\r\n(?:authorization|if-none-match|x-request-id|connection|content-length|transfer-encoding|expect|upgrade"
+    rb"|content-type|etag|max-forwards|server|content-location|content-range|proxy-connection):",
     re.IGNORECASE,
 )
 
@@ -75,23 +108,41 @@ class Get(NamedTuple):
 
 def recognize(head: bytes, max_line: int) -> Get | None:
     """The plain read that `head` (a request's bytes up to its empty line) is, or None for anything else."""
-    if len(head) <= max_line and head.count(b"\r\n") <= MAX_HEADERS and not _SPECIAL.search(head):
+    if len(head) <= max_line and head.count(b"\r\n") <= _MAX_FIELDS and not _SPECIAL.search(head):
         plain = _PLAIN.fullmatch(head)  # every line within max_line, none that the walk would read
         if plain is not None and plain[1] not in (b".", b".."):
-            return Get(plain[1].decode("ascii"), "", None, None, False)
+            lower = head.lower()  # the singletons a plain read usually carries, counted
+            if lower.count(b"\r\nhost:") == 1 and lower.count(b"\r\nuser-agent:") <= 1:
+                return Get(plain[1].decode("ascii"), "", None, None, False)
+            return None
     return walk(head, max_line)
 
 
 def walk(head: bytes, max_line: int) -> Get | None:
     """`recognize`, line by line: what it answers for every head."""
     lines = head.split(b"\r\n")
-    if len(lines) > MAX_HEADERS + 1 or len(lines[0]) > max_line:
+    if len(lines) > _MAX_FIELDS + 1 or len(lines[0]) > max_line:
         return None
     target = _REQUEST_LINE.fullmatch(lines[0])
     if target is None or target[1] in (b".", b".."):  # aiohttp resolves dot segments
         return None
+    seen = _fields(lines[1:], max_line)
+    if seen is None or b"host" not in seen:
+        return None
+    connection = {t.strip().lower() for t in seen.get(b"connection", "").split(",")}
+    return Get(
+        target[1].decode("ascii"),
+        seen.get(b"authorization", ""),
+        seen.get(b"if-none-match"),
+        seen.get(b"x-request-id"),
+        "close" in connection,
+    )
+
+
+def _fields(lines: list[bytes], max_line: int) -> dict[bytes, str] | None:
+    """The values of the fields the lane reads or takes once, or None for lines it does not take."""
     seen: dict[bytes, str] = {}
-    for line in lines[1:]:
+    for line in lines:
         name, colon, value = line.partition(b":")
         if len(line) > max_line or not colon or not _TOKEN.fullmatch(name):
             return None
@@ -103,14 +154,34 @@ def walk(head: bytes, max_line: int) -> Get | None:
             if lower in seen:
                 return None
             seen[lower] = value.decode("ascii")
-    connection = {t.strip().lower() for t in seen.get(b"connection", "").split(",")}
-    return Get(
-        target[1].decode("ascii"),
-        seen.get(b"authorization", ""),
-        seen.get(b"if-none-match"),
-        seen.get(b"x-request-id"),
-        "close" in connection,
-    )
+    return seen
+
+
+_START = b"GET /v1/attachments/"
+_REF_START = re.compile(rb"[A-Za-z0-9:._-]*")
+_NAME_START = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]*")
+
+
+def possible(start: bytes, max_line: int) -> bool:
+    """Whether `start`, the first bytes of a head, may still become one that `recognize` takes: False
+    for a start that aiohttp's parser, which reads as the bytes come, may already have refused."""
+    *lines, last = start.removesuffix(b"\r").split(b"\r\n")
+    if len(lines) > _MAX_FIELDS or len(last) > max_line:
+        return False
+    if not lines:  # in the request line: a start of `GET /v1/attachments/<ref> HTTP/1.1`
+        if not _START.startswith(last[: len(_START)]):
+            return False
+        rest = last[len(_START) :]
+        ref = _REF_START.match(rest)
+        assert ref is not None  # it matches the empty string
+        tail = rest[ref.end() :]
+        return not tail or (ref.end() > 0 and b" HTTP/1.1".startswith(tail))
+    if not walk(lines[0] + b"\r\nHost: x", max_line):  # the request line, whole
+        return False
+    name, colon, _ = last.partition(b":")
+    if colon:
+        return _fields([*lines[1:], last], max_line) is not None
+    return _NAME_START.fullmatch(name) is not None and _fields(lines[1:], max_line) is not None
 
 
 class _Date:
@@ -235,6 +306,14 @@ class Lane(asyncio.Protocol):
         self.since = 0.0  # when it last began to wait for a request (the loop's clock)
         self._loop = asyncio.get_running_loop()
         self._pending = bytearray()  # received and not yet answered
+        # Where the last reads of the socket ended, counted from the connection's first byte (at most
+        # _READS_KEPT: older ones are merged), and how many bytes were answered and let go before `_pending`.
+        self._segments: deque[int] = deque()
+        self._let_go = 0
+        self._heads: deque[tuple[int, Get]] = deque()  # the complete heads at its start: length, request
+        self._parsed = 0  # where in `_pending` the first incomplete head begins
+        self._searched = 0  # how far past it no head ends: where the next search begins, less 3
+        self._refused: int | None = None  # where in `_pending` aiohttp takes over, once the heads before it
         self._task: asyncio.Task[None] | None = None  # the answer being made off the caller's stack
         self._paused = False  # the transport holds more unsent bytes than its high-water mark
         self._reading = True
@@ -259,6 +338,11 @@ class Lane(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._pending += data
+        self._segments.append(self._let_go + len(self._pending))
+        if len(self._segments) > _READS_KEPT:
+            self._segments.popleft()
+        if self._refused is None:
+            self._parse()
         self._next()
 
     def eof_received(self) -> bool:
@@ -283,31 +367,79 @@ class Lane(asyncio.Protocol):
 
     # answering
 
-    def _next(self) -> None:
-        """Answer the complete requests received, in order, while nothing is in the way."""
-        while self.transport is not None and not self._close and self.idle:
-            end = self._pending.find(b"\r\n\r\n")
+    @property
+    def _open(self) -> bool:
+        """The client may still be answered: the connection is neither lost nor closing (reset by the
+        client, found broken by a write, aborted as stalled, or closed after its last answer)."""
+        return self.transport is not None and not self.transport.is_closing()
+
+    def _parse(self) -> None:
+        """Recognize the heads that the last read of the socket completed, as aiohttp's parser does: it
+        takes each read whole, and where it refuses a request it answers none of those that the same read
+        completed before it, only its 400 (so does a request after one that closes the connection). So the
+        lane takes the heads of a read only if it answers every one of them; else aiohttp takes over from
+        the first."""
+        first = at = self._parsed
+        heads = []
+        while True:
+            # Only the bytes that arrived since the last search are searched (and the 3 before them, where
+            # an empty line may have begun): a head that comes in many pieces is searched once.
+            end = self._pending.find(b"\r\n\r\n", max(at, self._searched))
             if end < 0:
-                if len(self._pending) > self.lanes.max_line * (MAX_HEADERS + 1):
-                    self._hand_over()  # aiohttp refuses it, as it refuses any head past its bounds
-                elif self._eof or self.lanes.closing:
-                    self._close = True
-                    self.transport.close()
+                self._searched = max(at, len(self._pending) - 3)
+                break
+            get = recognize(bytes(self._pending[at:end]), self.lanes.max_line)
+            if get is None or (get.close and end + 4 < len(self._pending)):
+                self._refused = first
                 return
-            get = recognize(bytes(self._pending[:end]), self.lanes.max_line)
-            if get is None:
+            heads.append((end + 4 - at, get))
+            at = end + 4
+        if len(self._pending) - at > self.lanes.max_line * (MAX_HEADERS + 1) or (
+            # A read that completed heads and began another that aiohttp may refuse already: none of them.
+            heads and at < len(self._pending) and not possible(bytes(self._pending[at:]), self.lanes.max_line)
+        ):
+            self._refused = first  # (and a head past its bounds)
+            return
+        self._heads.extend(heads)
+        self._parsed = at
+
+    def _consume(self, n: int) -> None:
+        """Let go of the first `n` bytes received: a request answered."""
+        del self._pending[:n]
+        self._let_go += n
+        self._parsed -= n
+        self._searched = max(0, self._searched - n)
+        if self._refused is not None:
+            self._refused -= n
+        while self._segments and self._segments[0] <= self._let_go:
+            self._segments.popleft()
+
+    def _next(self) -> None:
+        """Answer the complete requests received, in order, while nothing is in the way; then read on, or
+        stop reading while too much waits (`_flow`)."""
+        while self._open and not self._close and self.idle:
+            assert self.transport is not None
+            if self._heads:
+                length, get = self._heads.popleft()
+                self._consume(length)
+                self._close = get.close or self.lanes.closing
+                self._answer(get)
+            elif self._refused is not None:
                 self._hand_over()
                 return
-            del self._pending[: end + 4]
-            self._close = get.close or self.lanes.closing
-            self._answer(get)
+            else:
+                if self._eof or self.lanes.closing:
+                    self._close = True
+                    self.transport.close()
+                break
         if self.transport is not None:
             self._flow()
 
     def _flow(self) -> None:
-        """Stop reading while the requests waiting behind the current one pass `_PENDING_MAX`."""
+        """Stop reading while more than `_PENDING_MAX` bytes wait behind an answer in the way; read while
+        the lane waits for the rest of a head (bounded by the hand-over, in `_next`)."""
         assert self.transport is not None
-        waiting = len(self._pending) > _PENDING_MAX
+        waiting = len(self._pending) > _PENDING_MAX and not (self.idle and self._open and not self._close)
         if waiting and self._reading:
             self._reading = False
             self.transport.pause_reading()
@@ -335,8 +467,8 @@ class Lane(asyncio.Protocol):
         try:
             if revalidate:
                 await self.lanes.store.meta(get.ref, tenant)
-                self._write(304, not_modified_headers(f'"{get.ref}"'), rid)
-                self._record(get, rid, started, tenant, 304)
+                sent = self._write(304, not_modified_headers(f'"{get.ref}"'), rid)
+                self._record(get, rid, started, tenant, 304 if sent else CLIENT_GONE)
             else:
                 found = await self._read(get, tenant, self.lanes.mapped)
                 if not self._send(get, rid, started, tenant, *found):
@@ -388,12 +520,12 @@ class Lane(asyncio.Protocol):
                     data.served()  # verified, and not sent: kept for the next read all the same
                 self._failed(e, get, rid, started, tenant)
                 return True
-        self._send_head(verified_head(found, rid, len(data), self._close), data)
+        sent = self._send_head(verified_head(found, rid, len(data), self._close), data)
         if not self._paused:  # all of it is with the kernel, or within the transport's low-water mark
             self._release()
         elif not claimed:
             self._claim(tenant, len(data))
-        self._record(get, rid, started, tenant, 200)
+        self._record(get, rid, started, tenant, 200 if sent else CLIENT_GONE)
         return True
 
     def _failed(self, e: AttachstoreError, get: Get, rid: str, started: float, tenant: str | None) -> None:
@@ -405,25 +537,33 @@ class Lane(asyncio.Protocol):
         assert isinstance(body, bytes)
         headers = {name: value for name, value in answer.headers.items() if name != "Content-Length"}
         headers["Content-Type"] = "application/json"  # as aiohttp writes json_response's
-        self._write(e.status, headers, rid, body)
-        self._record(get, rid, started, tenant, e.status, e.code)
+        if self._write(e.status, headers, rid, body):
+            self._record(get, rid, started, tenant, e.status, e.code)
+        else:
+            self._record(get, rid, started, tenant, CLIENT_GONE)
 
-    def _write(self, status: int, headers: dict[str, str], rid: str, body: bytes | bytearray = b"") -> None:
+    def _write(self, status: int, headers: dict[str, str], rid: str, body: bytes | bytearray = b"") -> bool:
         headers["X-Request-Id"] = rid
-        self._send_head(head(status, headers, len(body), self._close), body)
+        return self._send_head(head(status, headers, len(body), self._close), body)
 
-    def _send_head(self, head_: bytes, body: bytes | bytearray | Mapped) -> None:
-        if self.transport is None:
+    def _send_head(self, head_: bytes, body: bytes | bytearray | Mapped) -> bool:
+        """Write an answer; False when its client is gone (before the write, or found gone by it: a reset
+        connection's write fails and closes the transport), as nginx logs 499 for it."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
             if isinstance(body, Mapped):
                 body.served()
-            return
+            return False
         if isinstance(body, Mapped):
-            self._send_mapped(self.transport, head_, body)
+            self._send_mapped(transport, head_, body)
         else:
-            self.transport.writelines([head_, body])
+            transport.writelines([head_, body])
+        if transport.is_closing():
+            return False
         if self._close:
-            self.transport.close()  # once what is buffered is sent
+            transport.close()  # once what is buffered is sent
         self.since = self._loop.time()
+        return True
 
     def _send_mapped(self, transport: asyncio.Transport, head_: bytes, body: Mapped) -> None:
         """Write the head and the mapping straight to the socket, as the transport would when it holds
@@ -475,9 +615,13 @@ class Lane(asyncio.Protocol):
         inner.connection_made(transport)
         if not self._reading:
             transport.resume_reading()
-        if self._pending:
-            inner.data_received(bytes(self._pending))
+        # Each read as it came (aiohttp refuses what it refuses read by read, and its 400 names the read).
+        start = 0
+        for end in self._segments:
+            inner.data_received(bytes(self._pending[start : end - self._let_go]))
+            start = end - self._let_go
         self._pending = bytearray()
+        self._segments.clear()
         if self._eof:
             inner.eof_received()
         self.transport = None
