@@ -132,6 +132,12 @@ async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
         await store.close()
 
 
+async def _stopping(app: web.Application) -> None:
+    """The daemon was told to stop (aiohttp's on_shutdown: before it waits for the requests in flight)."""
+    if STORE in app:
+        await app[STORE].stopping()
+
+
 def make_app(
     config: Config, *, file_ops: FileOps | None = None, replace_policy: bool = False
 ) -> web.Application:
@@ -154,6 +160,7 @@ def make_app(
     if file_ops is not None:
         app[FILE_OPS] = file_ops
     app.cleanup_ctx.append(_store_ctx)
+    app.on_shutdown.append(_stopping)
     attachments.add_routes(app.router)
     sessions.add_routes(app.router)
     routes.add_routes(app.router)
