@@ -27,11 +27,13 @@ from . import logs
 from .api import Lanes, drain, make_app, watch_writes
 from .config import Config
 from .errors import ConfigError
+from .service import checkkey
 
 log = logging.getLogger("attachstore.server")
 SHUTDOWN_TIMEOUT = 30.0
 WORKER_ENV = "ATTACHSTORE_WORKER_CONFIG"  # a worker process's resolved configuration, as JSON
 REPLACE_ENV = "ATTACHSTORE_WORKER_REPLACE_POLICY"  # "1": the workers of serve --replace-policy
+LISTENING_ENV = "ATTACHSTORE_WORKER_LISTENING_FD"  # where a worker writes a byte once it listens
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt parameters, from glibc's malloc.h
 
 
@@ -138,17 +140,21 @@ def run(config: Config, workers: int = 1, *, replace_policy: bool = False) -> in
     """`attachstore serve`: check, bind, then serve in this process or in `workers` processes. With
     `replace_policy` this daemon's policy becomes the store's even while other nodes enforce another."""
     check_open_mode(config)
+    checkkey.checker(config)  # a key that cannot be had stops here, said once, not by every worker
     spread = workers > 1 and not config.unix_socket
     if spread and _taken(*config.host_port):
         raise _cannot_listen(config, OSError(errno.EADDRINUSE, os.strerror(errno.EADDRINUSE)))
     sock = bind(config, listen=not spread, reuse_port=spread)
     where = f"unix:{config.unix_socket}" if config.unix_socket else f"http://{config.listen}"
-    log.info("attachstore serving %s on %s with %d worker(s)", config.data_dir, where, workers)
+
+    def serving() -> None:  # once every worker listens: a start-up that fails never says it serves
+        log.info("attachstore serving %s on %s with %d worker(s)", config.data_dir, where, workers)
+
     try:
         if workers <= 1:
-            _run_loop(serve_on(config, sock, replace_policy=replace_policy))
+            _run_loop(serve_on(config, sock, replace_policy=replace_policy, listening=serving))
             return 0
-        return _supervise(config, sock, workers, replace_policy)
+        return _supervise(config, sock, workers, replace_policy, serving)
     finally:
         sock.close()
         if config.unix_socket:
@@ -188,12 +194,17 @@ def _run_loop(main: Coroutine[Any, Any, None]) -> None:
 
 
 async def serve_on(
-    config: Config, sock: socket.socket | Callable[[], socket.socket], *, replace_policy: bool = False
+    config: Config,
+    sock: socket.socket | Callable[[], socket.socket],
+    *,
+    replace_policy: bool = False,
+    listening: Callable[[], None] = lambda: None,
 ) -> None:
     """Serve until SIGTERM or SIGINT, then stop accepting, refuse new requests on open connections, let
     those in progress finish (an upload's body still arrives) for up to SHUTDOWN_TIMEOUT, cancel the rest
     (an admission cut off so publishes nothing), and close the store. Given a function, the socket is made
-    only once the store is open, so that no connection waits on a worker that cannot serve it yet."""
+    only once the store is open, so that no connection waits on a worker that cannot serve it yet.
+    `listening` is called once it accepts connections."""
     app = make_app(config, replace_policy=replace_policy)
     # A client that disconnects cancels its request, as in aiohttp's test server: an admission stops its
     # decodes (and, cut off before its commit, publishes nothing), a render stops reading.
@@ -210,8 +221,9 @@ async def serve_on(
     loop = asyncio.get_running_loop()
     server: asyncio.Server | None = None
     try:
-        listening = sock if isinstance(sock, socket.socket) else sock()
-        server = await loop.create_server(lanes or runner.server, sock=listening)
+        accepting = sock if isinstance(sock, socket.socket) else sock()
+        server = await loop.create_server(lanes or runner.server, sock=accepting)
+        listening()
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
@@ -230,9 +242,12 @@ async def serve_on(
             task.cancel()
 
 
-def _supervise(config: Config, sock: socket.socket, workers: int, replace_policy: bool) -> int:
+def _supervise(
+    config: Config, sock: socket.socket, workers: int, replace_policy: bool, serving: Callable[[], None]
+) -> int:
     """Several processes accept on one socket, each with its own event loop, index connections and decode
-    pool (the cores are shared out). SIGTERM/SIGINT are passed on; if one worker dies, all stop."""
+    pool (the cores are shared out). SIGTERM/SIGINT are passed on; if one worker dies, all stop, and the log
+    says which and how. `serving` is called once every worker listens."""
     # The decoders and the admission cap are the daemon's, shared out among its workers.
     body_cap = config.http.body_cap(config.limits)
     admission = msgspec.structs.replace(
@@ -258,13 +273,16 @@ def _supervise(config: Config, sock: socket.socket, workers: int, replace_policy
             **os.environ,
             WORKER_ENV: msgspec.json.encode(worker_config).decode(),
             REPLACE_ENV: "1" if replace_policy else "",
+            LISTENING_ENV: str(told),
             "PROMETHEUS_MULTIPROC_DIR": samples.name,
         }
 
+    heard, told = os.pipe()  # each worker writes a byte to `told` once it listens
+    os.set_blocking(heard, False)
     if config.unix_socket:
-        argv, fds = [sys.executable, "-m", "attachstore.server", str(sock.fileno())], [sock.fileno()]
+        argv, fds = [sys.executable, "-m", "attachstore.server", str(sock.fileno())], [sock.fileno(), told]
     else:
-        argv, fds = [sys.executable, "-m", "attachstore.server", "tcp"], []
+        argv, fds = [sys.executable, "-m", "attachstore.server", "tcp"], [told]
     children: list[subprocess.Popen[bytes]] = []
     stopping = False
 
@@ -278,25 +296,48 @@ def _supervise(config: Config, sock: socket.socket, workers: int, replace_policy
     # Handlers first: a signal while the workers start must still reach every one of them.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, stop)
-    for number in range(workers):
-        if not stopping:
-            children.append(subprocess.Popen(argv, env=child_env(number), pass_fds=fds))
+    try:
+        for number in range(workers):
+            if not stopping:
+                children.append(subprocess.Popen(argv, env=child_env(number), pass_fds=fds))
+    finally:
+        os.close(told)
     failed: int | None = None  # the exit status of the first worker that failed
+    listening = 0
     while any(child.poll() is None for child in children):
+        if listening < workers:
+            with contextlib.suppress(BlockingIOError):
+                listening += len(os.read(heard, workers))
+                if listening >= workers and not stopping:
+                    serving()
         for child in children:
             if child.poll() not in (None, 0) and not stopping:
-                log.error("worker %d exited with %s; stopping the others", child.pid, child.returncode)
+                log.error("worker %d %s; stopping the others", child.pid, _ended(child.returncode))
                 failed = child.returncode
                 stop(signal.SIGTERM, None)
         time.sleep(0.2)
+    os.close(heard)
     samples.cleanup()
     # A worker still starting when asked to stop dies of the SIGTERM itself (it serves nothing yet): clean.
     clean = (0, -signal.SIGTERM) if stopping else (0,)
+    if failed is None and not stopping and children:  # every one ended between two looks of the loop
+        ended = ", ".join(f"worker {child.pid} {_ended(child.returncode)}" for child in children)
+        level = logging.ERROR if any(child.returncode != 0 for child in children) else logging.WARNING
+        log.log(level, "every worker ended at once: %s; the daemon stops", ended)
     # A worker could not serve this configuration (the store's policy): exit as one process would. (All the
     # workers may have ended between two looks of the loop: their statuses say it then.)
     if failed == 2 or (failed is None and any(child.returncode == 2 for child in children)):
         return 2
     return 1 if failed is not None or any(child.returncode not in clean for child in children) else 0
+
+
+def _ended(status: int | None) -> str:
+    """How a worker ended, from its exit status (negative: the signal that killed it)."""
+    if status is not None and status < 0:
+        with contextlib.suppress(ValueError):
+            return f"was killed by {signal.Signals(-status).name}"
+        return f"was killed by signal {-status}"
+    return f"exited with {status}"
 
 
 def _die_with_parent() -> None:
@@ -347,8 +388,18 @@ def _worker_main(where: str) -> None:
     else:
         sock = socket.socket(fileno=int(where))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides; a terminal's ^C reaches it
+    told = int(os.environ.pop(LISTENING_ENV, "-1"))
+    if told >= 0:
+        os.set_inheritable(told, False)  # not for the decode workers
+
+    def listening() -> None:
+        if told >= 0:
+            with contextlib.suppress(OSError):
+                os.write(told, b"1")
+                os.close(told)
+
     try:
-        _run_loop(serve_on(config, sock, replace_policy=replace_policy))
+        _run_loop(serve_on(config, sock, replace_policy=replace_policy, listening=listening))
     except ConfigError as e:  # the store's policy, say: the supervisor stops the others
         log.error("worker %d cannot serve: %s", os.getpid(), e)
         print(f"attachstore: {e}", file=sys.stderr)  # as `serve --workers 1` says it

@@ -246,11 +246,13 @@ def _line(report: Report | RestoreReport) -> str:
     if report.status in ("skipped", "failed"):
         return f"{head}  {report.reason}: {report.message}"
     sizes = f"{report.bytes_before:,} -> {report.bytes_after:,} bytes"
+    note = f"; {report.message}" if report.message else ""
     if isinstance(report, RestoreReport):
         return (
             f"{head}  {report.placeholders} images from {report.refs} refs; {sizes}; sha256 {report.sha256}"
+            f"{note}"
         )
-    return f"{head}  [{report.format}] {_images(report.tally)}; {sizes}"
+    return f"{head}  [{report.format}] {_images(report.tally)}; {sizes}{note}"
 
 
 def _images(tally: Tally) -> str:

@@ -382,6 +382,14 @@ class Operations(ABC):
         """`node` is alive at `now`; returns the record, which another node may have replaced."""
         return await self._write(lambda tx: policy.beat(tx, node, now))
 
+    async def stopping(self, node: str, now: float) -> None:
+        """`node` stops from `now` on (it finishes its requests, then leaves): its `seen_at` becomes -now."""
+
+        async def work(tx: Tx) -> None:
+            await tx.execute("UPDATE nodes SET seen_at = $1 WHERE node = $2", -now, node)
+
+        await self._write(work)
+
     async def leave(self, node: str) -> None:
         async def work(tx: Tx) -> None:
             await tx.execute("DELETE FROM nodes WHERE node = $1", node)

@@ -69,7 +69,7 @@ class NodeRow:
     fingerprint: str
     document: str
     started_at: float
-    seen_at: float
+    seen_at: float  # negative once it stops: -(when it began to)
 
 
 NODE_COLUMNS = "node, host, pid, fingerprint, document, started_at, seen_at"  # NodeRow

@@ -88,7 +88,8 @@ MIGRATIONS: list[list[str]] = [
         recorded_at REAL,
         recorded_by TEXT
         ) STRICT""",
-        # The daemon processes serving the store, each with its policy; seen_at is their heartbeat.
+        # The daemon processes serving the store, each with its policy; seen_at is their heartbeat
+        # (negative once the node stops: -(when it began to)).
         """CREATE TABLE nodes (
         node        TEXT PRIMARY KEY,
         host        TEXT NOT NULL,

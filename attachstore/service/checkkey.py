@@ -33,10 +33,25 @@ def checker(config: Config, env: Mapping[str, str] | None = None) -> Checker:
             _read(_outside(config, Path(config.integrity.check_key_file)), "integrity.check_key_file")
         )
     credentials = env.get("CREDENTIALS_DIRECTORY")
-    if credentials and (Path(credentials) / CREDENTIAL).exists():
+    if credentials and _credential(Path(credentials)).exists():
         return Checker(_read(Path(credentials) / CREDENTIAL, f"the systemd credential {CREDENTIAL}"))
     path = _outside(config, default_key_file(env))
     return Checker(_read(path, "the check key") if path.exists() else _generate(path))
+
+
+def _credential(directory: Path) -> Path:
+    """The credential's path in $CREDENTIALS_DIRECTORY; ConfigError if the directory cannot be read."""
+    path = directory / CREDENTIAL
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        pass
+    except OSError as e:
+        raise ConfigError(
+            f"integrity: cannot read $CREDENTIALS_DIRECTORY ({directory}): {e.strerror}. It must be readable "
+            f"by the user attachstore runs as (systemd's LoadCredential= makes it so), or unset"
+        ) from None
+    return path
 
 
 def _outside(config: Config, path: Path) -> Path:

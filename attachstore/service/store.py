@@ -130,6 +130,11 @@ class Store:
             applied.node.start()
         return store
 
+    async def stopping(self) -> None:
+        """The daemon stops: it finishes what it has started, then closes. Its node says so meanwhile."""
+        if self.policy is not None and self.policy.node is not None:
+            await self.policy.node.stopping()
+
     async def close(self) -> None:
         if self.policy is not None and self.policy.node is not None:
             await self.policy.node.close()

@@ -24,6 +24,7 @@ import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -33,7 +34,9 @@ from ..config import Admission, Config, Limits, Route
 from ..errors import AttachstoreError, ConfigError, StorageUnavailable
 from ..index import Index, NodeRow, PolicyRecord
 from ..progress import rfc3339
+from . import liveness
 from .catalog import Catalog, CatalogError, builtin
+from .liveness import Process
 
 if TYPE_CHECKING:
     from ..index.postgres import PgIndex
@@ -44,6 +47,9 @@ Role = Literal["serve", "apply", "none"]  # a daemon, a command that applies the
 BEAT_SECONDS = 5.0
 NODE_TTL = 30.0  # a node of another host not seen for this long is gone
 LOCAL_TTL = 600.0  # one of this host is gone when its process is, or (a reused pid) not seen for this long
+STOPPING_TTL = 60.0  # a node of another host that began to stop this long ago is gone (a shutdown is 30 s)
+STOPPING_WAIT = 40.0  # a starting daemon waits this long for nodes that stop (longer than a shutdown)
+STOPPING_POLL = 0.1
 # [admission] keys that say how a process runs, not what it admits: not part of the policy.
 _OPERATIONAL = frozenset(
     {
@@ -263,20 +269,32 @@ def _node_row(own: str) -> NodeRow:
     return NodeRow(node, _host(), os.getpid(), fingerprint(own), own, now, now)
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # another user's process
-        return True
-    return True
+class State(Enum):
+    SERVING = "serving"
+    STOPPING = "stopping"  # told to stop (it may still finish requests), or its process is exiting
+    GONE = "gone"
 
 
-def alive(node: NodeRow, now: float, here: str) -> bool:
+def state(node: NodeRow, now: float, here: str) -> State:
+    """What a node is now. One of this host is gone as soon as its process is (or is a zombie); another
+    host's, once it has not been seen for NODE_TTL. A node says it is stopping in its row (a negative
+    `seen_at`: since when); one stopping for longer than a shutdown takes is gone."""
+    stopping = node.seen_at < 0
     if node.host == here:
-        return _pid_alive(node.pid) and node.seen_at > now - LOCAL_TTL
-    return node.seen_at > now - NODE_TTL
+        running = liveness.process(node.pid)
+        if running is Process.GONE or abs(node.seen_at) <= now - LOCAL_TTL:  # or its pid is another's now
+            return State.GONE
+        return State.STOPPING if stopping or running is Process.EXITING else State.SERVING
+    if stopping:
+        return State.STOPPING if -node.seen_at > now - STOPPING_TTL else State.GONE
+    return State.SERVING if node.seen_at > now - NODE_TTL else State.GONE
+
+
+class _Stopping(Exception):
+    """Only nodes that are stopping enforce another policy: wait for them, then join."""
+
+    def __init__(self, nodes: list[NodeRow]) -> None:
+        self.nodes = nodes
 
 
 def _who(record: PolicyRecord) -> str:
@@ -293,37 +311,75 @@ class Node:
         self._own = json.loads(row.document)
         self._task: asyncio.Task[None] | None = None
         self._warned: str | None = None  # the record last warned about
+        self.waits = 0  # times it waited for a node that stops
 
     async def join(self, replace: bool) -> None:
+        """Join the store's nodes. A node that stops (its daemon was told to, or was killed and its workers
+        go on finishing their requests) with another policy is waited for, up to STOPPING_WAIT; a node whose
+        process is gone is forgotten."""
         here = self.row.host
 
         async def decide(record: PolicyRecord | None, others: Sequence[NodeRow]) -> tuple[bool, list[str]]:
             now = time.time()
-            live = [n for n in others if alive(n, now, here)]
-            differ = [n for n in live if n.fingerprint != self.row.fingerprint]
-            if differ and not replace:
-                n = differ[0]
-                more = f" (and {len(differ) - 1} more nodes)" if len(differ) > 1 else ""
-                changes = describe(differences(json.loads(n.document), self._own, "on that node"))
-                raise PolicyMismatch(
-                    f"node {n.node} (seen {now - n.seen_at:.0f} s ago){more} serves this store with another "
-                    f"policy: {changes}. Start every node with the same configuration and attachstore "
-                    "version, or start this one with --replace-policy to make its policy the store's (the "
-                    "others then report not ready until they are restarted with it)"
-                )
+            states = {n.node: state(n, now, here) for n in others}
+            differ = [n for n in others if n.fingerprint != self.row.fingerprint and not replace]
+            serving = [n for n in differ if states[n.node] is State.SERVING]
+            if serving:
+                raise self._refusal(serving, now, "serves this store with another policy")
+            stopping = [n for n in differ if states[n.node] is State.STOPPING]
+            if stopping:
+                raise _Stopping(stopping)
             return (record is None or record.fingerprint != self.row.fingerprint), [
-                n.node for n in others if n not in live
+                n.node for n in others if states[n.node] is State.GONE
             ]
 
-        before = await self.index.join(self.row, decide)
+        waited = 0.0
+        while True:
+            try:
+                before = await self.index.join(self.row, decide)
+                break
+            except _Stopping as e:
+                if waited >= STOPPING_WAIT:
+                    raise self._refusal(
+                        e.nodes, time.time(), f"is still stopping after {waited:.0f} s, with another policy"
+                    ) from None
+                if waited == 0:
+                    log.info(
+                        "waiting for node %s, which is stopping with another policy, to stop", e.nodes[0].node
+                    )
+                self.waits += 1
+                await asyncio.sleep(STOPPING_POLL)
+                waited += STOPPING_POLL
         if before is None:
             log.info("recorded the store's policy %s", self.row.fingerprint)
         elif before.fingerprint != self.row.fingerprint:
             changes = describe(differences(json.loads(before.document), self._own, "before"))
             log.warning("the store's policy changes (%s recorded the last): %s", _who(before), changes)
 
+    def _refusal(self, nodes: list[NodeRow], now: float, what: str) -> PolicyMismatch:
+        n = nodes[0]
+        more = f" (and {len(nodes) - 1} more nodes)" if len(nodes) > 1 else ""
+        seen = (
+            f"stopping since {now + n.seen_at:.0f} s ago"
+            if n.seen_at < 0
+            else f"seen {now - n.seen_at:.0f} s ago"
+        )
+        changes = describe(differences(json.loads(n.document), self._own, "on that node"))
+        return PolicyMismatch(
+            f"node {n.node} ({seen}){more} {what}: {changes}. Start every node with the same configuration "
+            "and attachstore version, or start this one with --replace-policy to make its policy the store's "
+            "(the others then report not ready until they are restarted with it)"
+        )
+
     def start(self) -> None:
         self._task = asyncio.create_task(self._beats())
+
+    async def stopping(self) -> None:
+        """Say in the store that this node stops: a daemon starting meanwhile with another policy waits for
+        it to be gone instead of refusing. It beats no more."""
+        await self._stop_beating()
+        with contextlib.suppress(AttachstoreError):
+            await self.index.stopping(self.row.node, time.time())
 
     async def _beats(self) -> None:
         while True:
@@ -353,10 +409,14 @@ class Node:
         if why := self._stale(await self.index.policy()):
             raise StorageUnavailable(why)
 
-    async def close(self) -> None:
+    async def _stop_beating(self) -> None:
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+            self._task = None
+
+    async def close(self) -> None:
+        await self._stop_beating()
         with contextlib.suppress(AttachstoreError):
             await self.index.leave(self.row.node)

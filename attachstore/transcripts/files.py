@@ -7,6 +7,9 @@ its rollout open for the whole session)."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
+import fcntl
 import os
 import secrets
 import shutil
@@ -36,6 +39,23 @@ class Outcome(Protocol):
     reason: str | None
     message: str | None
     seconds: float
+
+
+class Appended(Protocol):
+    message: str | None
+    bytes_after: int
+    appended: int
+
+
+def appended_while(report: Appended, appended: int) -> None:
+    """Say in `report` that a host appended `appended` bytes while the file was replaced (kept as written)."""
+    if appended:
+        report.appended = appended
+        report.bytes_after += appended
+        report.message = (
+            f"a host appended {appended:,} bytes while it was replaced: they are kept at its end as they "
+            "came (the next run strips their images)"
+        )
 
 
 @contextlib.contextmanager
@@ -110,6 +130,7 @@ class Staged:
         self.steps = steps
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         self.file: BinaryIO = os.fdopen(fd, "wb", buffering=_BUFFER)
+        self.size = 0  # once prepared
         self.steps("created")
 
     def write(self, data: bytes | memoryview) -> None:
@@ -120,19 +141,43 @@ class Staged:
         os.fsync(self.file.fileno())
         self.steps("synced")
 
-    def commit(self, like: Snapshot | None) -> None:
-        """Rename it over the target, with the mode, owner and times of `like` (the file it replaces), and
-        make the rename durable."""
+    def prepare(self, like: Snapshot | None) -> None:
+        """Make it ready to take the target's place: complete on disk, with the mode, owner and times of
+        `like` (the file it replaces). It stays open, to take what a host appends to the target meanwhile."""
+        self.file.flush()
         fd = self.file.fileno()
         if like is not None:
             os.fchmod(fd, like.mode)
             if os.geteuid() == 0:
                 os.fchown(fd, like.uid, like.gid)
             os.utime(fd, ns=(like.atime_ns, like.mtime_ns))
-            os.fsync(fd)
-        self.file.close()
-        os.replace(self.path, self.target)
+        os.fsync(fd)
+        self.size = os.fstat(fd).st_size
+
+    def rename(self) -> bool:
+        """Put it at the target's path: exchanged with the target where the system can (the replaced file is
+        then at our temporary name: True), else renamed over it."""
+        exchanged = _exchange(self.path, self.target)
+        if not exchanged:
+            os.replace(self.path, self.target)
         self.steps("renamed")
+        return exchanged
+
+    def append(self, data: bytes | memoryview) -> None:
+        """Add `data` at the end of the target, after whatever a host appended to it since the rename."""
+        fd = self.file.fileno()
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+
+    def close(self, exchanged: bool) -> None:
+        """Make the replacement durable; the replaced file (at our name, after an exchange) is removed."""
+        os.fsync(self.file.fileno())
+        self.file.close()
+        if exchanged:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
         fsync_dir(self.target.parent)
         self.steps("dir_synced")
 
@@ -147,17 +192,124 @@ def same_file(a: Path, b: Path) -> bool:
     return a == b or (a.exists() and b.exists() and os.path.samefile(a, b))
 
 
-def replace(staged: Staged, source: Path, before: Snapshot, *, check_writers: bool, done: str) -> None:
-    """The last steps, at once: `source` is as it was when it was read (`before`), no process has the target
-    open for writing, then the rename. Else TranscriptError, and the target is left as it was."""
+def replace(
+    staged: Staged, source: Path, before: Snapshot, kept: int, *, check_writers: bool, done: str
+) -> int:
+    """The last steps. What takes time comes first: the new version made ready, and the search for processes
+    that have the target open for writing. Then the check that `source` is as it was read (`before`), and at
+    once the rename. When the target is `source` itself, what a host appended to it in between (seen through
+    `kept`, a descriptor of it open since it was read) is added to the end of the new version as it came; if
+    the host did more than append, or still has it open, the replaced file is put back. Returns the bytes so
+    added. Else TranscriptError, and the target is left as it was (with whatever a host wrote to it)."""
+    in_place = (before.dev, before.ino) == _inode(staged.target) == _inode(source)
+    edge = b""
+    if in_place:
+        edge = os.pread(kept, min(_EDGE, before.size), before.size - min(_EDGE, before.size))
+    staged.prepare(before)
+    if check_writers:
+        refuse_writers(staged.target)
     if not before.unchanged(source):
         raise TranscriptError(
             f"{source} changed while it was {done} (a host wrote to it); it is left as it was",
             hint="run again once its session is idle",
         )
-    if check_writers:
-        refuse_writers(staged.target)
-    staged.commit(before)
+    staged.steps("checked")
+    exchanged = staged.rename()
+    added = 0
+    if in_place:
+        added = _catch_up(
+            staged, kept, before, edge, exchanged=exchanged, check_writers=check_writers, done=done
+        )
+    staged.close(exchanged)
+    return added
+
+
+_EDGE = 4096  # the last bytes read: still there after the rename, the file was only appended to
+_WAITS = 100  # polls, 10 ms apart, for a host to close the replaced file
+
+
+def _catch_up(
+    staged: Staged,
+    kept: int,
+    before: Snapshot,
+    edge: bytes,
+    *,
+    exchanged: bool,
+    check_writers: bool,
+    done: str,
+) -> int:
+    """After the rename: what a host appended to the replaced file (it opened it by path before the rename)
+    goes to the end of the new version. Returns how many bytes."""
+    busy = None
+    if check_writers:  # one that opened it by path before the rename may not have written yet
+        for _ in range(_WAITS):
+            busy = (writers(staged.path) if exchanged else _writers_of(kept)).refusal(staged.target)
+            if busy is None:
+                break
+            time.sleep(0.01)
+    size = os.fstat(kept).st_size
+    appended = size >= before.size and os.pread(kept, len(edge), before.size - len(edge)) == edge
+    if busy is None and appended:
+        offset = before.size
+        while offset < (size := os.fstat(kept).st_size):
+            chunk = os.pread(kept, min(size - offset, _BUFFER), offset)
+            if not chunk:
+                break
+            staged.append(chunk)
+            offset += len(chunk)
+        return offset - before.size
+    if not exchanged:
+        what = "rewritten by a host" if busy is None else f"opened for good by a host ({busy.message})"
+        raise AttachstoreError(
+            f"{staged.target} was {what} while it was {done}, and the file system cannot swap it back: what "
+            f"the host wrote, or writes, to the replaced file is lost (the {done} version took its place)",
+            code="TRANSCRIPT_LOST",
+        )
+    _put_back(staged)
+    raise busy or TranscriptError(
+        f"{staged.target} was rewritten by a host while it was {done}; it is left as the host wrote it",
+        hint="run again once its session is idle",
+    )
+
+
+def _put_back(staged: Staged) -> None:
+    """Swap the replaced file back, with what a host appended to the new version in the meantime."""
+    staged.file.flush()
+    if not _exchange(staged.path, staged.target):
+        raise OSError(errno.EIO, f"cannot swap {staged.target} back")
+    fd = staged.file.fileno()  # now the replaced one's name, holding the new version
+    grown = os.fstat(fd).st_size
+    if grown > staged.size:
+        with open(staged.target, "ab") as f:
+            f.write(os.pread(fd, grown - staged.size, staged.size))
+            os.fsync(f.fileno())
+    fsync_dir(staged.target.parent)
+
+
+def _inode(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_RENAME_EXCHANGE = 2
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the files at `a` and `b` at once (renameat2 RENAME_EXCHANGE); False where the system cannot."""
+    renameat2 = getattr(_libc, "renameat2", None)
+    if renameat2 is None or not b.exists():
+        return False
+    at_fdcwd = -100
+    if renameat2(at_fdcwd, bytes(a), at_fdcwd, bytes(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
 
 
 def refuse_writers(target: Path) -> None:
@@ -196,6 +348,13 @@ class Writers:
                 hint="make sure no host has the session open, then run again with --assume-closed",
             )
         return None
+
+
+def _writers_of(fd: int, proc: Path = Path("/proc")) -> Writers:
+    """Who has the file of `fd` open for writing, whatever its name now; without /proc, no one can be told."""
+    if (proc / "self" / "fd").is_dir():
+        return _proc_writers(os.fstat(fd), proc)
+    return Writers([])
 
 
 def writers(path: Path, proc: Path = Path("/proc")) -> Writers:

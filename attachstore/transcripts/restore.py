@@ -15,7 +15,17 @@ from ..errors import AttachstoreError
 from ..service import Store
 from . import inline
 from .digest import Digest
-from .files import Snapshot, Staged, Steps, TranscriptError, outcome, refuse_writers, replace, same_file
+from .files import (
+    Snapshot,
+    Staged,
+    Steps,
+    TranscriptError,
+    appended_while,
+    outcome,
+    refuse_writers,
+    replace,
+    same_file,
+)
 from .scanner import Found, Scanner
 
 CHUNK = 1 << 20
@@ -128,6 +138,7 @@ class RestoreReport:
     bytes_before: int = 0
     bytes_after: int = 0
     sha256: str | None = None  # of the restored text
+    appended: int = 0  # bytes a host appended while the file was replaced, kept after it as they came
     reason: str | None = None
     message: str | None = None
     seconds: float = 0.0
@@ -139,6 +150,8 @@ class RestoreReport:
                 out[key] = getattr(self, key)
         out |= {"placeholders": self.placeholders, "refs": self.refs}
         out["bytes"] = {"before": self.bytes_before, "after": self.bytes_after}
+        if self.appended:
+            out["bytes"]["appended"] = self.appended
         out["sha256"] = self.sha256
         out["seconds"] = round(self.seconds, 3)
         return out
@@ -199,10 +212,11 @@ async def _restore_file(
                 return
             await asyncio.to_thread(staged.sync)
             check_writers = not assume_closed
-            await asyncio.to_thread(
-                replace, staged, source, before, check_writers=check_writers, done="restored"
+            appended = await asyncio.to_thread(
+                replace, staged, source, before, f.fileno(), check_writers=check_writers, done="restored"
             )
             report.status = "restored" if done.placeholders else "unchanged"
+            appended_while(report, appended)
         except BaseException:
             if staged is not None:
                 staged.discard()

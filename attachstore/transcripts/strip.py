@@ -21,7 +21,17 @@ from ..refs import Ref
 from ..service import Store, Upload
 from . import inline
 from .digest import Digest
-from .files import Snapshot, Staged, Steps, TranscriptError, outcome, refuse_writers, replace, same_file
+from .files import (
+    Snapshot,
+    Staged,
+    Steps,
+    TranscriptError,
+    appended_while,
+    outcome,
+    refuse_writers,
+    replace,
+    same_file,
+)
 from .formats import HEAD_BYTES, Format, detect
 from .restore import CHUNK, Restorer, Sink, restored_hash
 from .scanner import Event, Found, Scanner
@@ -88,6 +98,7 @@ class Report:
     bytes_after: int = 0
     sha256: str | None = None  # of the file as it was read
     sha256_after: str | None = None  # of what was written
+    appended: int = 0  # bytes a host appended while the file was replaced, kept after it as they came
     seconds: float = 0.0
 
     def summary(self) -> dict[str, Any]:
@@ -97,6 +108,8 @@ class Report:
                 out[key] = getattr(self, key)
         out["images"] = self.tally.summary()
         out["bytes"] = {"before": self.bytes_before, "after": self.bytes_after}
+        if self.appended:
+            out["bytes"]["appended"] = self.appended
         out["sha256"] = {"before": self.sha256, "after": self.sha256_after}
         out["seconds"] = round(self.seconds, 3)
         return out
@@ -245,7 +258,7 @@ class Stripper:
                     report.status = "dry-run"
                     return
                 options.steps("written")
-                await self._finish(source, output, staged, before, key, report, held)
+                await self._finish(source, f.fileno(), output, staged, before, key, report, held)
             except BaseException:
                 if staged is not None:
                     staged.discard()
@@ -254,6 +267,7 @@ class Stripper:
     async def _finish(
         self,
         source: Path,
+        kept: int,
         output: Path,
         staged: Staged,
         before: Snapshot,
@@ -291,8 +305,11 @@ class Stripper:
         if key is not None and (tally.replaced or held):
             report.session = key[1]
         check_writers = not self.options.assume_closed
-        await asyncio.to_thread(replace, staged, source, before, check_writers=check_writers, done="stripped")
+        appended = await asyncio.to_thread(
+            replace, staged, source, before, kept, check_writers=check_writers, done="stripped"
+        )
         report.status = "stripped" if tally.replaced else "unchanged"
+        appended_while(report, appended)
 
     async def _session(self, key: SessionKey) -> None:
         """The session exists: created (with no route) the first time a file needs it."""

@@ -17,9 +17,11 @@ import pytest
 
 from attachstore import server
 from attachstore.cli import main
+from attachstore.config import cores
 from attachstore.refs import Ref
 from tests.support.daemon import free_port, wait_ready
 from tests.support.images import jpeg, png
+from tests.support.waiting import until
 
 
 @pytest.fixture
@@ -272,19 +274,23 @@ def test_the_pid_a_workers_samples_are_filed_under_follows_a_fork() -> None:
 def test_serve_uses_one_worker_per_core_unless_told(tmp_path: Path, flags: list[str]) -> None:
     port = free_port()
     env = {**os.environ, "ATTACHSTORE_DATA_DIR": str(tmp_path / "data")}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "attachstore", "serve", "--listen", f"127.0.0.1:{port}", *flags],
-        env=env,
-        stderr=subprocess.PIPE,
-    )
+    log = tmp_path / "serve.log"
+    with open(log, "wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "attachstore", "serve", "--listen", f"127.0.0.1:{port}", *flags],
+            env=env,
+            stderr=err,
+        )
     try:
         wait_ready(f"http://127.0.0.1:{port}/readyz", proc)
+        # Logged once every worker listens (the first may answer /readyz before the others do).
+        until(lambda: "attachstore serving" in log.read_text(), "the serving line")
     finally:
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0, err
-    expected = 1 if flags else len(os.sched_getaffinity(0))
-    assert f"with {expected} worker(s)".encode() in err
+        proc.wait(timeout=60)
+    assert proc.returncode == 0, log.read_text()
+    expected = 1 if flags else cores()
+    assert f"with {expected} worker(s)" in log.read_text()
 
 
 def _serve_on_a_held_port(tmp_path: Path, *flags: str, reuse_port: bool = False) -> tuple[int, str]:

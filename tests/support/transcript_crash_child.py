@@ -4,7 +4,8 @@ step of the replacement.
     python -m tests.support.transcript_crash_child DATA_DIR FILE STEP
 
 Steps: reading (after the first chunk is read), created (the temporary file), written (all of it), held
-(the session's holds), synced (fsync), verified (restored and compared), renamed, dir_synced.
+(the session's holds), synced (fsync), verified (restored and compared), checked (the file is as it was
+read, the instant before the rename), renamed, dir_synced.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ REPLACED = {
     "held": False,
     "synced": False,
     "verified": False,
+    "checked": False,
     "renamed": True,
     "dir_synced": True,
 }

@@ -27,7 +27,10 @@ def test_a_staged_file_replaces_its_target_with_its_mode_and_times(tmp_path: Pat
     staged.write(b"new\n")
     staged.sync()
     assert target.read_bytes() == b"old\n"  # untouched until the rename
-    staged.commit(before)
+    staged.prepare(before)
+    assert staged.rename()  # exchanged: the replaced file is at the temporary name until the end
+    assert staged.path.read_bytes() == b"old\n"
+    staged.close(exchanged=True)
     assert target.read_bytes() == b"new\n"
     st = os.stat(target)
     assert (st.st_mode & 0o777, st.st_mtime_ns) == (0o640, before.mtime_ns)
