@@ -352,6 +352,8 @@ async def _or_nothing(call: Awaitable[list[Stored]]) -> list[Stored]:
 async def _no_code_zero(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
     """Middleware: a handler's unexpected exception is the JSON-RPC internal error (-32603), logged with
     its traceback. The SDK's dispatcher answers one with code 0 and the exception's text (its "v1 compat")."""
+    if ctx.request_id is None:  # a notification: no answer; the SDK logs what its handler raises
+        return await call_next(ctx)
     try:
         return await call_next(ctx)
     except (MCPError, ValidationError):  # the SDK's own answers: the error given, or -32602

@@ -16,10 +16,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+import anyio
 import mcp.types as types
 import pytest
 from mcp import Client
+from mcp.shared.message import SessionMessage
 
+from attachstore.mcp import Local, Roots, build
+from tests.conftest import MakeConfig
+from tests.mcp.conftest import ROUTES as MCP_ROUTES
 from tests.support.daemon import free_port, wait_ready
 from tests.support.images import png
 from tests.support.waiting import HANG, until
@@ -243,6 +248,42 @@ def test_malformed_input_gets_the_json_rpc_error_answer(raw: Any, config: Path, 
         assert answer.get("error", {}).get("code") == code, (line, answer)
         assert server.call("ping")["result"] == {}  # and the connection goes on
     assert "Traceback" not in server.stderr()
+
+
+async def test_a_bug_in_a_handler_is_an_internal_error_not_code_0(
+    make_config: MakeConfig, ws: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Over the streams stdio and HTTP serve (the SDK's JSON-RPC dispatcher, which answers an unexpected
+    exception with code 0 and its text), a bug is -32603 and its traceback goes to the log only."""
+
+    async def broken(self: Local) -> list[Any]:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(Local, "held", broken)
+    backend = Local(make_config(routes=MCP_ROUTES), "s", "vision")
+    server = build(backend, Roots([ws], cache=True, env={}))
+    to_server, server_reads = anyio.create_memory_object_stream[SessionMessage | Exception](8)
+    server_writes, from_server = anyio.create_memory_object_stream[SessionMessage](8)
+
+    async def ask(id: int, method: str, params: dict[str, Any] | None = None) -> Any:
+        request = types.JSONRPCRequest(jsonrpc="2.0", id=id, method=method, params=params)
+        await to_server.send(SessionMessage(request))
+        return (await from_server.receive()).message
+
+    async with anyio.create_task_group() as tg, to_server, from_server:
+        tg.start_soon(server.run, server_reads, server_writes, server.create_initialization_options())
+        client = {"name": "t", "version": "1"}
+        await ask(
+            0, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": client}
+        )
+        answer = await ask(1, "resources/list")
+        tg.cancel_scope.cancel()
+    assert isinstance(answer, types.JSONRPCError)
+    assert (answer.error.code, answer.error.message) == (
+        types.INTERNAL_ERROR,
+        "Internal error; the server's log says why",
+    )
+    assert "RuntimeError: a bug" in caplog.text
 
 
 def test_a_hard_link_to_a_file_outside_the_workspace_is_refused(
