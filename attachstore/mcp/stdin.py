@@ -20,20 +20,37 @@ import fcntl
 import json
 import os
 import stat
+import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import Protocol
 
 import anyio
 import mcp.types as types
+from mcp.shared.dispatcher import coerce_request_id
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
 CHUNK = 1 << 16
+# At the end of stdin, how long the requests already read have to be answered before the server ends (a
+# host that closes stdin and waits sends SIGTERM after its own wait, which ends the server at once).
+EOF_GRACE = 30.0
+
+
+class Sender(Protocol):
+    """The transport's write stream (the shape of the SDK's WriteStream, whose module is private)."""
+
+    async def send(self, item: SessionMessage, /) -> None: ...
+
+    async def aclose(self) -> None: ...
 
 
 class Lines:
     """`async for line in Lines(fd)`: the lines that are JSON-RPC messages, decoded (UTF-8, invalid bytes
-    replaced, as the SDK's own reader does); the others are answered through `reply_to`'s stream."""
+    replaced, as the SDK's own reader does); the others are answered through the stream `through` wraps.
+
+    At the end of stdin the lines end only once every request read has been answered (or cancelled by the
+    client, or EOF_GRACE has passed): reading a whole file or pipe at once, the SDK's dispatcher would
+    otherwise end with the last requests still unanswered."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
@@ -44,12 +61,21 @@ class Lines:
         self._pending = bytearray()
         self._scanned = 0  # no newline before this offset of _pending
         self._eof = False
-        self._writer: Any = None  # the transport's write stream, for the error answers
+        self._writer: Sender | None = None
         self._ready = anyio.Event()
+        self._unanswered: set[types.RequestId] = set()
+        self._answered = anyio.Event()
 
-    def reply_to(self, writer: Any) -> None:
+    def through(self, writer: Sender) -> _Answers:
+        """The transport's write stream, for the error answers; and the one to give the server, which
+        notes the requests answered."""
         self._writer = writer
         self._ready.set()
+        return _Answers(writer, self)
+
+    def answered(self, id: types.RequestId) -> None:
+        self._unanswered.discard(coerce_request_id(id))
+        self._answered.set()
 
     def __aiter__(self) -> Lines:
         return self
@@ -58,15 +84,27 @@ class Lines:
         while True:
             line = await self._line()
             if line is None:
+                await self._drain()
                 raise StopAsyncIteration
             if not line.strip():  # a blank line is no message, and asks for nothing
                 continue
-            error = malformed(line)
-            if error is None:
-                return line.decode("utf-8", errors="replace")
+            text = line.decode("utf-8", errors="replace")
+            message = parse(text)
+            if isinstance(message, types.JSONRPCRequest):
+                self._unanswered.add(coerce_request_id(message.id))
+            elif (cancelled := _cancelled(message)) is not None:  # the client waits for no answer
+                self.answered(cancelled)
+            if not isinstance(message, types.ErrorData):
+                return text
             await self._ready.wait()
-            answer = types.JSONRPCError(jsonrpc="2.0", id=None, error=error)
-            await self._writer.send(SessionMessage(answer))
+            assert self._writer is not None
+            await self._writer.send(SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=None, error=message)))
+
+    async def _drain(self) -> None:
+        with anyio.move_on_after(EOF_GRACE):
+            while self._unanswered:
+                self._answered = anyio.Event()
+                await self._answered.wait()
 
     async def _line(self) -> bytes | None:
         while True:
@@ -100,8 +138,8 @@ class Lines:
             return await self._read()
 
 
-def malformed(line: bytes) -> types.ErrorData | None:
-    """The JSON-RPC error for a line that is no message, as the SDK parses one (None: a message)."""
+def parse(line: str) -> types.JSONRPCMessage | types.ErrorData:
+    """The message of a line, as the SDK parses it, or the JSON-RPC error for a line that is no message."""
     invalid = types.ErrorData(
         code=types.INVALID_REQUEST, message="Invalid Request: the line is no JSON-RPC 2.0 message"
     )
@@ -115,28 +153,72 @@ def malformed(line: bytes) -> types.ErrorData | None:
     # which the SDK would handle without answering: it is an invalid request, answered as one.
     if isinstance(message, types.JSONRPCNotification) and "id" in json.loads(line):
         return invalid
-    return None
+    return message
+
+
+def _cancelled(message: types.JSONRPCMessage | types.ErrorData) -> types.RequestId | None:
+    """The request a `notifications/cancelled` cancels."""
+    if not isinstance(message, types.JSONRPCNotification) or message.method != "notifications/cancelled":
+        return None
+    cancelled = (message.params or {}).get("requestId")
+    return cancelled if isinstance(cancelled, str | int) and not isinstance(cancelled, bool) else None
+
+
+class _Answers:
+    """The write stream the server is given: the transport's, noting each request answered."""
+
+    def __init__(self, stream: Sender, lines: Lines) -> None:
+        self.stream = stream
+        self.lines = lines
+
+    async def send(self, item: SessionMessage, /) -> None:
+        await self.stream.send(item)
+        message = item.message
+        if isinstance(message, types.JSONRPCResponse | types.JSONRPCError) and message.id is not None:
+            self.lines.answered(message.id)
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
+
+    async def __aenter__(self) -> _Answers:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
 
 @contextlib.contextmanager
 def claimed() -> Iterator[Lines]:
     """Lines of fd 0, read from a private duplicate while fd 0 points at /dev/null; fd 0 is restored on
-    exit. With no fd 0 at all (the host gave none), the lines end at once."""
-    null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    exit. With no fd 0 at all (the host gave none: Python then has no sys.stdin, and fd 0 may since be
+    anything, the event loop's own epoll descriptor say), the lines end at once."""
     try:
-        private = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3)
+        private = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3) if _fd0_is_stdin() else -1
     except OSError:
+        private = -1
+    if private < 0:
+        null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
         try:
             yield Lines(null)
         finally:
             os.close(null)
         return
     try:
-        os.dup2(null, 0, inheritable=True)
+        null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            os.dup2(null, 0)
+        finally:
+            os.close(null)
         try:
             yield Lines(private)
         finally:
-            os.dup2(private, 0, inheritable=True)
+            os.dup2(private, 0)
     finally:
         os.close(private)
-        os.close(null)
+
+
+def _fd0_is_stdin() -> bool:
+    try:
+        return sys.stdin is not None and sys.stdin.fileno() == 0
+    except (AttributeError, OSError, ValueError):  # replaced by something without a descriptor
+        return False

@@ -176,6 +176,23 @@ def test_a_signal_ends_it_cleanly_while_stdin_stays_open(
     assert sorted(p.name for p in data.glob("index.sqlite3*")) == ["index.sqlite3"]
 
 
+def test_the_requests_read_before_stdin_ends_are_answered(config: Path, ws: Path) -> None:
+    """All at once, as from a file: the end of stdin ends the server only after its answers (reading the
+    whole input in one go must not leave the last requests to a dispatcher that is already closing)."""
+    pings = [{"jsonrpc": "2.0", "id": n, "method": "ping"} for n in range(1, 21)]
+    lines = [INITIALIZE, {"jsonrpc": "2.0", "method": "notifications/initialized"}, *pings]
+    proc = subprocess.Popen(
+        [*PYTHON, "mcp", "--config", str(config)],
+        cwd=ws,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    out, err = proc.communicate(b"".join(json.dumps(m).encode() + b"\n" for m in lines), timeout=HANG)
+    assert proc.returncode == 0, err
+    assert sorted(json.loads(line)["id"] for line in out.splitlines()) == list(range(21))
+
+
 # Finding 8: a daemon that cannot be reached, or refuses the token, leaves the resource lists empty (not a
 # protocol error, on which Claude Code and gemini-cli drop every tool of the server); the tools stay listed
 # and say why when called.
