@@ -31,7 +31,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="DIR",
-        help="read_image reads only under DIR (repeatable; default: the client's roots, else the cwd)",
+        help="read_image reads only under DIR (repeatable; default: the client's roots, else the cwd; over "
+        "--http, the client's roots within the cwd)",
     )
     s.add_argument("--session", metavar="ID", help="admit into this session (default: one per process)")
     s.add_argument("--route", metavar="MODEL", help="the model the images are for (default: the session's)")
@@ -72,7 +73,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
             raise ConfigError(f"--url: {e}") from None
     else:
         backend = mcp.Local(config, session, args.route)
-    roots = mcp.Roots(fixed, cache=where is None)
+    roots = mcp.Roots(fixed, cache=where is None, confined=where is not None)
     server = mcp.build(backend, roots, mcp.Options(args.structured, args.resource_links))
     if where is None:
         asyncio.run(mcp.stdio(server, backend))

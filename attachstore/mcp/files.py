@@ -2,13 +2,15 @@
 
 The path is resolved, symlinks included, and must land inside a root; a path that lands outside is refused
 without saying whether anything is there. Only a regular file is opened (never a FIFO, a device or a
-directory), without following a last symlink and without blocking, and the file that was opened is checked
-again, by its descriptor, against the roots: a symlink swapped in between the check and the open does not
-lead outside. A file over the bound is refused before a byte of it is read, and at most the bound is read
+directory, nor one with other hard links, which may be outside), without following a last symlink and without
+blocking, and the file that was opened is checked again, by its descriptor, against the roots: a symlink
+swapped in between the check and the open does not lead outside. A path that changes while it resolves is
+not found. A file over the bound is refused before a byte of it is read, and at most the bound is read
 from one that grows meanwhile."""
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Sequence
@@ -72,7 +74,11 @@ def read_inside(roots: Sequence[Path], asked: str, bound: int) -> Found:
     candidates = [given] if given.is_absolute() else [root / given for root in roots]
     inside = False
     for candidate in candidates:
-        loose = Path(os.path.realpath(candidate))  # as far as it resolves; says nothing of what exists
+        try:
+            loose = Path(os.path.realpath(candidate))  # as far as it resolves; says nothing of what exists
+        except OSError:  # a symlink swapped for a directory as it resolved (readlink: EINVAL): not found
+            inside = True
+            continue
         if not _within(loose, roots):
             continue
         inside = True
@@ -81,7 +87,10 @@ def read_inside(roots: Sequence[Path], asked: str, bound: int) -> Found:
         except OSError:
             continue
         if _within(real, roots):
-            return _read(real, asked, roots, bound)
+            try:
+                return _read(real, asked, roots, bound)
+            except _Gone:  # removed or swapped since it resolved: as if it had not been there
+                continue
     if not inside:
         raise Unreadable(f"{shown(asked)} is outside the workspace; only files under {where} can be read")
     raise Unreadable(f"{shown(asked)} does not exist in the workspace ({where})")
@@ -95,7 +104,7 @@ def _read(real: Path, asked: str, roots: Sequence[Path], bound: int) -> Found:
     try:
         before = os.stat(real)
     except OSError as e:
-        raise Unreadable(f"cannot read {shown(asked)}: {e.strerror}") from None
+        raise _failed(asked, e) from None
     _regular(before, asked)
     if before.st_size > bound:
         raise TooLarge(before.st_size)
@@ -103,7 +112,7 @@ def _read(real: Path, asked: str, roots: Sequence[Path], bound: int) -> Found:
     try:
         fd = os.open(real, flags)
     except OSError as e:
-        raise Unreadable(f"cannot read {shown(asked)}: {e.strerror}") from None
+        raise _failed(asked, e) from None
     try:
         opened = os.fstat(fd)
         _regular(opened, asked)
@@ -117,7 +126,7 @@ def _read(real: Path, asked: str, roots: Sequence[Path], bound: int) -> Found:
             chunks.append(chunk)
             size += len(chunk)
     except OSError as e:
-        raise Unreadable(f"cannot read {shown(asked)}: {e.strerror}") from None
+        raise _failed(asked, e) from None
     finally:
         os.close(fd)
     if size > bound:
@@ -132,6 +141,25 @@ def _regular(st: os.stat_result, asked: str) -> None:
         raise Unreadable(
             f"{shown(asked)} is not a regular file (a pipe, socket or device), not an image file"
         )
+    # A hard link is the same file under another name, and nothing says where its other names are: one
+    # may be outside the workspace (docs/mcp.md, "Workspace roots").
+    if st.st_nlink > 1:
+        raise Unreadable(
+            f"{shown(asked)} has other hard links, which may be outside the workspace; copy it into the "
+            "workspace (cp, not ln or cp -l) to read it"
+        )
+
+
+class _Gone(Exception):
+    """The file went away, or a directory on its path became something else, after its path resolved."""
+
+
+def _failed(asked: str, e: OSError) -> Exception:
+    if e.errno in (errno.ENOENT, errno.ENOTDIR):
+        return _Gone()
+    if e.errno == errno.ELOOP:  # O_NOFOLLOW met a symlink swapped in for the file
+        return Unreadable(f"{shown(asked)} changed while it was opened; read it again")
+    return Unreadable(f"cannot read {shown(asked)}: {e.strerror}")
 
 
 def _fd_within(fd: int, roots: Sequence[Path]) -> bool:

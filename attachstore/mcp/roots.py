@@ -1,5 +1,6 @@
 """The workspace roots read_image may read under: `--workspace`, else the MCP client's roots, else
-$CLAUDE_PROJECT_DIR, else the current directory (docs/mcp.md).
+$CLAUDE_PROJECT_DIR, else the current directory (docs/mcp.md). Over HTTP the client's roots only narrow
+the workspace, which is then `--workspace`, else $CLAUDE_PROJECT_DIR, else the current directory.
 
 The client's roots are asked in the way its protocol version allows: a `roots/list` request to the client
 (2025-11-25 and before), or, where the server has no way to ask (2026-07-28), an input request in the tool
@@ -42,10 +43,19 @@ class Roots:
     asked for, and kept until the client says they changed when `cache` is true (stdio: one client per
     process), or asked again on every call (HTTP, where several clients share the process)."""
 
-    def __init__(self, fixed: Sequence[Path], cache: bool, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        fixed: Sequence[Path],
+        cache: bool,
+        env: Mapping[str, str] | None = None,
+        confined: bool = False,
+    ) -> None:
         self.fixed = list(fixed)
         self.cache = cache
         self.default = fallback(os.environ if env is None else env)
+        # Over HTTP any local process may connect and answer roots/list: its roots then only narrow the
+        # workspace the server was started with, never widen it.
+        self.confined = confined
         self._known: list[Path] | None = None
 
     def changed(self) -> None:
@@ -85,4 +95,21 @@ class Roots:
         return roots
 
     def _from(self, answer: types.ListRootsResult) -> list[Path]:
-        return file_roots([str(root.uri) for root in answer.roots]) or self.default
+        roots = file_roots([str(root.uri) for root in answer.roots])
+        if self.confined:
+            roots = narrowed(roots, self.default)
+        return roots or self.default
+
+
+def narrowed(roots: Sequence[Path], workspace: Sequence[Path]) -> list[Path]:
+    """What of the client's roots lies in the workspace: a root inside it, or the workspace itself where a
+    root holds it (`file:///` holds everything). A root beside it gives nothing."""
+    kept: list[Path] = []
+    for root in roots:
+        for w in workspace:
+            inner = root if root.is_relative_to(w) else w if w.is_relative_to(root) else None
+            if inner is not None and inner not in kept:
+                kept.append(inner)
+    if roots and not kept:
+        log.warning("the client's roots are all outside the workspace; using %s", workspace[0])
+    return kept

@@ -7,11 +7,13 @@ import asyncio
 import contextlib
 import ipaddress
 import signal
-from typing import Any
+from typing import Any, cast
 
+import anyio
 from mcp.server import Server
 from mcp.server.stdio import stdio_server
 
+from . import stdin
 from .backends import Backend
 
 LOOPBACK_NAMES = ("localhost",)
@@ -27,9 +29,14 @@ def loopback(host: str) -> bool:
 
 
 async def stdio(server: Server[Any], backend: Backend) -> None:
+    """Until the client closes stdin (and its requests are answered), or SIGTERM or SIGINT (stdin may stay
+    open: its reading is cancellable, see stdin.py)."""
     try:
-        async with _stopped_by_signals(), stdio_server() as (read, write):
-            await server.run(read, write, server.create_initialization_options())
+        async with _stopped_by_signals():
+            with stdin.claimed() as lines:
+                # stdio_server() takes an anyio.AsyncFile; it only iterates over it for lines.
+                async with stdio_server(stdin=cast("anyio.AsyncFile[str]", lines)) as (read, write):
+                    await server.run(read, lines.through(write), server.create_initialization_options())
     finally:
         await backend.close()
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,9 @@ from typing import Any, Literal
 import mcp.types as types
 import pybase64
 from mcp.server import Server, ServerRequestContext
+from mcp.server.context import CallNext, HandlerResult
 from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
 
 from .. import __version__, gate
 from ..client import ConnectionFailed
@@ -278,7 +281,7 @@ class Tools:
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListResourcesResult:
         start = _cursor(params.cursor if params is not None else None)
-        held = await _or_error(self.backend.held())
+        held = await _or_nothing(self.backend.held())
         page = held[start : start + PAGE]
         return types.ListResourcesResult(
             resources=[
@@ -324,18 +327,40 @@ class Tools:
 
 
 def _cursor(cursor: str | None) -> int:
+    """The offset a nextCursor of this server names: ASCII digits (str.isdigit() takes "²", which int()
+    refuses), few enough for any list (int() refuses 4,300 digits and more)."""
     if cursor is None:
         return 0
-    if not cursor.isdigit():
+    if not re.fullmatch(r"[0-9]{1,18}", cursor):
         raise MCPError(types.INVALID_PARAMS, f"not a cursor of this server: {cursor[:40]!r}")
     return int(cursor)
 
 
-async def _or_error(call: Awaitable[list[Stored]]) -> list[Stored]:
+async def _or_nothing(call: Awaitable[list[Stored]]) -> list[Stored]:
+    """The session's holds, or none where the store cannot list them (the daemon is down, the token is
+    refused, the data dir cannot be opened): logged, and answered as an empty list, not as a protocol error,
+    on which hosts (Claude Code, gemini-cli) drop every tool of the server. The tools then say why."""
     try:
         return await call
     except AttachstoreError as e:
-        raise MCPError(types.INTERNAL_ERROR, f"{e.code}: {e.message}") from None
+        log.warning("resources/list: nothing listed, the store answered %s: %s", e.code, e.message)
+    except (OSError, ConfigError, IndexUnusable) as e:
+        log.warning("resources/list: nothing listed, attachstore cannot use its store: %s", e)
+    return []
+
+
+async def _no_code_zero(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+    """Middleware: a handler's unexpected exception is the JSON-RPC internal error (-32603), logged with
+    its traceback. The SDK's dispatcher answers one with code 0 and the exception's text (its "v1 compat")."""
+    if ctx.request_id is None:  # a notification: no answer; the SDK logs what its handler raises
+        return await call_next(ctx)
+    try:
+        return await call_next(ctx)
+    except (MCPError, ValidationError):  # the SDK's own answers: the error given, or -32602
+        raise
+    except Exception as e:
+        log.exception("%s failed", ctx.method)
+        raise MCPError(types.INTERNAL_ERROR, "Internal error; the server's log says why") from e
 
 
 def build(backend: Backend, roots: Roots, options: Options = Options()) -> Server[Any]:
@@ -351,6 +376,7 @@ def build(backend: Backend, roots: Roots, options: Options = Options()) -> Serve
         on_list_resource_templates=tools.list_templates,
         on_read_resource=tools.read_resource,
     )
+    server.middleware.append(_no_code_zero)
     # Not Server(on_roots_list_changed=...): that warns (MCPDeprecationWarning) as it is made.
     server.add_notification_handler(
         "notifications/roots/list_changed", types.NotificationParams, tools.roots_changed

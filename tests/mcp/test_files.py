@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -147,3 +149,40 @@ def test_file_roots_keep_local_directories_only(tmp_path: Path, ws: Path) -> Non
     ]
     assert file_roots(uris) == [ws]
     assert file_roots([(ws / "shot.png").as_uri()]) == []  # a file is not a root
+
+
+@pytest.mark.parametrize("errno_", [errno.EINVAL, errno.ENOENT])
+def test_a_symlink_swapped_away_as_it_resolves_is_not_found(
+    ws: Path, monkeypatch: pytest.MonkeyPatch, errno_: int
+) -> None:
+    """realpath lstat()s a symlink, then readlink()s it: swapped for a directory (EINVAL) or removed
+    (ENOENT) in between, readlink raises, and that is a race, answered "not found"."""
+    os.symlink(ws / "sub", ws / "link")
+
+    def swapped(path: object, *args: object, **kwargs: object) -> str:
+        raise OSError(errno_, os.strerror(errno_), str(path))
+
+    monkeypatch.setattr(os, "readlink", swapped)
+    assert refused(roots(ws), "link/deep.png") == f"'link/deep.png' does not exist in the workspace ({ws})"
+
+
+def test_a_file_removed_after_it_resolved_is_not_found(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_open = os.open
+
+    def removed_first(path: object, *args: Any, **kwargs: Any) -> int:
+        if str(path).endswith("shot.png"):
+            os.unlink(str(path))
+        return real_open(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(files.os, "open", removed_first)
+    assert refused(roots(ws), "shot.png") == f"'shot.png' does not exist in the workspace ({ws})"
+
+
+def test_a_file_with_other_hard_links_is_refused(tmp_path: Path, ws: Path) -> None:
+    os.link(tmp_path / "secret.png", ws / "linked.png")
+    assert refused(roots(ws), "linked.png") == (
+        "'linked.png' has other hard links, which may be outside the workspace; copy it into the workspace "
+        "(cp, not ln or cp -l) to read it"
+    )
+    os.unlink(tmp_path / "secret.png")  # its one name now is inside: it is read
+    assert read_inside(roots(ws), "linked.png", BOUND).data == png(4, 4, seed=9)

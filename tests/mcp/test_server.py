@@ -325,6 +325,9 @@ async def test_a_store_that_cannot_open_is_a_tool_error(connect: Connect, tmp_pa
     blocked = tmp_path / "not-a-dir"
     blocked.write_text("")
     async with connect(config={"data_dir": str(blocked / "data")}, mode=mode) as c:
+        # Listed as empty, not a protocol error (on which hosts drop the server's tools); the tools say why.
+        assert (await c.list_resources()).resources == []
+        assert len((await c.list_resource_templates()).resource_templates) == 1
         text = refusal(await c.call_tool("read_image", {"path": "shot.png"}))
     assert text == (
         "read_image: attachstore answered STORAGE_UNAVAILABLE: "
