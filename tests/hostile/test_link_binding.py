@@ -10,9 +10,11 @@ derived again from the victim's own bytes (and linked with a fresh check), the r
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.client
 import json
 import sqlite3
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -60,8 +62,15 @@ def _sent(daemon: Any, tenant: str, how: str, ref: str, **headers: str) -> tuple
     return _ask(daemon, tenant, "POST", "/v1/render", body)
 
 
-def _index(daemon: Any) -> sqlite3.Connection:
-    return sqlite3.connect(daemon.data_dir / "index.sqlite3", timeout=60)
+@contextlib.contextmanager
+def _index(daemon: Any) -> Iterator[sqlite3.Connection]:
+    """The daemon's index, written in one transaction, and closed."""
+    db = sqlite3.connect(daemon.data_dir / "index.sqlite3", timeout=60)
+    try:
+        with db:
+            yield db
+    finally:
+        db.close()
 
 
 def _link(db: sqlite3.Connection, source: str) -> tuple[str, str]:
