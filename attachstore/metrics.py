@@ -33,6 +33,14 @@ class Metrics:
             ["result"],
             registry=r,
         )
+        self.links_refused = Counter(
+            "attachstore_variant_links_refused",
+            "Variant links (request variants, previews) not followed, the variant derived again, by why: "
+            "unchecked (older than link checks) or mismatch (the link's keyed check does not hold: damaged "
+            "or forged in the index)",
+            ["reason"],
+            registry=r,
+        )
         self.dedup_hits = Counter(
             "attachstore_dedup_hits", "Admitted images whose intact bytes were already stored", registry=r
         )

@@ -69,6 +69,8 @@ KEY_BYTES = 32
 _KEY_ID_CONTEXT = b"attachstore check key id"
 # What the keyed hash of a check starts with, before the fields it binds: checks of this kind and no other.
 _CHECK_CONTEXT = b"attachstore keyed check 2: ref, size, media type, bytes\x00"
+# And that of a link's check, over what it binds: a check of one kind never holds as one of the other.
+_LINK_CONTEXT = b"attachstore link check 1: source ref, spec, variant ref\x00"
 _FIELD = struct.Struct(">H")  # the length of a text field
 _SIZE = struct.Struct(">Q")
 _VERSION = "v2"  # checks of the bytes alone (schema 8) had none: they are not `mine`
@@ -111,6 +113,22 @@ class Checker:
         `media_type`."""
         return self._hash(ref, size, media_type, data) == check[len(self._prefix) :]
 
+    def link(self, source: str, spec: str, variant: str) -> str:
+        """The check of a variant link: `source`'s variant derived with `spec` is the object `variant` (each
+        a canonical ref, and the spec's key). Written like an object's check, made over other fields after
+        another context."""
+        return self._prefix + self._link_hash(source, spec, variant)
+
+    def link_holds(self, check: str | None, source: str, spec: str, variant: str) -> bool:
+        """Whether `check` is this key's check of the link from `source` with `spec` to `variant`: False
+        for none (a link older than link checks), another key's, or one made for another link."""
+        return (
+            self.mine(check) and self._link_hash(source, spec, variant) == (check or "")[len(self._prefix) :]
+        )
+
+    def _link_hash(self, source: str, spec: str, variant: str) -> str:
+        return blake3.blake3(_LINK_CONTEXT + _framed(source, spec, variant), key=self._key).hexdigest()
+
     def _hash(self, ref: str, size: int, media_type: str, data: Buffer) -> str:
         h = blake3.blake3(_bound(ref, size, media_type), key=self._key)
         h.update(data)
@@ -121,6 +139,11 @@ def _bound(ref: str, size: int, media_type: str) -> bytes:
     """The fields a check binds, each framed by its length, so that no two sets of them run together."""
     name, kind = ref.encode(), media_type.encode()
     return _CHECK_CONTEXT + _FIELD.pack(len(name)) + name + _SIZE.pack(size) + _FIELD.pack(len(kind)) + kind
+
+
+def _framed(*fields: str) -> bytes:
+    """Text fields, each framed by its length: no two lists of them run together."""
+    return b"".join(_FIELD.pack(len(b)) + b for b in (f.encode() for f in fields))
 
 
 def _what_is_wrong(text: str) -> tuple[str, str]:

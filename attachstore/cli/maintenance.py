@@ -220,6 +220,10 @@ _REPAIRS = {
         "rewrites the row that disagrees with its bytes",
         "rewrites the {n} rows that disagree with their bytes",
     ),
+    Kind.LINK_MISMATCH: (
+        "removes the variant link whose check does not hold",
+        "removes the {n} variant links whose checks do not hold",
+    ),
 }
 
 

@@ -1,7 +1,7 @@
 """The index: a row per published object, sessions and their holds, grants, variants and maintenance runs;
 in SQLite (the embedded default) or PostgreSQL (many nodes). Knows nothing of bytes, images or HTTP."""
 
-from .rows import COLUMNS, Hold, NodeRow, ObjectRow, PolicyRecord, SessionKey, SessionRow
+from .rows import COLUMNS, Hold, Link, LinkRow, NodeRow, ObjectRow, PolicyRecord, SessionKey, SessionRow
 from .schema import SCHEMA_VERSION, IndexUnusable
 from .sqlite import BUSY_TIMEOUT_MS, Index, rows_in
 
@@ -12,6 +12,8 @@ __all__ = [
     "Hold",
     "Index",
     "IndexUnusable",
+    "Link",
+    "LinkRow",
     "NodeRow",
     "ObjectRow",
     "PolicyRecord",

@@ -108,6 +108,9 @@ MIGRATIONS: list[list[str]] = [
     [
         "UPDATE objects SET keyed_check = NULL WHERE keyed_check IS NOT NULL",
     ],
+    [
+        "ALTER TABLE variants ADD COLUMN link_check text",
+    ],
 ]
 if len(MIGRATIONS) != len(schema.MIGRATIONS):
     raise ImportError(

@@ -50,7 +50,7 @@ from . import policy, sessions
 from .dialect import CallbackFailed, Reads, Tx, call, guard
 from .objects import OBJECT_COLUMNS, object_row, renew, rows_of
 from .policy import Decide
-from .rows import COLUMNS, Hold, NodeRow, ObjectRow, PolicyRecord, SessionKey, SessionRow
+from .rows import COLUMNS, Hold, Link, LinkRow, NodeRow, ObjectRow, PolicyRecord, SessionKey, SessionRow
 
 T = TypeVar("T")
 
@@ -302,20 +302,58 @@ class Operations(ABC):
 
     # -- variants --------------------------------------------------------------------------------------------
 
-    async def variant(self, source: str, spec: str) -> ObjectRow | None:
-        """The row of the variant of `source` derived with `spec`, if there is one."""
+    async def variant(self, source: str, spec: str) -> Link | None:
+        """The link from `source` with `spec`, with its variant's row, if there is one. The link is as the
+        index records it: its check is for the caller to verify (refs.Checker.link_holds) before following
+        it."""
         found = await self._reads.fetch(
-            f"""SELECT {OBJECT_COLUMNS} FROM variants JOIN objects ON objects.ref = variants.variant
+            f"""SELECT {OBJECT_COLUMNS}, variants.link_check FROM variants
+            JOIN objects ON objects.ref = variants.variant
             WHERE variants.source = $1 AND variants.spec = $2""",
             source,
             spec,
         )
-        return object_row(found[0]) if found else None
+        if not found:
+            return None
+        *row, check = found[0]
+        return Link(source, spec, ObjectRow(*row), check)
+
+    async def links(self) -> list[LinkRow]:
+        """Every variant link, in the order of source and spec (for the audit)."""
+        found = await self._reads.fetch(
+            "SELECT source, spec, variant, link_check FROM variants ORDER BY source, spec"
+        )
+        return [LinkRow(*r) for r in found]
+
+    async def unlink(self, link: LinkRow) -> bool:
+        """Remove the link from `link.source` with `link.spec` if it still is `link` (variant and check),
+        under the source's lock; whether it was removed. The variant stays, for gc to collect when nothing
+        else keeps it; the source's variant is derived again, and linked with a check, when next wanted."""
+
+        async def work(tx: Tx) -> bool:
+            await tx.lock_refs([link.source])
+            now = await tx.fetch(
+                "SELECT variant, link_check FROM variants WHERE source = $1 AND spec = $2",
+                link.source,
+                link.spec,
+            )
+            if not now or (now[0][0], now[0][1]) != (link.variant, link.check):
+                return False
+            await tx.execute("DELETE FROM variants WHERE source = $1 AND spec = $2", link.source, link.spec)
+            return True
+
+        return await self._write(work)
 
     async def publish_variant(
-        self, row: ObjectRow, source: str, spec: str, check: Callable[[], Awaitable[object]]
+        self,
+        row: ObjectRow,
+        source: str,
+        spec: str,
+        check: Callable[[], Awaitable[object]],
+        link_check: str | None,
     ) -> bool:
-        """Publish a derived object and link it to its source, in one transaction; False (nothing committed)
+        """Publish a derived object and link it to its source with the link's keyed check (None: a link
+        copied without one, derived again when next wanted), in one transaction; False (nothing committed)
         when the source is gone, collected meanwhile. `check` runs under the locks first."""
 
         async def work(tx: Tx) -> bool:
@@ -325,12 +363,15 @@ class Operations(ABC):
             await call(check)
             await tx.execute(_UPSERT_OBJECT, *_object_values(row))
             await tx.execute(
-                """INSERT INTO variants (source, spec, variant, created_at) VALUES ($1, $2, $3, $4)
-                ON CONFLICT (source, spec) DO UPDATE SET variant = excluded.variant""",
+                """INSERT INTO variants (source, spec, variant, created_at, link_check)
+                VALUES ($1, $2, $3, $4, $5)
+                ON CONFLICT (source, spec) DO UPDATE SET
+                    variant = excluded.variant, link_check = excluded.link_check""",
                 source,
                 spec,
                 row.ref,
                 row.lease_at,
+                link_check,
             )
             return True
 

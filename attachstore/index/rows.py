@@ -26,6 +26,25 @@ class ObjectRow(NamedTuple):
     keyed_check: str | None = None
 
 
+class Link(NamedTuple):
+    """A variant link as the index records it: `source`'s variant derived with `spec` is the object of
+    `row`. `check` is the link's keyed check (refs.Checker.link), None on links older than link checks."""
+
+    source: str
+    spec: str
+    row: ObjectRow
+    check: str | None
+
+
+class LinkRow(NamedTuple):
+    """A variant link's own row, without its variant's object row (for the audit)."""
+
+    source: str
+    spec: str
+    variant: str
+    check: str | None
+
+
 COLUMNS = "ref, media_type, bytes, width, height, frames, name, created_at, lease_at, state, keyed_check"
 
 SessionKey = tuple[str, str]  # (tenant, session id)

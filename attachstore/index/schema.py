@@ -110,6 +110,12 @@ MIGRATIONS: list[list[str]] = [
         # address until its first verified read (or the audit) records a bound check, as after version 8.
         "UPDATE objects SET keyed_check = NULL WHERE keyed_check IS NOT NULL",
     ],
+    [
+        # The keyed check of a variant link (refs.Checker.link: the source, the spec and the variant),
+        # recorded with the link and verified before it is followed. Links older than it have none: each is
+        # derived again, and linked with a check, the first time it is wanted.
+        "ALTER TABLE variants ADD COLUMN link_check TEXT",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -136,6 +136,8 @@ class Audit:
         report.rows += len(run.seen & rows.keys())
         if bar:
             bar.finish()
+        if self.sample >= 1.0:
+            await self._links(report)
         figures = {"files": report.files, "bytes": report.bytes, "findings": len(report.findings)}
         await self.store.index.record_run("audit" if self.sample >= 1 else "audit_sample", figures)
         return report
@@ -340,6 +342,30 @@ class Audit:
         report.findings.append(Finding(Kind.STRAY_FILE, str(ref), str(f.path), detail, done))
 
     # -- a row without a file ---------------------------------------------------------------------------
+
+    async def _links(self, report: AuditReport) -> None:
+        """Every variant link against its keyed check. A link whose check does not hold (damaged, or forged
+        to send another object in place of its source's variant) is a finding, and --repair removes it: the
+        daemon would not follow it anyway, and derives the variant again. A link without a check of this key
+        (older than link checks) is counted only: the daemon derives it again on first use."""
+        checker = self.store.checker
+        for link in await self.store.index.links():
+            report.links += 1
+            if not checker.mine(link.check):
+                report.links_unchecked += 1
+                continue
+            if checker.link_holds(link.check, link.source, link.spec, link.variant):
+                continue
+            done = None
+            if self.repair:
+                removed = await self.store.index.unlink(link)
+                done = "removed the link (the variant is derived again when next wanted)" if removed else None
+                done = done or "relinked meanwhile: left"
+            detail = (
+                f"the link of {link.spec!r} to {link.variant} does not fit its keyed check (damaged or "
+                "forged in the index): it is not followed"
+            )
+            report.findings.append(Finding(Kind.LINK_MISMATCH, link.source, None, detail, done))
 
     async def _check_row_without_file(self, row: ObjectRow, report: AuditReport) -> None:
         ref = Ref.parse(row.ref)

@@ -265,13 +265,16 @@ class _Copy(Stage):
                 )
                 continue
             found = await self.store.index.variant(link.source, link.spec)
-            if found is not None and found.ref == link.variant:
+            if found is not None and found.row.ref == link.variant:
                 continue
             # Publishing the link publishes the variant's row again: with its lease, never moved back.
             row = self.snapshot.rows[link.variant]
             there = await self.store.index.get(link.variant)
             row = row._replace(lease_at=max(row.lease_at, there.lease_at if there else 0.0))
-            if await self.store.index.publish_variant(row, link.source, link.spec, self._in_place([row])):
+            # Its check goes with it: where it does not hold (another check key, none), the target derives
+            # the variant again when it is first wanted, as for any link whose check does not hold.
+            in_place = self._in_place([row])
+            if await self.store.index.publish_variant(row, link.source, link.spec, in_place, link.check):
                 self.report.variants += 1
 
     async def _sessions(self) -> None:

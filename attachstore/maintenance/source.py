@@ -40,6 +40,7 @@ class VariantLink:
     source: str
     spec: str
     variant: str
+    check: str | None  # the link's keyed check, copied as it is: it holds where the check key is the same
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,9 @@ def read_source(path: Path) -> Snapshot:
         ]
         variants = [
             VariantLink(*r)
-            for r in db.execute("SELECT source, spec, variant FROM variants ORDER BY source, spec")
+            for r in db.execute(
+                "SELECT source, spec, variant, link_check FROM variants ORDER BY source, spec"
+            )
         ]
         runs = {
             c: (at, json.loads(f))

@@ -134,10 +134,11 @@ class Verify(Stage):
     async def _variants(self) -> None:
         for link in self.snapshot.variants:
             if {link.source, link.variant} <= self.wanted.keys():
-                found = await self.store.index.variant(link.source, link.spec)
-                if found is None or found.ref != link.variant:
+                link_now = await self.store.index.variant(link.source, link.spec)
+                found = link_now.row.ref if link_now else None
+                if found != link.variant:
                     what = f"{link.source} {link.spec}"
-                    self._differ("variant", what, f"links {found.ref if found else None}, not {link.variant}")
+                    self._differ("variant", what, f"links {found}, not {link.variant}")
 
 
 def _holds_change(target: tuple[str, ...], source: tuple[str, ...]) -> str:

@@ -38,7 +38,8 @@ class Previews:
         _, row = await self.reads.row(text, tenant)
         if not spec.exceeded_by(row):
             return row.ref
-        found = await self.variants.index.variant(row.ref, spec.key)
+        # A link whose check does not hold names no preview: the GET that follows derives it again.
+        found = self.variants.followed(await self.variants.index.variant(row.ref, spec.key))
         return found.ref if found is not None and found.state == "ok" else None
 
     async def preview(self, text: str, size: int, tenant: str | None) -> tuple[ImageRef, bytes | bytearray]:

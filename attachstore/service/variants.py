@@ -5,6 +5,7 @@ source in the index, so that gc collects it with its source."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -16,7 +17,7 @@ import msgspec
 from ..config import Config
 from ..errors import AttachstoreError, Corrupt, Missing, NotFound, Rejected, ServerBusy, StorageUnavailable
 from ..gate import DecodePool
-from ..index import Index, ObjectRow
+from ..index import Index, Link, ObjectRow
 from ..metrics import Metrics
 from ..refs import Checker, Ref
 from ..storage import Put
@@ -25,6 +26,8 @@ from .publish import Check, Publisher
 
 if TYPE_CHECKING:
     from ..index.postgres import PgIndex
+
+log = logging.getLogger(__name__)
 
 # A variant that could not be made is not tried again for this long (renders of a conversation repeat):
 # a failure costs up to decode_timeout of a decode worker. At most _UNFIT_KEPT are remembered.
@@ -102,7 +105,7 @@ class Variants:
         AttachstoreError (the source is unreadable, or no variant fits)."""
         key = (source.ref, spec.key)
         if not again:
-            found = await self.index.variant(*key)
+            found = self.followed(await self.index.variant(*key), count=True)
             if found is not None and found.state == "ok":
                 self.metrics.variants.labels("cached").inc()
                 return found
@@ -133,6 +136,37 @@ class Variants:
                 now = time.monotonic()
                 self._unfit = {k: v for k, v in self._unfit.items() if v[0] > now}
             raise
+
+    def followed(self, link: Link | None, *, count: bool = False) -> ObjectRow | None:
+        """The variant's row of `link` if its keyed check holds for its source, spec and variant; None
+        when there is no link, or when its check is missing (a link older than link checks) or does not
+        hold (damaged or forged in the index: pointed at another stored object, which would verify as
+        itself). A link not followed is derived again, which records a checked one in its place; with
+        `count`, it is counted in attachstore_variant_links_refused_total and logged."""
+        if link is None:
+            return None
+        if self.checker.link_holds(link.check, link.source, link.spec, link.row.ref):
+            return link.row
+        if count:
+            # None, or another key's (a store copied from one with another key): unchecked, not forged.
+            why = "mismatch" if self.checker.mine(link.check) else "unchecked"
+            self.metrics.links_refused.labels(why).inc()
+            if why == "unchecked":
+                log.info(
+                    "the variant link of %s (%s) has no keyed check of this key (older than link checks, or "
+                    "copied from a store with another key): derived again",
+                    link.source,
+                    link.spec,
+                )
+            else:
+                log.warning(
+                    "the variant link of %s (%s) to %s does not fit its keyed check (damaged or forged in "
+                    "the index): not followed, the variant is derived again",
+                    link.source,
+                    link.spec,
+                    link.row.ref,
+                )
+        return None
 
     def _derived(self, running: tuple[str, str, str], task: asyncio.Future[ObjectRow]) -> None:
         self._deriving.pop(running, None)
@@ -197,7 +231,8 @@ class Variants:
                 now,
                 keyed_check=passed.check,
             )
-            if not await self.index.publish_variant(row, source.ref, spec.key, check):
+            link = self.checker.link(source.ref, spec.key, row.ref)
+            if not await self.index.publish_variant(row, source.ref, spec.key, check, link):
                 raise NotFound(f"no attachment {source.ref}: it was collected while its variant was made")
             return row
 

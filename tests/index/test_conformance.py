@@ -26,7 +26,7 @@ import asyncpg
 import pytest
 
 from attachstore.errors import NotFound, SessionConflict, SessionNotFound, StorageFull, StorageUnavailable
-from attachstore.index import Hold, Index, NodeRow, ObjectRow, PolicyRecord, SessionRow, schema
+from attachstore.index import Hold, Index, Link, LinkRow, NodeRow, ObjectRow, PolicyRecord, SessionRow, schema
 from attachstore.index import postgres as pgindex
 from attachstore.index.postgres import PgIndex
 from attachstore.index.schema import SCHEMA_VERSION, IndexUnusable
@@ -324,8 +324,8 @@ async def test_an_older_index_is_migrated_forward(blank: Store) -> None:
     got = await index.get(A, "alpha")
     assert got is not None
     assert got.name == "old.png"
-    assert await index.publish_variant(row(B, None), A, "fit", nothing)
-    assert await index.variant(A, "fit") == row(B, None)
+    assert await index.publish_variant(row(B, None), A, "fit", nothing, "l")
+    assert await index.variant(A, "fit") == Link(A, "fit", row(B, None), "l")
 
 
 async def test_a_version_7_index_gains_the_keyed_check_column_empty(blank: Store) -> None:
@@ -353,11 +353,33 @@ async def test_a_version_8_index_drops_its_checks_of_the_bytes_alone(blank: Stor
         VALUES ('{B}', 'image/png', 10, 2, 3, 1, NULL, 1.0, 1.0)""",
     )
     index = await blank.open()
-    assert await blank.version() == SCHEMA_VERSION == 9
+    assert await blank.version() == SCHEMA_VERSION
     assert await index.get(A) == ObjectRow(A, "image/png", 10, 2, 3, 1, "a.png", 1.0, 1.0)
     assert await index.get(B) == ObjectRow(B, "image/png", 10, 2, 3, 1, None, 1.0, 1.0)
     await index.record_check(A, "v2:k:bb")
     assert (await index.get(A)).keyed_check == "v2:k:bb"  # type: ignore[union-attr]
+
+
+async def test_a_version_9_index_keeps_its_links_without_checks(blank: Store) -> None:
+    """Links gain their keyed check in version 10: those made before have none (each is derived again,
+    and linked with a check, when first wanted), and a link published since records its check."""
+    await blank.build(9)
+    columns = "ref, media_type, bytes, width, height, frames, name, created_at, lease_at"
+    await blank.execute(
+        *(
+            f"INSERT INTO objects ({columns}) VALUES ('{r}', 'image/png', 10, 2, 3, 1, NULL, 1.0, 1.0)"
+            for r in (A, B)
+        ),
+        f"INSERT INTO variants (source, spec, variant, created_at) VALUES ('{A}', 'fit', '{B}', 1.0)",
+    )
+    index = await blank.open()
+    assert await blank.version() == SCHEMA_VERSION == 10
+    assert await index.variant(A, "fit") == Link(A, "fit", row(B, None, at=1.0), None)
+    assert await index.links() == [LinkRow(A, "fit", B, None)]
+    assert await index.publish_variant(row(B, None, at=2.0), A, "fit", nothing, "v2:k:ll")
+    assert await index.variant(A, "fit") == Link(
+        A, "fit", row(B, None, at=1.0)._replace(lease_at=2.0), "v2:k:ll"
+    )
 
 
 # -- objects ---------------------------------------------------------------------------------------------
@@ -554,13 +576,13 @@ async def test_collect_takes_variants_with_their_source_unless_kept(index: AnyIn
     await index.publish([row(A), row(E)], nothing)
     # B: only A's variant. C: also admitted as such by a tenant. D: also held by a session.
     for r, spec in ((B, "fit"), (C, "fit-c"), (D, "fit-d")):
-        assert await index.publish_variant(row(r, None), A, spec, files.check(r))
+        assert await index.publish_variant(row(r, None), A, spec, files.check(r), "l")
     await index.publish([row(C, None)], nothing, tenant="alpha")
     await index.create_session(("t", "s"), None, 1.0)
     await index.add_holds(Hold(("t", "s"), no_guard, everything=True), [D], now=100.0)
     # E has a variant that a second source also links.
-    assert await index.publish_variant(row(B, None), E, "other", nothing)
-    assert await index.variant(A, "fit") == row(B, None)
+    assert await index.publish_variant(row(B, None), E, "other", nothing, "l")
+    assert await index.variant(A, "fit") == Link(A, "fit", row(B, None), "l")
     assert [r.ref for r in await index.collectible(200.0)] == [A, E]  # linked variants are not candidates
     assert await index.kept(200.0) == (3, 0)  # B, C and D: linked (and D held)
     await index.renew([E], now=250.0)
@@ -582,13 +604,13 @@ async def test_a_variant_needs_its_source(index: AnyIndex) -> None:
     async def check() -> None:
         checked.append("yes")
 
-    assert not await index.publish_variant(row(B, None), A, "fit", check)  # collected meanwhile
+    assert not await index.publish_variant(row(B, None), A, "fit", check, "l")  # collected meanwhile
     assert checked == []
     assert await index.get(B) is None
     await index.publish([row(A)], nothing)
-    assert await index.publish_variant(row(B, None, at=150.0), A, "fit", check)
-    assert await index.publish_variant(row(C, None, at=160.0), A, "fit", check)  # derived again
-    assert await index.variant(A, "fit") == row(C, None, at=160.0)
+    assert await index.publish_variant(row(B, None, at=150.0), A, "fit", check, "l")
+    assert await index.publish_variant(row(C, None, at=160.0), A, "fit", check, "l2")  # derived again
+    assert await index.variant(A, "fit") == Link(A, "fit", row(C, None, at=160.0), "l2")
     assert await index.variant(A, "other") is None
     assert checked == ["yes", "yes"]
 
@@ -596,9 +618,22 @@ async def test_a_variant_needs_its_source(index: AnyIndex) -> None:
         raise FileNotFoundError(D)
 
     with pytest.raises(FileNotFoundError):
-        await index.publish_variant(row(D, None), A, "small", gone)
+        await index.publish_variant(row(D, None), A, "small", gone, "l")
     assert await index.get(D) is None
     assert await index.variant(A, "small") is None
+
+
+async def test_a_link_is_removed_only_as_it_was_seen(index: AnyIndex) -> None:
+    await index.publish([row(A), row(B, None), row(C, None)], nothing)
+    assert await index.publish_variant(row(B, None), A, "fit", nothing, "v2:k:one")
+    assert await index.publish_variant(row(C, None), A, "small", nothing, None)
+    assert await index.links() == [LinkRow(A, "fit", B, "v2:k:one"), LinkRow(A, "small", C, None)]
+    assert not await index.unlink(LinkRow(A, "fit", B, "v2:k:other"))  # relinked since it was seen
+    assert not await index.unlink(LinkRow(A, "fit", C, "v2:k:one"))
+    assert not await index.unlink(LinkRow(A, "gone", B, None))
+    assert await index.unlink(LinkRow(A, "small", C, None))
+    assert await index.links() == [LinkRow(A, "fit", B, "v2:k:one")]
+    assert await index.get(C) is not None  # the variant stays, for gc
 
 
 # -- sessions and holds ----------------------------------------------------------------------------------

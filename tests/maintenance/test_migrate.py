@@ -140,8 +140,9 @@ async def build_rich(data_dir: Path) -> Source:
         image = {"type": "image", "ref": source.refs["big"]}
         request = {"route": "small", "messages": [{"role": "user", "content": [image]}]}
         await render(store, msgspec.convert(request, RenderRequest), tenant="alpha")
-        variant = await store.index.variant(source.refs["big"], spec())
-        assert variant is not None
+        link = await store.index.variant(source.refs["big"], spec())
+        assert link is not None
+        variant = link.row
         source.refs["variant"] = variant.ref
         source.data[variant.ref] = await store.blobs.read(Ref.parse(variant.ref), variant.bytes)
         await gc.execute(store, await gc.plan(store, grace=10 * 365 * 86400))

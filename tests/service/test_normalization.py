@@ -246,8 +246,9 @@ async def test_a_variant_is_derived_once_under_concurrent_renders_and_reused(mak
     again = await (await client.post("/v1/render", json=render_body(ref))).json()
     assert counter.calls == 1  # cached: no image work the second time
     assert sent_images(again["body"]) == first
-    variant = await store.index.variant(ref, _spec_key(512))
-    assert variant is not None
+    link = await store.index.variant(ref, _spec_key(512))
+    assert link is not None
+    variant = link.row
     assert variant.ref == "sha256:" + hashlib.sha256(first[0]).hexdigest()
 
 
@@ -299,8 +300,9 @@ async def test_a_damaged_variant_is_never_sent_and_is_derived_again(make_client:
     store = client.app[STORE]
     ref = (await admit(client, images.jpeg(1024, 768)))[1]["attachments"][0]["ref"]
     first = sent_images((await (await client.post("/v1/render", json=render_body(ref))).json())["body"])
-    variant = await store.index.variant(ref, _spec_key(512))
-    assert variant is not None
+    link = await store.index.variant(ref, _spec_key(512))
+    assert link is not None
+    variant = link.row
     path = store.local.path(Ref.parse(variant.ref))
     path.chmod(0o644)
     path.write_bytes(images.flip(path.read_bytes(), 100))
@@ -316,8 +318,9 @@ async def _with_a_variant(make_client: MakeClient) -> tuple[Store, str, ObjectRo
     store = client.app[STORE]
     ref = (await admit(client, images.jpeg(1024, 768)))[1]["attachments"][0]["ref"]
     await client.post("/v1/render", json=render_body(ref))
-    variant = await store.index.variant(ref, _spec_key(512))
-    assert variant is not None
+    link = await store.index.variant(ref, _spec_key(512))
+    assert link is not None
+    variant = link.row
     return store, ref, variant
 
 
@@ -342,11 +345,12 @@ async def test_a_variant_of_a_held_source_survives_gc(make_client: MakeClient) -
     assert status == 201
     ref = body["attachments"][0]["ref"]
     await client.post("/v1/render", json=render_body(ref))
-    variant = await store.index.variant(ref, _spec_key(512))
-    assert variant is not None
+    link = await store.index.variant(ref, _spec_key(512))
+    assert link is not None
+    variant = link.row
     plan = await gc.plan(store, grace=0, now=variant.lease_at + 3600)
     await gc.execute(store, plan)
-    assert await store.index.variant(ref, _spec_key(512)) == variant
+    assert await store.index.variant(ref, _spec_key(512)) == link
 
 
 async def test_a_shared_variant_collected_between_its_write_and_its_link_is_written_again(
@@ -362,8 +366,9 @@ async def test_a_shared_variant_collected_between_its_write_and_its_link_is_writ
     first = (await admit(client, base))[1]["attachments"][0]["ref"]
     second = (await admit(client, commented))[1]["attachments"][0]["ref"]
     await client.post("/v1/render", json=render_body(first))
-    shared = await store.index.variant(first, _spec_key(512))
-    assert shared is not None
+    link = await store.index.variant(first, _spec_key(512))
+    assert link is not None
+    shared = link.row
     publish = store.index.publish_variant
     collected: list[str] = []
 
@@ -379,8 +384,9 @@ async def test_a_shared_variant_collected_between_its_write_and_its_link_is_writ
     assert answer.status == 200
     assert collected == [first, shared.ref]  # the variant went with the first source...
     assert (await answer.json())["summary"]["resized"] == 1
-    linked = await store.index.variant(second, _spec_key(512))
-    assert linked is not None
+    link = await store.index.variant(second, _spec_key(512))
+    assert link is not None
+    linked = link.row
     assert linked.ref == shared.ref  # ...and was written again for the second
     assert await read(client, shared.ref)
 

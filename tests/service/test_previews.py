@@ -174,8 +174,9 @@ async def test_derived_once_under_concurrent_requests_then_stored(client: Client
     assert counter.calls == 1
     assert len({data for data, _ in answers}) == 1
     data = answers[0][0]
-    row = await store.index.variant(ref, preview_spec(256).key)
-    assert row is not None
+    link = await store.index.variant(ref, preview_spec(256).key)
+    assert link is not None
+    row = link.row
     assert row.ref == f"sha256:{hashlib.sha256(data).hexdigest()}"
     assert store.local is not None
     assert store.local.path(Ref.parse(row.ref)).read_bytes() == data  # content-addressed, as any object
@@ -219,8 +220,9 @@ async def test_damaged_preview_bytes_are_never_served(client: Client) -> None:
     store = client.app[STORE]
     ref = await admit(client, photo(1024, 768))
     first, _ = await preview(client, ref, 256)
-    row = await store.index.variant(ref, preview_spec(256).key)
-    assert row is not None
+    link = await store.index.variant(ref, preview_spec(256).key)
+    assert link is not None
+    row = link.row
     assert store.local is not None
     path = store.local.path(Ref.parse(row.ref))
     path.chmod(0o644)
@@ -256,8 +258,9 @@ async def _previewed(make_client: MakeClient, **extra: Any) -> tuple[Store, str,
         assert (await client.put(f"/v1/sessions/{extra['session']}", json={})).status == 201
     ref = await admit(client, photo(1024, 768), **extra)
     await preview(client, ref, 64)
-    row = await store.index.variant(ref, preview_spec(64).key)
-    assert row is not None
+    link = await store.index.variant(ref, preview_spec(64).key)
+    assert link is not None
+    row = link.row
     return store, ref, row.ref
 
 
