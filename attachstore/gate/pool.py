@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import socket
 import sys
@@ -14,7 +15,7 @@ import time
 from collections.abc import Awaitable, Callable, Hashable
 
 from ..config import Limits
-from ..errors import AttachstoreError, Rejected
+from ..errors import AttachstoreError, Rejected, ServerBusy
 from ..metrics import Metrics
 from .batch import Batch, Unwanted
 from .checks import READ_AGAIN, TRAILING_DATA
@@ -288,6 +289,7 @@ class DecodePool:
         return await self._spawn()
 
     async def _spawn(self) -> _Worker:
+        _headroom()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
         try:
             proc = await asyncio.create_subprocess_exec(
@@ -304,6 +306,10 @@ class DecodePool:
             )
         except OSError as e:
             ours.close()
+            if e.errno in _SHORT_OF or e.errno is None or e.errno <= 0:
+                # Out of descriptors, processes or memory, in this process (the pipes) or in the child before
+                # it could run (which reports no errno of its own): a moment's trouble, answered as such.
+                raise ServerBusy(f"cannot start a decode worker now: {e}", hint="retry later") from e
             raise AttachstoreError(f"cannot start a decode worker: {e}") from e
         finally:
             theirs.close()
@@ -323,6 +329,33 @@ class DecodePool:
         self._closed = True
         idle, self._idle = self._idle, []
         await asyncio.gather(*(w.stop() for w in idle))
+
+
+# What starting a worker may run short of, for a moment.
+_SHORT_OF = frozenset({errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM})
+
+# Descriptors a worker's start takes at once: our socket pair, the child's pipes (uvloop makes a socket pair
+# for each), the pipe that reports a failed exec, and some to spare.
+_START_DESCRIPTORS = 16
+
+
+def _headroom() -> None:
+    """ServerBusy unless the process has the descriptors a worker's start takes. A start that fails for
+    want of them is not only refused: uvloop does not close the pipes it made for the child then, so each
+    such failure would keep descriptors for good. Nothing runs on the loop between this and the start."""
+    taken: list[int] = []
+    try:
+        for _ in range(_START_DESCRIPTORS):
+            taken.append(os.dup(0))
+    except OSError as e:
+        if e.errno not in (errno.EMFILE, errno.ENFILE):
+            raise
+        raise ServerBusy(
+            "cannot start a decode worker now: the process is short of descriptors", hint="retry later"
+        ) from None
+    finally:
+        for fd in taken:
+            os.close(fd)
 
 
 # Variables that may carry secrets or the daemon's configuration (S3 keys, the index DSN with its password):
