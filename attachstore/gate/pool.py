@@ -21,7 +21,7 @@ from .batch import Batch, Unwanted
 from .checks import READ_AGAIN, TRAILING_DATA
 from .shared import SharedBuffer
 from .slots import FairSlots
-from .worker import LENGTH, READY, Derive, Failed, Job, Outcome, Passed, job_encoder, outcome_decoder
+from .worker import LENGTH, READY, TOOK, Derive, Failed, Job, Outcome, Passed, job_encoder, outcome_decoder
 
 _STREAM_LIMIT = 1 << 16
 
@@ -53,8 +53,9 @@ class _Worker:
         )
 
     async def ask(self, job: Job | Derive, shared: SharedBuffer | None = None) -> Outcome:
-        """The worker's answer to `job`. Raises _Undelivered if the worker is gone before it has the whole
-        job (a worker reads a job whole before it decodes anything, so no image can have ended it)."""
+        """The worker's answer to `job`. Raises _Undelivered if the worker is gone before it says it has
+        the whole job (it says so before it decodes anything, so no image can have ended it): a worker
+        killed while idle may live on for a moment, and a job written to it then lies unread in its pipes."""
         stdin, stdout = self.proc.stdin, self.proc.stdout
         if stdin is None or stdout is None:  # pragma: no cover - created with both pipes
             raise RuntimeError("worker without pipes")
@@ -67,8 +68,11 @@ class _Worker:
             stdin.write(LENGTH.pack(len(body)))
             stdin.write(body)
             await stdin.drain()
-        except ConnectionError as e:  # a pipe or socket with no reader: EPIPE, ECONNREFUSED, reset
-            raise _Undelivered from e
+            took = await _read_frame(stdout)
+        except (ConnectionError, asyncio.IncompleteReadError) as e:  # no reader (EPIPE, ECONNREFUSED), or
+            raise _Undelivered from e  # it ended before it took the job
+        if took != TOOK:
+            raise AttachstoreError("a decode worker answered a job it had not said it took")
         return outcome_decoder.decode(await _read_frame(stdout))
 
     async def stop(self) -> None:
