@@ -17,9 +17,9 @@ Proxy-Connection, at most one each of Authorization, If-None-Match, X-Request-Id
 one of each field aiohttp refuses twice (RFC 9110's singletons: Host, User-Agent, Content-Type, ETag, …).
 aiohttp takes a read of the socket whole (refusing one request, it answers none of the read's), so the lane
 takes the heads of a read only if it takes all of them and the start of the next may still be one
-(`possible`). A read that holds anything else, and a head not complete within those bounds, hands the
-connection to aiohttp for the rest of its life, starting with that read's first request, read by read as
-they came: aiohttp answers it as it answers everything, the malformed included.
+(`possible`). A read that holds anything else, a line ended by a bare LF, and a head not complete within
+those bounds, hand the connection to aiohttp for the rest of its life, starting with that read's first
+request, read by read as they came: aiohttp answers it as it answers everything, the malformed included.
 tests/api/test_lane_differential.py holds the lane to this against aiohttp and h11.
 
 Requests on one connection are answered in order, one at a time; reading pauses while more than 64 KiB
@@ -160,6 +160,9 @@ def _fields(lines: list[bytes], max_line: int) -> dict[bytes, str] | None:
 _START = b"GET /v1/attachments/"
 _REF_START = re.compile(rb"[A-Za-z0-9:._-]*")
 _NAME_START = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]*")
+
+
+_BARE_LF = re.compile(rb"(?<!\r)\n")  # it looks behind where the search starts, as need be
 
 
 def possible(start: bytes, max_line: int) -> bool:
@@ -386,6 +389,11 @@ class Lane(asyncio.Protocol):
             # an empty line may have begun): a head that comes in many pieces is searched once.
             end = self._pending.find(b"\r\n\r\n", max(at, self._searched))
             if end < 0:
+                if _BARE_LF.search(self._pending, max(at, self._searched)):
+                    # A line ended by a bare LF: no head the lane takes, and one aiohttp refuses already,
+                    # while the lane would wait for an empty line that may never come.
+                    self._refused = first
+                    return
                 self._searched = max(at, len(self._pending) - 3)
                 break
             get = recognize(bytes(self._pending[at:end]), self.lanes.max_line)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import socket
 import sys
@@ -14,13 +15,13 @@ import time
 from collections.abc import Awaitable, Callable, Hashable
 
 from ..config import Limits
-from ..errors import AttachstoreError, Rejected
+from ..errors import AttachstoreError, Rejected, ServerBusy
 from ..metrics import Metrics
 from .batch import Batch, Unwanted
 from .checks import READ_AGAIN, TRAILING_DATA
 from .shared import SharedBuffer
 from .slots import FairSlots
-from .worker import LENGTH, READY, Derive, Failed, Job, Outcome, Passed, job_encoder, outcome_decoder
+from .worker import LENGTH, READY, TOOK, Derive, Failed, Job, Outcome, Passed, job_encoder, outcome_decoder
 
 _STREAM_LIMIT = 1 << 16
 
@@ -52,8 +53,9 @@ class _Worker:
         )
 
     async def ask(self, job: Job | Derive, shared: SharedBuffer | None = None) -> Outcome:
-        """The worker's answer to `job`. Raises _Undelivered if the worker is gone before it has the whole
-        job (a worker reads a job whole before it decodes anything, so no image can have ended it)."""
+        """The worker's answer to `job`. Raises _Undelivered if the worker is gone before it says it has
+        the whole job (it says so before it decodes anything, so no image can have ended it): a worker
+        killed while idle may live on for a moment, and a job written to it then lies unread in its pipes."""
         stdin, stdout = self.proc.stdin, self.proc.stdout
         if stdin is None or stdout is None:  # pragma: no cover - created with both pipes
             raise RuntimeError("worker without pipes")
@@ -66,8 +68,11 @@ class _Worker:
             stdin.write(LENGTH.pack(len(body)))
             stdin.write(body)
             await stdin.drain()
-        except ConnectionError as e:  # a pipe or socket with no reader: EPIPE, ECONNREFUSED, reset
-            raise _Undelivered from e
+            took = await _read_frame(stdout)
+        except (ConnectionError, asyncio.IncompleteReadError) as e:  # no reader (EPIPE, ECONNREFUSED), or
+            raise _Undelivered from e  # it ended before it took the job
+        if took != TOOK:
+            raise AttachstoreError("a decode worker answered a job it had not said it took")
         return outcome_decoder.decode(await _read_frame(stdout))
 
     async def stop(self) -> None:
@@ -288,6 +293,7 @@ class DecodePool:
         return await self._spawn()
 
     async def _spawn(self) -> _Worker:
+        _headroom()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
         try:
             proc = await asyncio.create_subprocess_exec(
@@ -304,6 +310,10 @@ class DecodePool:
             )
         except OSError as e:
             ours.close()
+            if e.errno in _SHORT_OF or e.errno is None or e.errno <= 0:
+                # Out of descriptors, processes or memory, in this process (the pipes) or in the child before
+                # it could run (which reports no errno of its own): a moment's trouble, answered as such.
+                raise ServerBusy(f"cannot start a decode worker now: {e}", hint="retry later") from e
             raise AttachstoreError(f"cannot start a decode worker: {e}") from e
         finally:
             theirs.close()
@@ -323,6 +333,33 @@ class DecodePool:
         self._closed = True
         idle, self._idle = self._idle, []
         await asyncio.gather(*(w.stop() for w in idle))
+
+
+# What starting a worker may run short of, for a moment.
+_SHORT_OF = frozenset({errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM})
+
+# Descriptors a worker's start takes at once: our socket pair, the child's pipes (uvloop makes a socket pair
+# for each), the pipe that reports a failed exec, and some to spare.
+_START_DESCRIPTORS = 16
+
+
+def _headroom() -> None:
+    """ServerBusy unless the process has the descriptors a worker's start takes. A start that fails for
+    want of them is not only refused: uvloop does not close the pipes it made for the child then, so each
+    such failure would keep descriptors for good. Nothing runs on the loop between this and the start."""
+    taken: list[int] = []
+    try:
+        for _ in range(_START_DESCRIPTORS):
+            taken.append(os.dup(0))
+    except OSError as e:
+        if e.errno not in (errno.EMFILE, errno.ENFILE):
+            raise
+        raise ServerBusy(
+            "cannot start a decode worker now: the process is short of descriptors", hint="retry later"
+        ) from None
+    finally:
+        for fd in taken:
+            os.close(fd)
 
 
 # Variables that may carry secrets or the daemon's configuration (S3 keys, the index DSN with its password):

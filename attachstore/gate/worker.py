@@ -101,6 +101,7 @@ outcome_decoder = msgspec.msgpack.Decoder(Outcome)
 OVERSIZE = frozenset({"IMAGE_TOO_LARGE", "IMAGE_DIMENSION_TOO_LARGE", "IMAGE_TOO_MANY_PIXELS"})
 
 READY = b"ready"
+TOOK = b"took"  # a job read whole, its shared memory with it: what happens next is the job's doing
 
 
 def run(job: Job | Derive) -> Outcome:
@@ -244,6 +245,8 @@ def main() -> None:
             if fds is None:
                 raise ConnectionError("a job in shared memory, but no socket to receive it on")
             job = msgspec.structs.replace(job, data=_shared_bytes(fds, job.shared))
+        stdout.write(LENGTH.pack(len(TOOK)) + TOOK)
+        stdout.flush()
         reply = encoder.encode(run(job))
         stdout.write(LENGTH.pack(len(reply)) + reply)
         stdout.flush()

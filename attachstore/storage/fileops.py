@@ -10,7 +10,7 @@ import stat
 from pathlib import Path
 from typing import BinaryIO
 
-from ..errors import AttachstoreError, StorageFull, StorageUnavailable
+from ..errors import AttachstoreError, ServerBusy, StorageFull, StorageUnavailable
 
 OBJECT_MODE = 0o444
 STAGING_MODE = 0o600
@@ -84,4 +84,6 @@ def open_regular(path: str | Path) -> BinaryIO:
 def storage_error(e: OSError, doing: str) -> AttachstoreError:
     if e.errno in (errno.ENOSPC, errno.EDQUOT):
         return StorageFull(f"the store is full ({doing}): {e.strerror}")
+    if e.errno in (errno.EMFILE, errno.ENFILE):  # the process's or the system's limit: a moment's trouble
+        return ServerBusy(f"the daemon has no descriptor left ({doing}): {e.strerror}", hint="retry later")
     return StorageUnavailable(f"storage I/O error while {doing}: {e.strerror or e}")
