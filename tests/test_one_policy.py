@@ -10,22 +10,19 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.support.daemon import free_port
+from tests.support.daemon import Daemons, Started, clean_env
 from tests.support.fixtures import database, require_postgres
 from tests.support.images import png
-from tests.support.waiting import HANG, until
+from tests.support.waiting import until
 
 ISSUE = """
 [routes."gpt-4o"]
@@ -47,90 +44,32 @@ max_side = 4000
 READY_SECONDS = 60.0
 
 
-def env() -> dict[str, str]:
-    """No ATTACHSTORE_ setting of the test's environment: only what each process is given."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("ATTACHSTORE_")}
-
-
 def attachstore(*argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "attachstore", *argv], env=env(), capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "attachstore", *argv],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
-@dataclass
-class Daemon:
-    proc: subprocess.Popen[bytes]
-    url: str
-    log: Path
-
-    def ready(self) -> int:
-        """/readyz's status (0 if nothing answers)."""
-        try:
-            with urllib.request.urlopen(f"{self.url}/readyz", timeout=HANG) as r:
-                return int(r.status)
-        except urllib.error.HTTPError as e:
-            return e.code
-        except OSError:  # not listening (yet)
-            return 0
-
-    def call(self, method: str, path: str, body: object) -> dict[str, object]:
-        request = urllib.request.Request(
-            self.url + path,
-            method=method,
-            data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(request, timeout=30) as r:
-            answer: dict[str, object] = json.loads(r.read())
-            return answer
-
-
-class Daemons:
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.started: list[Daemon] = []
-
-    def start(self, *argv: str, wait: bool = True) -> Daemon:
-        port = free_port()
-        log = self.root / f"daemon-{len(self.started)}.log"
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "attachstore", "serve", "--listen", f"127.0.0.1:{port}", *argv],
-                env=env(),
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        daemon = Daemon(proc, f"http://127.0.0.1:{port}", log)
-        self.started.append(daemon)
-        if wait:
-            deadline = time.monotonic() + READY_SECONDS
-            while daemon.ready() != 200:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(f"serve {argv} did not become ready:\n{log.read_text()}")
-                time.sleep(0.05)
-        return daemon
-
-    def stop(self) -> None:
-        for d in self.started:
-            if d.proc.poll() is None:
-                d.proc.terminate()
-        for d in self.started:
-            try:
-                d.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                d.proc.kill()
-                d.proc.wait(timeout=30)
+def call(daemon: Started, method: str, path: str, body: object) -> dict[str, object]:
+    request = urllib.request.Request(
+        daemon.url + path,
+        method=method,
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as r:
+        answer: dict[str, object] = json.loads(r.read())
+        return answer
 
 
 @pytest.fixture
 def daemons(tmp_path: Path) -> Iterator[Daemons]:
-    d = Daemons(tmp_path)
-    try:
+    with Daemons(tmp_path) as d:
         yield d
-    finally:
-        d.stop()
 
 
 def write(path: Path, text: str) -> Path:
@@ -138,7 +77,7 @@ def write(path: Path, text: str) -> Path:
     return path
 
 
-def exited(daemon: Daemon) -> tuple[int, str]:
+def exited(daemon: Started) -> tuple[int, str]:
     code = daemon.proc.wait(timeout=READY_SECONDS)
     return code, daemon.log.read_text()
 
@@ -147,9 +86,9 @@ def test_a_switch_without_config_applies_the_daemons_routes(tmp_path: Path, daem
     data = str(tmp_path / "data")
     config = write(tmp_path / "attachstore.toml", ISSUE)
     daemon = daemons.start("--config", str(config), "--data-dir", data)
-    daemon.call("PUT", "/v1/sessions/chat-1", {"route": "gpt-4o"})
+    call(daemon, "PUT", "/v1/sessions/chat-1", {"route": "gpt-4o"})
     image = {"data": base64.b64encode(png(16, 10)).decode(), "media_type": "image/png"}
-    daemon.call("POST", "/v1/attachments", {"source": "user", "session": "chat-1", "images": [image]})
+    call(daemon, "POST", "/v1/attachments", {"source": "user", "session": "chat-1", "images": [image]})
 
     switch = attachstore("session", "route", "--data-dir", data, "chat-1", "deepseek-chat")
     assert switch.returncode == 1, switch

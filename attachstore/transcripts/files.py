@@ -47,7 +47,7 @@ class Appended(Protocol):
     appended: int
 
 
-def appended_while(report: Appended, appended: int) -> None:
+def _appended_while(report: Appended, appended: int) -> None:
     """Say in `report` that a host appended `appended` bytes while the file was replaced (kept as written)."""
     if appended:
         report.appended = appended
@@ -193,14 +193,22 @@ def same_file(a: Path, b: Path) -> bool:
 
 
 def replace(
-    staged: Staged, source: Path, before: Snapshot, kept: int, *, check_writers: bool, done: str
-) -> int:
+    staged: Staged,
+    source: Path,
+    before: Snapshot,
+    kept: int,
+    report: Appended,
+    *,
+    check_writers: bool,
+    done: str,
+) -> None:
     """The last steps. What takes time comes first: the new version made ready, and the search for processes
     that have the target open for writing. Then the check that `source` is as it was read (`before`), and at
     once the rename. When the target is `source` itself, what a host appended to it in between (seen through
     `kept`, a descriptor of it open since it was read) is added to the end of the new version as it came; if
-    the host did more than append, or still has it open, the replaced file is put back. Returns the bytes so
-    added. Else TranscriptError, and the target is left as it was (with whatever a host wrote to it)."""
+    the host did more than append, or still has it open, the replaced file is put back; `report` says how
+    many bytes were so added. Else TranscriptError, and the target is left as it was (with whatever a host
+    wrote to it)."""
     in_place = (before.dev, before.ino) == _inode(staged.target) == _inode(source)
     edge = b""
     if in_place:
@@ -221,7 +229,7 @@ def replace(
             staged, kept, before, edge, exchanged=exchanged, check_writers=check_writers, done=done
         )
     staged.close(exchanged)
-    return added
+    _appended_while(report, added)
 
 
 _EDGE = 4096  # the last bytes read: still there after the rename, the file was only appended to

@@ -15,17 +15,7 @@ from ..errors import AttachstoreError
 from ..service import Store
 from . import inline
 from .digest import Digest
-from .files import (
-    Snapshot,
-    Staged,
-    Steps,
-    TranscriptError,
-    appended_while,
-    outcome,
-    refuse_writers,
-    replace,
-    same_file,
-)
+from .files import Snapshot, Staged, Steps, TranscriptError, outcome, refuse_writers, replace, same_file
 from .scanner import Found, Scanner
 
 CHUNK = 1 << 20
@@ -212,11 +202,17 @@ async def _restore_file(
                 return
             await asyncio.to_thread(staged.sync)
             check_writers = not assume_closed
-            appended = await asyncio.to_thread(
-                replace, staged, source, before, f.fileno(), check_writers=check_writers, done="restored"
+            await asyncio.to_thread(
+                replace,
+                staged,
+                source,
+                before,
+                f.fileno(),
+                report,
+                check_writers=check_writers,
+                done="restored",
             )
             report.status = "restored" if done.placeholders else "unchanged"
-            appended_while(report, appended)
         except BaseException:
             if staged is not None:
                 staged.discard()

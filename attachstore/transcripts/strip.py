@@ -21,17 +21,7 @@ from ..refs import Ref
 from ..service import Store, Upload
 from . import inline
 from .digest import Digest
-from .files import (
-    Snapshot,
-    Staged,
-    Steps,
-    TranscriptError,
-    appended_while,
-    outcome,
-    refuse_writers,
-    replace,
-    same_file,
-)
+from .files import Snapshot, Staged, Steps, TranscriptError, outcome, refuse_writers, replace, same_file
 from .formats import HEAD_BYTES, Format, detect
 from .restore import CHUNK, Restorer, Sink, restored_hash
 from .scanner import Event, Found, Scanner
@@ -305,11 +295,10 @@ class Stripper:
         if key is not None and (tally.replaced or held):
             report.session = key[1]
         check_writers = not self.options.assume_closed
-        appended = await asyncio.to_thread(
-            replace, staged, source, before, kept, check_writers=check_writers, done="stripped"
+        await asyncio.to_thread(
+            replace, staged, source, before, kept, report, check_writers=check_writers, done="stripped"
         )
         report.status = "stripped" if tally.replaced else "unchanged"
-        appended_while(report, appended)
 
     async def _session(self, key: SessionKey) -> None:
         """The session exists: created (with no route) the first time a file needs it."""

@@ -7,17 +7,15 @@ import asyncio
 import pytest
 
 from attachstore.api.drain import Drain
-from tests.support.waiting import eventually
+from tests.support.waiting import eventually, jumping_clock
 
 
 async def test_stopping_waits_for_what_is_in_progress_then_cancels_what_is_left(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # The bound runs out when the test says so: the loop's clock jumps past it once `expired` is set.
-    within, expired = 3600.0, asyncio.Event()
-    loop = asyncio.get_running_loop()
-    clock = loop.time
-    monkeypatch.setattr(loop, "time", lambda: clock() + (2 * within if expired.is_set() else 0.0))
+    within = 3600.0
+    expired = jumping_clock(monkeypatch, 2 * within)
     drain = Drain()
     answered, never = asyncio.Event(), asyncio.Event()
     finishing = asyncio.create_task(answered.wait())

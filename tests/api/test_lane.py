@@ -33,7 +33,7 @@ from attachstore.errors import NotFound
 from attachstore.metrics import Metrics
 from attachstore.service import ImageRef
 from attachstore.storage.mapped import Mapped, map_resident
-from tests.support.waiting import eventually
+from tests.support.waiting import eventually, jumping_clock
 
 REF = "sha256:" + "ab" * 32
 PLAIN = f"GET /v1/attachments/{REF} HTTP/1.1\r\nHost: x\r\nAccept: */*".encode()
@@ -350,10 +350,8 @@ async def test_a_shutdown_closes_idle_connections_now_busy_ones_after_their_answ
 ) -> None:
     # The shutdown's time runs out when the test says so, not when the machine is slow: the loop's clock,
     # which the shutdown's deadline is on, jumps past the deadline once `expired` is set, and only then.
-    within, expired = 3600.0, asyncio.Event()
-    loop = asyncio.get_running_loop()
-    clock = loop.time
-    monkeypatch.setattr(loop, "time", lambda: clock() + (2 * within if expired.is_set() else 0.0))
+    within = 3600.0
+    expired = jumping_clock(monkeypatch, 2 * within)
     lanes = _lanes()
     store: _Store = lanes.store  # type: ignore[assignment]
     answered, stuck_ref = "sha256:" + "01" * 32, "sha256:" + "02" * 32

@@ -29,10 +29,8 @@ import hashlib
 import json
 import random
 import re
-import signal
 import socket
 import struct
-import subprocess
 import threading
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -50,8 +48,8 @@ from aiohttp.streams import EMPTY_PAYLOAD
 from attachstore.api import Lanes, make_app
 from attachstore.api.lane import MAX_HEADERS, Get, possible, recognize
 from attachstore.config import Config
-from tests.hostile.conftest import TOKENS, Daemon, serve, write_config
-from tests.support.daemon import free_port, wait_ready
+from tests.hostile.conftest import TOKENS, Daemon, launch, stop
+from tests.support.daemon import wait_ready
 from tests.support.images import png
 
 SEED = 31
@@ -421,44 +419,21 @@ def daemons(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Serv
     try:
         for name, lane in (("lane", True), ("aiohttp", False)):
             root = tmp_path_factory.mktemp(f"differential-{name}")
-            config, log = root / "config.toml", root / "daemon.log"
-            sections = {
-                "http": {"read_lane": lane, "keepalive_timeout": "5s"},
-                "admission": {"decode_workers": 1},
-            }
-            write_config(config, root / "data", sections)
-            port = free_port()
-            with log.open("wb") as out:
-                proc = serve(config, out, "--listen", f"127.0.0.1:{port}", "--workers", "1")
-            started[name] = Daemon(f"http://127.0.0.1:{port}", proc, root / "data", log, config)
+            sections = {"http": {"read_lane": lane, "keepalive_timeout": "5s"}}
+            started[name] = launch(root / "data", root / "config.toml", root / "daemon.log", sections)
         served = {}
         for name, daemon in started.items():
             wait_ready(f"{daemon.url}/healthz", daemon.proc)
-            refs = [_admit(daemon, image) for image in IMAGES]
+            refs = [daemon.admit("alice", image) for image in IMAGES]
             served[name] = Served(daemon, *refs)
         assert served["lane"].a == served["aiohttp"].a
         yield served
     finally:
-        for daemon in started.values():
-            daemon.proc.send_signal(signal.SIGTERM)
-        for daemon in started.values():
-            try:
-                daemon.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                daemon.proc.kill()
-                daemon.proc.wait()
+        stop(started.values())
 
 
 IMAGES = [png(20, 20), png(24, 24, seed=1)]
 TINY = png(8, 8, seed=2)
-
-
-def _admit(daemon: Daemon, image: bytes) -> str:
-    body = json.dumps({"source": "user", "images": [{"data": base64.b64encode(image).decode()}]})
-    status, answer = daemon.post("alice", "/v1/attachments", body.encode())
-    assert status == 201, answer
-    ref: str = answer["attachments"][0]["ref"]
-    return ref
 
 
 def _request(line: bytes, *fields: bytes, body: bytes = b"") -> bytes:

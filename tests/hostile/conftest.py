@@ -12,7 +12,9 @@ import hashlib
 import http.client
 import json
 import os
+import resource
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -96,6 +98,34 @@ class Daemon:
         finally:
             connection.close()
 
+    def ask(
+        self, tenant: str, method: str, path: str, body: bytes = b"", **headers: str
+    ) -> tuple[int, bytes]:
+        """Any request as `tenant`, with these headers besides: status, and the body as it came (not read as
+        JSON)."""
+        host, port = self.url.removeprefix("http://").rsplit(":", 1)
+        connection = http.client.HTTPConnection(host, int(port), timeout=60)
+        try:
+            sent = {**self.headers(tenant), "Content-Type": "application/json", **headers}
+            connection.request(method, path, body or None, sent)
+            answer = connection.getresponse()
+            return answer.status, answer.read()
+        finally:
+            connection.close()
+
+    def admit(self, tenant: str, image: bytes) -> str:
+        """`image` stored for `tenant` (201, else the test fails): its ref."""
+        body = json.dumps({"source": "user", "images": [{"data": base64.b64encode(image).decode()}]})
+        status, answer = self.post(tenant, "/v1/attachments", body.encode())
+        assert status == 201, answer
+        ref: str = answer["attachments"][0]["ref"]
+        return ref
+
+    def connect(self) -> socket.socket:
+        """A new connection to the daemon (a 60 s timeout: a guard against a hang)."""
+        host, port = self.url.removeprefix("http://").rsplit(":", 1)
+        return socket.create_connection((host, int(port)), timeout=60)
+
     def access(self, endpoint: str, count: int = 1) -> list[dict[str, Any]]:
         """The access log lines of `endpoint`, once there are `count` (the log is written a moment late). A
         guard against a hang, not a bound: fewer than `count` after 60 s fails the test."""
@@ -115,13 +145,9 @@ class Daemon:
     def assert_alice_is_served(self) -> None:
         """An ordinary admission and read of alice's still work."""
         image = png(16, 16)
-        body = json.dumps({"source": "user", "images": [{"data": base64.b64encode(image).decode()}]})
-        status, answer = self.post("alice", "/v1/attachments", body.encode())
-        assert status == 201, answer
+        ref = self.admit("alice", image)
         with urllib.request.urlopen(
-            urllib.request.Request(
-                f"{self.url}/v1/attachments/{answer['attachments'][0]['ref']}", headers=self.headers("alice")
-            ),
+            urllib.request.Request(f"{self.url}/v1/attachments/{ref}", headers=self.headers("alice")),
             timeout=30,
         ) as read:
             assert read.read() == image
@@ -147,48 +173,63 @@ def write_config(path: Path, data_dir: Path, sections: dict[str, dict[str, Any]]
     path.write_text("\n".join(lines))
 
 
-def serve(config: Path, out: IO[bytes], *where: str) -> subprocess.Popen[bytes]:
+def serve(config: Path, out: IO[bytes], *where: str, nofile: int | None = None) -> subprocess.Popen[bytes]:
     """`attachstore serve --config CONFIG WHERE...`, its output to `out`, without this environment's
-    ATTACHSTORE_ variables."""
+    ATTACHSTORE_ variables; with `nofile`, its RLIMIT_NOFILE (soft) is that."""
+    argv = [sys.executable, "-m", "attachstore", "serve", "--config", str(config), *where]
+    if nofile is not None:
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        limit = f"import os, resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, ({nofile}, {hard}))"
+        argv = [sys.executable, "-c", f"{limit}; os.execv(sys.executable, {argv!r})"]
     return subprocess.Popen(
-        [sys.executable, "-m", "attachstore", "serve", "--config", str(config), *where],
+        argv,
         env={k: v for k, v in os.environ.items() if not k.startswith("ATTACHSTORE_")},
         stdout=out,
         stderr=subprocess.STDOUT,
     )
 
 
+def launch(
+    data_dir: Path, config: Path, log: Path, sections: dict[str, dict[str, Any]], nofile: int | None = None
+) -> Daemon:
+    """`attachstore serve` on a free loopback port with these config sections (one decode worker unless
+    they say otherwise), its output to `log`; not yet waited for (wait_ready on its /healthz)."""
+    sections.setdefault("admission", {}).setdefault("decode_workers", 1)
+    write_config(config, data_dir, sections)
+    port = free_port()
+    with log.open("wb") as out:
+        # One process: the bounds under test are each process's, and its RSS is read from /proc of this pid.
+        proc = serve(config, out, "--listen", f"127.0.0.1:{port}", "--workers", "1", nofile=nofile)
+    return Daemon(f"http://127.0.0.1:{port}", proc, data_dir, log, config)
+
+
+def stop(daemons: Iterable[Daemon]) -> None:
+    """SIGTERM to each daemon still running, then each waited for (killed after 30 s)."""
+    running = [d for d in daemons if d.proc.poll() is None]
+    for daemon in running:
+        daemon.proc.send_signal(signal.SIGTERM)
+    for daemon in running:
+        try:
+            daemon.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            daemon.proc.kill()
+            daemon.proc.wait()
+
+
 @pytest.fixture
 def start_daemon(tmp_path: Path) -> Iterator[Any]:
     """start_daemon(**sections) -> Daemon: `attachstore serve` on a free loopback port with these config
-    sections (e.g. limits={"max_image_bytes": 400_000}); stopped with SIGTERM at the end of the test."""
+    sections (e.g. limits={"max_image_bytes": 400_000}), and with `nofile=N` its open-file limit N; stopped
+    with SIGTERM at the end of the test."""
     started: list[Daemon] = []
 
-    def start(**sections: dict[str, Any]) -> Daemon:
+    def start(*, nofile: int | None = None, **sections: dict[str, Any]) -> Daemon:
         n = len(started)
-        data_dir, config, log = (
-            tmp_path / f"data{n}",
-            tmp_path / f"config{n}.toml",
-            tmp_path / f"daemon{n}.log",
-        )
-        sections.setdefault("admission", {}).setdefault("decode_workers", 1)
-        write_config(config, data_dir, sections)
-        port = free_port()
-        with log.open("wb") as out:
-            # One process: the bounds under test are each process's, and its RSS is read from /proc of
-            # this pid.
-            proc = serve(config, out, "--listen", f"127.0.0.1:{port}", "--workers", "1")
-        daemon = Daemon(f"http://127.0.0.1:{port}", proc, data_dir, log, config)
+        paths = tmp_path / f"data{n}", tmp_path / f"config{n}.toml", tmp_path / f"daemon{n}.log"
+        daemon = launch(*paths, sections, nofile)
         started.append(daemon)
-        wait_ready(f"{daemon.url}/healthz", proc)
+        wait_ready(f"{daemon.url}/healthz", daemon.proc)
         return daemon
 
     yield start
-    for daemon in started:
-        if daemon.proc.poll() is None:
-            daemon.proc.send_signal(signal.SIGTERM)
-            try:
-                daemon.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                daemon.proc.kill()
-                daemon.proc.wait()
+    stop(started)

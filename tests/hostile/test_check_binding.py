@@ -10,7 +10,6 @@ reads in a thread)."""
 from __future__ import annotations
 
 import base64
-import http.client
 import json
 import os
 import sqlite3
@@ -25,33 +24,13 @@ from tests.support.images import png
 ROW = "media_type, bytes, width, height, frames, keyed_check"
 
 
-def _admit(daemon: Any, image: bytes) -> str:
-    body = json.dumps({"source": "user", "images": [{"data": base64.b64encode(image).decode()}]})
-    status, answer = daemon.post("alice", "/v1/attachments", body.encode())
-    assert status == 201, answer
-    ref: str = answer["attachments"][0]["ref"]
-    return ref
-
-
-def _ask(daemon: Any, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
-    host, port = daemon.url.removeprefix("http://").rsplit(":", 1)
-    connection = http.client.HTTPConnection(host, int(port), timeout=60)
-    try:
-        headers = {**daemon.headers("alice"), "Content-Type": "application/json"}
-        connection.request(method, path, body or None, headers)
-        answer = connection.getresponse()
-        return answer.status, answer.read()
-    finally:
-        connection.close()
-
-
 def _read(daemon: Any, how: str, ref: str) -> tuple[int, bytes]:
     """The victim read as `how` says: its status, and what came back (for a render, its body)."""
     if how == "render":
         message = {"role": "user", "content": [{"type": "image", "ref": ref}]}
         body = json.dumps({"provider": "anthropic", "messages": [message]}).encode()
-        return _ask(daemon, "POST", "/v1/render", body)
-    return _ask(daemon, how.split()[0], f"/v1/attachments/{ref}")
+        return daemon.ask("alice", "POST", "/v1/render", body)
+    return daemon.ask("alice", how.split()[0], f"/v1/attachments/{ref}")
 
 
 def _copy_attack(data_dir: Path, victim: str, other: str, cold: bool) -> None:
@@ -81,8 +60,8 @@ def test_a_check_copied_from_another_row_does_not_serve_its_bytes_under_the_vict
 ) -> None:
     daemon = start_daemon(http={"read_lane": how != "GET aiohttp"})
     victim_image, other_image = png(16, 16), png(24, 20, seed=1)
-    victim, other = _admit(daemon, victim_image), _admit(daemon, other_image)
-    assert _ask(daemon, "GET", f"/v1/attachments/{victim}") == (200, victim_image)  # and remembered
+    victim, other = daemon.admit("alice", victim_image), daemon.admit("alice", other_image)
+    assert daemon.ask("alice", "GET", f"/v1/attachments/{victim}") == (200, victim_image)  # and remembered
 
     _copy_attack(daemon.data_dir, victim, other, cold)
     status, got = _read(daemon, how, victim)
@@ -100,8 +79,8 @@ def test_a_check_copied_from_another_row_does_not_serve_its_bytes_under_the_vict
     # Quarantined, as damaged bytes are: moved out of the victim's path, and the row marked.
     assert not object_path(daemon.data_dir, victim).exists()
     assert [p.read_bytes() for p in (daemon.data_dir / "quarantine").iterdir()] == [other_image]
-    status, got = _ask(daemon, "GET", f"/v1/attachments/{victim}")
+    status, got = daemon.ask("alice", "GET", f"/v1/attachments/{victim}")
     assert (status, json.loads(got)["error"]["code"]) == (500, "ATTACHMENT_CORRUPT")
     # The other object is untouched, and served.
-    assert _ask(daemon, "GET", f"/v1/attachments/{other}") == (200, other_image)
+    assert daemon.ask("alice", "GET", f"/v1/attachments/{other}") == (200, other_image)
     daemon.assert_alice_is_served()

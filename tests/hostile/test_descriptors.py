@@ -8,52 +8,23 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import resource
-import signal
-import subprocess
-import sys
-from collections.abc import Iterator
-from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.support.daemon import free_port, wait_ready
 from tests.support.images import png
 
-from .conftest import Daemon, write_config
+from .conftest import Daemon
 
 NOFILE = 256  # the daemon's RLIMIT_NOFILE in these tests
 PARTS = 300  # images in one multipart body: more than the daemon may open
 
 
 @pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[Daemon]:
+def daemon(start_daemon: Any) -> Daemon:
     """A daemon whose open-file limit is NOFILE, that takes up to PARTS images in one admission."""
-    data_dir, config, log = tmp_path / "data", tmp_path / "config.toml", tmp_path / "daemon.log"
-    write_config(
-        config, data_dir, {"admission": {"decode_workers": 1}, "limits": {"max_batch_images": PARTS}}
-    )
-    port = free_port()
-    argv = [sys.executable, "-m", "attachstore", "serve", "--config", str(config)]
-    argv += ["--listen", f"127.0.0.1:{port}", "--workers", "1"]
-    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-    limit = f"import os, resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, ({NOFILE}, {hard}))"
-    launch = f"{limit}; os.execv(sys.executable, {argv!r})"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ATTACHSTORE_")}
-    with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-c", launch], env=env, stdout=out, stderr=subprocess.STDOUT)
-    running = Daemon(f"http://127.0.0.1:{port}", proc, data_dir, log, config)
-    try:
-        wait_ready(f"{running.url}/healthz", proc)
-        yield running
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    daemon: Daemon = start_daemon(limits={"max_batch_images": PARTS}, nofile=NOFILE)
+    return daemon
 
 
 def multipart(images: list[bytes]) -> tuple[bytes, str]:

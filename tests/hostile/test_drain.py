@@ -22,11 +22,6 @@ from tests.support.waiting import until
 from .conftest import TOKENS, Daemon, serve
 
 
-def _connect(daemon: Daemon) -> socket.socket:
-    host, port = daemon.url.removeprefix("http://").rsplit(":", 1)
-    return socket.create_connection((host, int(port)), timeout=60)
-
-
 def _head(s: socket.socket) -> tuple[int, dict[str, str], bytes]:
     """The status and headers of the next answer on `s`, and what came after them; status 0 if the
     connection was closed before any answer."""
@@ -66,11 +61,11 @@ def test_sigterm_finishes_an_upload_under_way_and_refuses_new_requests(start_dae
     authorization = f"Authorization: Bearer {TOKENS['mallory']}\r\n"
 
     # A connection kept alive from before the signal, idle when it comes.
-    idle = _connect(daemon)
+    idle = daemon.connect()
     idle.sendall(f"GET /v1/routes HTTP/1.1\r\nHost: t\r\n{authorization}\r\n".encode())
     assert _answer(idle)[0] == 200
 
-    upload = _connect(daemon)
+    upload = daemon.connect()
     upload.sendall(
         (
             f"POST /v1/attachments HTTP/1.1\r\nHost: t\r\n{authorization}Content-Type: application/json\r\n"
@@ -87,7 +82,7 @@ def test_sigterm_finishes_an_upload_under_way_and_refuses_new_requests(start_dae
 
     # Nothing new is taken: a new connection is refused, a new request on the idle one is refused.
     with pytest.raises(ConnectionRefusedError):
-        _connect(daemon).close()
+        daemon.connect().close()
     idle.sendall(f"GET /v1/routes HTTP/1.1\r\nHost: t\r\n{authorization}\r\n".encode())
     status, _, answer = _answer(idle)
     assert status in (0, 503), (status, answer)

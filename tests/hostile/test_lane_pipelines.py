@@ -5,7 +5,6 @@ Every count here is of work done (answers received, access log lines, reads hash
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import os
@@ -25,19 +24,6 @@ from .conftest import TOKENS, Daemon
 
 ENDPOINT = "/v1/attachments/{ref}"
 AUTH = f"Authorization: Bearer {TOKENS['alice']}"
-
-
-def _admit(daemon: Daemon, image: bytes) -> str:
-    body = json.dumps({"source": "user", "images": [{"data": base64.b64encode(image).decode()}]})
-    status, answer = daemon.post("alice", "/v1/attachments", body.encode())
-    assert status == 201, answer
-    ref: str = answer["attachments"][0]["ref"]
-    return ref
-
-
-def _connect(daemon: Daemon) -> socket.socket:
-    host, port = daemon.url.removeprefix("http://").rsplit(":", 1)
-    return socket.create_connection((host, int(port)), timeout=60)  # a guard against a hang
 
 
 def _answers(stream: Any) -> list[tuple[int, dict[str, str], bytes]]:
@@ -68,11 +54,11 @@ def test_reading_resumes_after_more_than_64_kib_of_answers_made_on_the_spot(star
     # head is still partly in the kernel when they are. A lane that does not read again never answers it.
     daemon = start_daemon(http={"keepalive_timeout": "5s"})
     image = png(40, 40)
-    ref = _admit(daemon, image)
+    ref = daemon.admit("alice", image)
     refused = _read(ref, "X-Pad: " + "p" * 900)  # no token: 401, on the spot
     count = 1100  # about 1.1 MB behind the first read
     requests = _read(ref, AUTH) + refused * count + _read(ref, AUTH, "Connection: close")
-    with _connect(daemon) as s:
+    with daemon.connect() as s:
         sender = threading.Thread(target=lambda: _send_all(s, requests))
         sender.start()
         answers = _answers(s.makefile("rb"))
@@ -91,18 +77,18 @@ def _send_all(s: socket.socket, data: bytes) -> None:
 def test_a_reset_connection_is_answered_no_further(start_daemon: Any) -> None:
     daemon = start_daemon()
     image = png(560, 560, seed=5)  # noise: about 940 KB, within what a read remembers (RESIDENT_MAX)
-    ref = _admit(daemon, image)
+    ref = daemon.admit("alice", image)
     algorithm, digest = ref.split(":")
     path = daemon.data_dir / "objects" / algorithm / digest[:2] / digest[2:4] / digest
     # A read remembers a file changed at least 2 s before it (storage/resident.py, SETTLED_NS).
     until(lambda: time.time_ns() - path.stat().st_ctime_ns > 2_500_000_000, "the object's file to settle")
-    with _connect(daemon) as warm:  # read once: the next reads of this process are recalled, on the spot
+    with daemon.connect() as warm:  # read once: the next reads of this process are recalled, on the spot
         warm.sendall(_read(ref, AUTH, "Connection: close"))
         assert [a[0] for a in _answers(warm.makefile("rb"))] == [200]
     hashed = daemon.metric("attachstore_reads_total", result="ok")
     pipelined = 100
     gone = b"".join(_read(ref, AUTH, f"X-Request-Id: gone-{i:03d}") for i in range(pipelined))
-    s = _connect(daemon)
+    s = daemon.connect()
     # The daemon is stopped while the requests arrive and the client resets the connection: when it runs
     # again, every request is there to read, and the connection is already reset.
     os.kill(daemon.proc.pid, signal.SIGSTOP)
@@ -114,7 +100,7 @@ def test_a_reset_connection_is_answered_no_further(start_daemon: Any) -> None:
         os.kill(daemon.proc.pid, signal.SIGCONT)
     until(lambda: _lines(daemon, "gone-"), "the first access line of the reset connection")
     # A request made afterwards is logged after everything the reset connection's reading led to.
-    with _connect(daemon) as after:
+    with daemon.connect() as after:
         after.sendall(_read(ref, AUTH, "X-Request-Id: after", "Connection: close"))
         assert [a[0] for a in _answers(after.makefile("rb"))] == [200]
     daemon.access(ENDPOINT, 1)
@@ -155,11 +141,11 @@ _REFUSED = {
 def test_what_aiohttp_refuses_is_refused_as_aiohttp_refuses_it(start_daemon: Any, extra: list[str]) -> None:
     daemon = start_daemon()
     image = png(20, 20)
-    ref = _admit(daemon, image)
+    ref = daemon.admit("alice", image)
 
     def answer(target: str) -> tuple[int, list[tuple[str, str]], bytes]:
         head = f"GET {target} HTTP/1.1\r\n" + "".join(f"{h}\r\n" for h in [AUTH, *extra]) + "\r\n"
-        with _connect(daemon) as s:
+        with daemon.connect() as s:
             s.sendall(head.encode())
             (status, headers, body), *_ = _answers(s.makefile("rb"))
         return status, [(k, v) for k, v in headers.items() if k not in ("date", "x-request-id")], body

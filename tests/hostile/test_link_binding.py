@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import http.client
 import json
 import sqlite3
 from collections.abc import Iterator
@@ -31,35 +30,13 @@ ROUTES = {
 }
 
 
-def _ask(
-    daemon: Any, tenant: str, method: str, path: str, body: bytes = b"", **headers: str
-) -> tuple[int, bytes]:
-    host, port = daemon.url.removeprefix("http://").rsplit(":", 1)
-    connection = http.client.HTTPConnection(host, int(port), timeout=60)
-    try:
-        sent = {**daemon.headers(tenant), "Content-Type": "application/json", **headers}
-        connection.request(method, path, body or None, sent)
-        answer = connection.getresponse()
-        return answer.status, answer.read()
-    finally:
-        connection.close()
-
-
-def _admit(daemon: Any, tenant: str, image: bytes) -> str:
-    body = json.dumps({"source": "user", "images": [{"data": base64.b64encode(image).decode()}]})
-    status, answer = daemon.post(tenant, "/v1/attachments", body.encode())
-    assert status == 201, answer
-    ref: str = answer["attachments"][0]["ref"]
-    return ref
-
-
 def _sent(daemon: Any, tenant: str, how: str, ref: str, **headers: str) -> tuple[int, bytes]:
     """What `tenant` is sent as `ref`'s preview (its bytes) or in a render on the small route (its body)."""
     if how == "preview":
-        return _ask(daemon, tenant, "GET", f"/v1/attachments/{ref}/preview?size=64", **headers)
+        return daemon.ask(tenant, "GET", f"/v1/attachments/{ref}/preview?size=64", **headers)
     message = {"role": "user", "content": [{"type": "image", "ref": ref}]}
     body = json.dumps({"route": "small", "messages": [message]}).encode()
-    return _ask(daemon, tenant, "POST", "/v1/render", body)
+    return daemon.ask(tenant, "POST", "/v1/render", body)
 
 
 @contextlib.contextmanager
@@ -112,10 +89,10 @@ def _plant(daemon: Any, victim: str, other: str, mallorys_source: str, how: str)
 @pytest.mark.parametrize("how", ["preview", "render"])
 def test_a_planted_variant_link_is_not_followed(start_daemon: Any, how: str, plant: str) -> None:
     daemon = start_daemon(**ROUTES)
-    victim = _admit(daemon, "alice", png(300, 200))
+    victim = daemon.admit("alice", png(300, 200))
     other_image = png(48, 32, seed=7)  # within both limits: it would be sent as it is
-    other = _admit(daemon, "mallory", other_image)
-    mallorys_source = _admit(daemon, "mallory", png(320, 240, seed=8))
+    other = daemon.admit("mallory", other_image)
+    mallorys_source = daemon.admit("mallory", png(320, 240, seed=8))
 
     status, first = _sent(daemon, "alice", how, victim)  # derives the victim's variant, and links it
     assert status == 200, first[:200]

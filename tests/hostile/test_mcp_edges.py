@@ -10,7 +10,6 @@ import os
 import queue
 import signal
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,40 +24,22 @@ from mcp.shared.message import SessionMessage
 from attachstore.mcp import Local, Roots, build
 from tests.conftest import MakeConfig
 from tests.mcp.conftest import ROUTES as MCP_ROUTES
-from tests.support.daemon import free_port, wait_ready
+from tests.support.daemon import free_port
 from tests.support.images import png
+from tests.support.mcp_server import PYTHON, configured, http_server, initialize, stdio, workspace
 from tests.support.waiting import HANG, until
 
 ROUTES = '[routes."vision"]\ninput_modalities = ["text", "image"]\n'
-# Warnings are errors in the server too, as in tests/mcp/test_process.py.
-PYTHON = [sys.executable, "-X", "dev", "-W", "error", "-m", "attachstore"]
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 0,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "1"},
-    },
-}
 
 
 @pytest.fixture
 def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    (root / "shot.png").write_bytes(png(40, 30))
-    return root
+    return workspace(tmp_path)
 
 
 @pytest.fixture
 def config(tmp_path: Path) -> Path:
-    path = tmp_path / "attachstore.toml"
-    path.write_text(
-        f"data_dir = {json.dumps(str(tmp_path / 'data'))}\n[admission]\ndecode_workers = 1\n{ROUTES}"
-    )
-    return path
+    return configured(tmp_path, ROUTES)
 
 
 class Raw:
@@ -116,7 +97,7 @@ class Raw:
         return answer
 
     def start(self) -> None:
-        self.send(INITIALIZE)
+        self.send(initialize(0))
         assert self.answer()["result"]["serverInfo"]["name"] == "attachstore"
         self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
 
@@ -180,14 +161,8 @@ def test_the_requests_read_before_stdin_ends_are_answered(config: Path, ws: Path
     """All at once, as from a file: the end of stdin ends the server only after its answers (reading the
     whole input in one go must not leave the last requests to a dispatcher that is already closing)."""
     pings = [{"jsonrpc": "2.0", "id": n, "method": "ping"} for n in range(1, 21)]
-    lines = [INITIALIZE, {"jsonrpc": "2.0", "method": "notifications/initialized"}, *pings]
-    proc = subprocess.Popen(
-        [*PYTHON, "mcp", "--config", str(config)],
-        cwd=ws,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    lines = [initialize(0), {"jsonrpc": "2.0", "method": "notifications/initialized"}, *pings]
+    proc = stdio(config, ws)
     out, err = proc.communicate(b"".join(json.dumps(m).encode() + b"\n" for m in lines), timeout=HANG)
     assert proc.returncode == 0, err
     assert sorted(json.loads(line)["id"] for line in out.splitlines()) == list(range(21))
@@ -363,18 +338,6 @@ def test_a_directory_swapped_for_a_symlink_is_never_a_store_failure(
 # (--workspace, else its directory); a path outside is refused in one text whatever is there.
 
 
-async def _http_server(config: Path, cwd: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    proc = await asyncio.to_thread(
-        subprocess.Popen,
-        [*PYTHON, "mcp", "--config", str(config), "--route", "vision", "--http", f"127.0.0.1:{port}"],
-        cwd=cwd,
-        stderr=subprocess.PIPE,
-    )
-    await asyncio.to_thread(wait_ready, f"http://127.0.0.1:{port}/mcp", proc, (400, 405, 406))
-    return proc, f"http://127.0.0.1:{port}/mcp"
-
-
 def _text(result: types.CallToolResult) -> str:
     [text] = [b for b in result.content if isinstance(b, types.TextContent)]
     return text.text
@@ -391,7 +354,7 @@ async def test_over_http_client_roots_only_narrow_the_workspace(
     sub = ws / "sub"
     sub.mkdir()
     (sub / "inner.png").write_bytes(png(10, 10, seed=4))
-    proc, url = await _http_server(config, ws)
+    proc, url = await http_server(config, ws)
     given: list[str] = []
 
     async def roots(context: Any) -> types.ListRootsResult:

@@ -4,9 +4,6 @@ read lane, through aiohttp, and for a HEAD, and a second read while the first is
 
 from __future__ import annotations
 
-import base64
-import json
-import socket
 from typing import Any
 
 import pytest
@@ -18,21 +15,12 @@ from .conftest import TOKENS, Daemon
 MiB = 1 << 20
 
 
-def _admit(daemon: Daemon, image: bytes) -> str:
-    body = json.dumps({"source": "user", "images": [{"data": base64.b64encode(image).decode()}]})
-    status, answer = daemon.post("alice", "/v1/attachments", body.encode())
-    assert status == 201, answer
-    ref: str = answer["attachments"][0]["ref"]
-    return ref
-
-
 def _status_and_length(daemon: Daemon, method: str, target: str) -> tuple[int, int]:
-    host, port = daemon.url.removeprefix("http://").rsplit(":", 1)
     head = (
         f"{method} {target} HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {TOKENS['alice']}\r\n"
         "Connection: close\r\n\r\n"
     )
-    with socket.create_connection((host, int(port)), timeout=60) as s:
+    with daemon.connect() as s:
         s.sendall(head.encode())
         received = b""
         while piece := s.recv(1 << 20):
@@ -59,6 +47,6 @@ def test_a_lone_read_larger_than_the_budget_is_served(
     daemon = start_daemon(http={"max_sending_bytes": MiB, "read_lane": lane})
     image = png(900, 1000, seed=7)  # noise: about 2.7 MB
     assert len(image) > 2 * MiB
-    ref = _admit(daemon, image)
+    ref = daemon.admit("alice", image)
     status, length = _status_and_length(daemon, method, f"/v1/attachments/{ref}{query}")
     assert (status, length) == (200, len(image) if method == "GET" else 0)

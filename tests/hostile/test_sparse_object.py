@@ -7,8 +7,6 @@ run reached before the file was planted."""
 
 from __future__ import annotations
 
-import base64
-import http.client
 import json
 import os
 import subprocess
@@ -27,26 +25,6 @@ SPARSE = 256 << 20
 BOUND = 32 << 20
 
 
-def _admit(daemon: Any, image: bytes) -> str:
-    body = json.dumps({"source": "user", "images": [{"data": base64.b64encode(image).decode()}]})
-    status, answer = daemon.post("alice", "/v1/attachments", body.encode())
-    assert status == 201, answer
-    ref: str = answer["attachments"][0]["ref"]
-    return ref
-
-
-def _ask(daemon: Any, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
-    host, port = daemon.url.removeprefix("http://").rsplit(":", 1)
-    connection = http.client.HTTPConnection(host, int(port), timeout=60)
-    try:
-        headers = {**daemon.headers("alice"), "Content-Type": "application/json"}
-        connection.request(method, path, body or None, headers)
-        answer = connection.getresponse()
-        return answer.status, answer.read()
-    finally:
-        connection.close()
-
-
 def _plant_sparse(data_dir: Path, ref: str) -> None:
     """A file of SPARSE bytes, all of them a hole, in place of the object's."""
     target = object_path(data_dir, ref)
@@ -61,15 +39,15 @@ def _plant_sparse(data_dir: Path, ref: str) -> None:
 def test_a_sparse_file_at_an_object_path_is_refused_without_reading_it(start_daemon: Any, how: str) -> None:
     daemon = start_daemon(http={"read_lane": how != "GET aiohttp"})
     image = png(16, 16)
-    ref = _admit(daemon, image)
-    assert _ask(daemon, "GET", f"/v1/attachments/{ref}") == (200, image)
+    ref = daemon.admit("alice", image)
+    assert daemon.ask("alice", "GET", f"/v1/attachments/{ref}") == (200, image)
     before = daemon.peak_rss()
 
     _plant_sparse(daemon.data_dir, ref)
     if how == "render":
         message = {"role": "user", "content": [{"type": "image", "ref": ref}]}
-        status, got = _ask(
-            daemon,
+        status, got = daemon.ask(
+            "alice",
             "POST",
             "/v1/render",
             json.dumps({"provider": "anthropic", "messages": [message]}).encode(),
@@ -77,7 +55,7 @@ def test_a_sparse_file_at_an_object_path_is_refused_without_reading_it(start_dae
         assert status == 200, got
         assert json.loads(got)["summary"]["unavailable"] == 1
     else:
-        status, got = _ask(daemon, how.split()[0], f"/v1/attachments/{ref}")
+        status, got = daemon.ask("alice", how.split()[0], f"/v1/attachments/{ref}")
         assert status == 500, got[:200]
         if how != "HEAD":
             assert json.loads(got)["error"]["code"] == "ATTACHMENT_CORRUPT"
@@ -108,7 +86,7 @@ def _audit(daemon: Any, *options: str) -> tuple[int, str, int]:
 def test_the_audit_refuses_a_sparse_file_without_reading_it(start_daemon: Any) -> None:
     daemon = start_daemon()
     image = png(16, 16)
-    ref = _admit(daemon, image)
+    ref = daemon.admit("alice", image)
     code, output, clean = _audit(daemon, "--json")
     assert code == 0, output
 

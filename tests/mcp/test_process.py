@@ -11,7 +11,6 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,13 +23,11 @@ from attachstore.cli import main
 from attachstore.client import AsyncClient
 from tests.mcp.conftest import shot_metadata
 from tests.support.daemon import free_port, wait_ready
-from tests.support.images import png
+from tests.support.mcp_server import PYTHON, configured, http_server, initialize, stdio, workspace
 
 ROUTES = '[routes."vision"]\ninput_modalities = ["text", "image"]\n[routes."small"]\n'
 ROUTES += 'input_modalities = ["text", "image"]\nmax_request_side = 16\n'
 TOKEN = "ast_mcp-test-token"
-# Warnings are errors in the server too: a deprecated SDK call would end it, and fail the test.
-PYTHON = [sys.executable, "-X", "dev", "-W", "error", "-m", "attachstore"]
 
 
 def sha256(data: bytes) -> str:
@@ -39,20 +36,14 @@ def sha256(data: bytes) -> str:
 
 @pytest.fixture
 def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    (root / "shot.png").write_bytes(png(40, 30))
+    root = workspace(tmp_path)
     (root / "notes.txt").write_text("no image\n")
     return root
 
 
 @pytest.fixture
 def config(tmp_path: Path) -> Path:
-    path = tmp_path / "attachstore.toml"
-    path.write_text(
-        f"data_dir = {json.dumps(str(tmp_path / 'data'))}\n[admission]\ndecode_workers = 1\n{ROUTES}"
-    )
-    return path
+    return configured(tmp_path, ROUTES)
 
 
 def text_of(result: types.CallToolResult, error: bool = True) -> str:
@@ -172,23 +163,15 @@ async def test_on_a_daemon_the_routes_limits_and_its_errors_reach_the_model(
 async def test_streamable_http_asks_each_client_for_its_roots(
     config: Path, ws: Path, tmp_path: Path, mode: str
 ) -> None:
-    port = free_port()
-    proc = await asyncio.to_thread(
-        subprocess.Popen,
-        [*PYTHON, "mcp", "--config", str(config), "--route", "vision", "--http", f"127.0.0.1:{port}"],
-        cwd=tmp_path,
-        stderr=subprocess.PIPE,
-    )
+    proc, url = await http_server(config, tmp_path)
 
     async def roots(context: Any) -> types.ListRootsResult:
         return types.ListRootsResult(roots=[types.Root(uri=ws.as_uri())])
 
     try:
-        # Any answer of the MCP endpoint (a GET without an MCP session is refused) means it listens.
-        await asyncio.to_thread(wait_ready, f"http://127.0.0.1:{port}/mcp", proc, (400, 405, 406))
-        async with Client(f"http://127.0.0.1:{port}/mcp", mode=mode, list_roots_callback=roots) as c:
+        async with Client(url, mode=mode, list_roots_callback=roots) as c:
             await check_tour(c, ws)
-        async with Client(f"http://127.0.0.1:{port}/mcp", mode=mode) as c:  # no roots: the server's cwd
+        async with Client(url, mode=mode) as c:  # no roots: the server's cwd
             result = await c.call_tool("read_image", {"path": "ws/shot.png"})
             assert not result.is_error, result
     finally:
@@ -197,31 +180,9 @@ async def test_streamable_http_asks_each_client_for_its_roots(
     assert proc.returncode == 0, err
 
 
-def _raw(config: Path, cwd: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [*PYTHON, "mcp", "--config", str(config)],
-        cwd=cwd,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-
-
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "1"},
-    },
-}
-
-
 def test_it_ends_when_the_client_closes_its_stdin(config: Path, ws: Path) -> None:
-    proc = _raw(config, ws)
-    out, err = proc.communicate(json.dumps(INITIALIZE).encode() + b"\n", timeout=60)
+    proc = stdio(config, ws)
+    out, err = proc.communicate(json.dumps(initialize(1)).encode() + b"\n", timeout=60)
     assert proc.returncode == 0, err
     answer = json.loads(out.splitlines()[0])
     assert answer["result"]["serverInfo"]["name"] == "attachstore"
@@ -229,10 +190,10 @@ def test_it_ends_when_the_client_closes_its_stdin(config: Path, ws: Path) -> Non
 
 
 def test_it_ends_cleanly_on_sigterm(config: Path, ws: Path) -> None:
-    proc = _raw(config, ws)
+    proc = stdio(config, ws)
     assert proc.stdin is not None
     assert proc.stdout is not None
-    proc.stdin.write(json.dumps(INITIALIZE).encode() + b"\n")
+    proc.stdin.write(json.dumps(initialize(1)).encode() + b"\n")
     proc.stdin.flush()
     assert json.loads(proc.stdout.readline())["id"] == 1
     proc.send_signal(signal.SIGTERM)

@@ -7,31 +7,19 @@ import asyncio
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import msgspec
 import pytest
 
-from attachstore.config import Config
 from attachstore.index import Index, NodeRow
 from attachstore.service import liveness, storepolicy
 from attachstore.service.catalog import builtin
 from attachstore.service.liveness import Process
 from attachstore.service.storepolicy import PolicyMismatch, document, settle
+from tests.service.conftest import config
+from tests.support.daemon import state
 from tests.support.waiting import eventually, until
-
-
-def config(**sections: Any) -> Config:
-    return msgspec.convert({"data_dir": "/unused", **sections}, Config)
-
-
-@pytest.fixture
-async def index(tmp_path: Path) -> AsyncIterator[Index]:
-    db = await Index.open(tmp_path / "index.sqlite3")
-    yield db
-    await db.close()
 
 
 @pytest.fixture
@@ -43,11 +31,6 @@ def sleeper() -> Iterator[subprocess.Popen[bytes]]:
     finally:
         proc.kill()
         proc.wait()
-
-
-def state(pid: int) -> str:
-    text = Path(f"/proc/{pid}/stat").read_text()
-    return text[text.rindex(")") + 2]
 
 
 async def planted(index: Index, pid: int, seen_at: float, limits: dict[str, int]) -> NodeRow:

@@ -8,11 +8,7 @@ import logging
 import sys
 import time
 import types
-from collections.abc import AsyncIterator
-from pathlib import Path
-from typing import Any
 
-import msgspec
 import pytest
 
 from attachstore.config import Config
@@ -21,20 +17,10 @@ from attachstore.index import Index, NodeRow
 from attachstore.service import storepolicy
 from attachstore.service.catalog import Catalog, Entry, builtin
 from attachstore.service.storepolicy import NODE_TTL, Applied, PolicyMismatch, differences, document, settle
+from tests.service.conftest import config
 from tests.support.waiting import eventually
 
 VISION = {"gpt-4o": {"input_modalities": ["text", "image"]}, "local-llm": {"input_modalities": ["text"]}}
-
-
-def config(**sections: Any) -> Config:
-    return msgspec.convert({"data_dir": "/unused", **sections}, Config)
-
-
-@pytest.fixture
-async def index(tmp_path: Path) -> AsyncIterator[Index]:
-    db = await Index.open(tmp_path / "index.sqlite3")
-    yield db
-    await db.close()
 
 
 async def serve(index: Index, c: Config, *, replace: bool = False) -> Applied:

@@ -8,6 +8,8 @@ import asyncio
 import time
 from collections.abc import Callable
 
+import pytest
+
 HANG = 60.0  # seconds
 
 
@@ -29,3 +31,13 @@ async def eventually(
     while not condition():
         assert asyncio.get_running_loop().time() < deadline, f"still waiting for {what} after {seconds:g} s"
         await asyncio.sleep(every)
+
+
+def jumping_clock(monkeypatch: pytest.MonkeyPatch, by: float) -> asyncio.Event:
+    """The running loop's clock jumps `by` seconds ahead once the event returned is set, and only then: a
+    bound on that clock runs out when the test says so, never because the machine is slow."""
+    jumped = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    clock = loop.time
+    monkeypatch.setattr(loop, "time", lambda: clock() + (by if jumped.is_set() else 0.0))
+    return jumped
