@@ -131,6 +131,7 @@ class Staged:
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         self.file: BinaryIO = os.fdopen(fd, "wb", buffering=_BUFFER)
         self.size = 0  # once prepared
+        self.replaced = False  # our name holds the file we replaced (exchanged with it, not yet removed)
         self.steps("created")
 
     def write(self, data: bytes | memoryview) -> None:
@@ -157,16 +158,20 @@ class Staged:
     def rename(self) -> bool:
         """Put it at the target's path: exchanged with the target where the system can (the replaced file is
         then at our temporary name: True), else renamed over it."""
-        exchanged = _exchange(self.path, self.target)
+        exchanged = self.replaced = _exchange(self.path, self.target)
         if not exchanged:
             os.replace(self.path, self.target)
         self.steps("renamed")
         return exchanged
 
-    def append(self, data: bytes | memoryview) -> None:
-        """Add `data` at the end of the target, after whatever a host appended to it since the rename."""
+    def appending(self) -> None:
+        """From now on, writes go to the end of the target, after whatever a host appended to it since the
+        rename."""
         fd = self.file.fileno()
         fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
+
+    def append(self, data: bytes | memoryview) -> None:
+        fd = self.file.fileno()
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
@@ -178,10 +183,21 @@ class Staged:
         if exchanged:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.path)
+            self.replaced = False
         fsync_dir(self.target.parent)
         self.steps("dir_synced")
 
     def discard(self) -> None:
+        """Remove the new version. After an exchange our name holds the replaced file, with whatever a host
+        appended to it: it is swapped back first, and where that fails it is left at our name, never
+        removed."""
+        if self.replaced:
+            with contextlib.suppress(OSError, ValueError):
+                _put_back(self)
+            if self.replaced:
+                with contextlib.suppress(OSError):
+                    self.file.close()
+                return
         with contextlib.suppress(OSError):
             self.file.close()
         with contextlib.suppress(FileNotFoundError):
@@ -258,6 +274,7 @@ def _catch_up(
     size = os.fstat(kept).st_size
     appended = size >= before.size and os.pread(kept, len(edge), before.size - len(edge)) == edge
     if busy is None and appended:
+        staged.appending()
         offset = before.size
         while offset < (size := os.fstat(kept).st_size):
             chunk = os.pread(kept, min(size - offset, _BUFFER), offset)
@@ -285,6 +302,7 @@ def _put_back(staged: Staged) -> None:
     staged.file.flush()
     if not _exchange(staged.path, staged.target):
         raise OSError(errno.EIO, f"cannot swap {staged.target} back")
+    staged.replaced = False
     fd = staged.file.fileno()  # now the replaced one's name, holding the new version
     grown = os.fstat(fd).st_size
     if grown > staged.size:

@@ -5,6 +5,7 @@ report says so. The points of the window are reached through the replacement's s
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 from typing import Any
@@ -172,3 +173,23 @@ async def test_without_an_exchange_a_rewrite_in_the_window_is_reported_lost(
     report = await strip(store, source, steps=host)
     assert (report.status, report.reason) == ("failed", "TRANSCRIPT_LOST")
     assert "rewritten by a host" in (report.message or "")
+
+
+@pytest.mark.parametrize("fails", ["append", "close"])
+async def test_a_failure_after_the_exchange_puts_the_hosts_file_back(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fails: str
+) -> None:
+    """The disk fills (or fsync fails) once the new version has taken the file's place: the replaced file,
+    with the record a host appended meanwhile, goes back to the path; it is never removed."""
+    source = tmp_path / "rollout-5.jsonl"
+    original = rollout(fixtures.PNG)
+    source.write_bytes(original)
+
+    def full(*_args: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(files.Staged, fails, full)
+    report = await strip(store, source, steps=Host(source, at="checked"))
+    assert report.status != "stripped"
+    assert source.read_bytes() == original + RECORD
+    assert sorted(os.listdir(tmp_path)) == ["data", source.name]
