@@ -94,6 +94,7 @@ class Resident(Generic[R]):
         self.enabled = bool(_NOWAIT)
         # What `mapped` reads are made and kept by, where the kernel grants leases (storage/mapped.py).
         self.mappings = Mappings(_kept_entries(), KEPT_IDLE) if available() else None
+        self.threads = cores()  # a batch's readers: counted once (it reads the cgroups' files)
 
     def read(
         self, ref: Ref, size: int, verify: Verify, mapped: bool = False
@@ -123,7 +124,7 @@ class Resident(Generic[R]):
                 ref, size, verify = wanted[i]
                 found[i] = self._read_warm(self.blobs.filename(ref), size, verify)
 
-        shares = _shares([size for _, size, _ in wanted], cores())
+        shares = _shares([size for _, size, _ in wanted], self.threads)
         await asyncio.gather(*(asyncio.to_thread(read_share, share) for share in shares))
         return found
 

@@ -422,7 +422,8 @@ async def test_many_objects_are_read_in_one_thread_per_core_and_hashed_in_full(
         "holds",
         lambda self, check, *bound: hashed.append(len(bound[-1])) or holds(self, check, *bound),
     )
-    monkeypatch.setattr(resident, "cores", lambda: 2)
+    assert store.resident is not None
+    monkeypatch.setattr(store.resident, "threads", 2)
     monkeypatch.setattr(asyncio, "to_thread", counting)
     rows = await store.index.get_many(refs, None)
     wanted = [(Ref.parse(ref), rows[ref]) for ref in refs]
