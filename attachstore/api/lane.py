@@ -50,7 +50,7 @@ from ..errors import AttachstoreError, Unauthorized
 from ..service import ImageRef
 from ..storage import Mapped
 from ..storage.mapped import BREAK_SIGNAL, watch
-from .app import SECURITY_HEADERS, TOKENS, tenant_for
+from .app import MAX_HEADERS, SECURITY_HEADERS, TOKENS, tenant_for
 from .attachments import READ_HEADERS, etag_matches, not_modified_headers
 from .common import CONFIG, STORE, error_response
 from .observe import CLIENT_GONE, record, request_id
@@ -59,7 +59,6 @@ from .sending import BUDGET
 log = logging.getLogger("attachstore.api")
 
 ENDPOINT = "/v1/attachments/{ref}"  # the aiohttp route's canonical form, for the same metrics and log lines
-MAX_HEADERS = 64  # as aiohttp is configured (app.make_app)
 # aiohttp's Python parser counts the request line and the empty line among them (its C parser counts only
 # the fields): 62 fields at most
 _MAX_FIELDS = MAX_HEADERS - 2
@@ -91,10 +90,9 @@ _READS_KEPT = 64  # where the last reads ended, kept to give them to aiohttp as 
 _PLAIN = re.compile(
     rb"GET /v1/attachments/([A-Za-z0-9:._-]+) HTTP/1\.1(?:\r\n[!#$%&'*+.^_`|~0-9A-Za-z-]+:[\t\x20-\x7e]*)*"
 )
+# Host and User-Agent, which plain reads carry, are counted in `recognize` instead.
 _SPECIAL = re.compile(
-    rb"\r\n(?:authorization|if-none-match|x-request-id|connection|content-length|transfer-encoding|expect|upgrade"
-    rb"|content-type|etag|max-forwards|server|content-location|content-range|proxy-connection):",
-    re.IGNORECASE,
+    rb"\r\n(?:" + b"|".join(sorted((_ONCE | _NOT_HERE) - {b"host", b"user-agent"})) + rb"):", re.IGNORECASE
 )
 
 
