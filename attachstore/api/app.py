@@ -20,6 +20,7 @@ from .observe import ERROR_CODE
 from .sending import BUDGET, Budget
 
 log = logging.getLogger("attachstore.api")
+MAX_HEADERS = 64  # header fields in a request, as aiohttp is told (the read lane keeps to it too)
 
 FILE_OPS = web.AppKey("file_ops", FileOps)
 TOKENS = web.AppKey("tokens", dict[str, str])  # sha256 of a token -> its tenant
@@ -155,7 +156,7 @@ def make_app(
             "keepalive_timeout": config.http.keepalive_timeout_seconds,
             "max_line_size": config.http.max_header_bytes,
             "max_field_size": config.http.max_header_bytes,
-            "max_headers": 64,
+            "max_headers": MAX_HEADERS,
         },
     )
     app[CONFIG] = config

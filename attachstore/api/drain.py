@@ -76,8 +76,4 @@ async def close_when_stopping(request: web.Request, response: web.StreamResponse
 async def drain(app: web.Application, within: float) -> None:
     """Stop taking requests on `app`, and let those in progress finish within `within` seconds. The store's
     node says at once that it is stopping (a daemon started meanwhile waits for it instead of refusing)."""
-    finishing = app[DRAIN].finish(within)
-    if STORE in app:
-        await asyncio.gather(app[STORE].stopping(), finishing)
-    else:
-        await finishing
+    await asyncio.gather(app[STORE].stopping(), app[DRAIN].finish(within))
