@@ -348,9 +348,10 @@ def _headroom() -> None:
     want of them is not only refused: uvloop does not close the pipes it made for the child then, so each
     such failure would keep descriptors for good. Nothing runs on the loop between this and the start."""
     taken: list[int] = []
-    try:
-        for _ in range(_START_DESCRIPTORS):
-            taken.append(os.dup(0))
+    try:  # (of a descriptor opened here: 0 may be closed, in a daemon started with `<&-`)
+        taken.append(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
+        while len(taken) < _START_DESCRIPTORS:
+            taken.append(os.dup(taken[0]))
     except OSError as e:
         if e.errno not in (errno.EMFILE, errno.ENFILE):
             raise

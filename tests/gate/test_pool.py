@@ -4,6 +4,8 @@ and a cancelled job's worker killed. (The corpus of hostile files it survives is
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -211,3 +213,13 @@ async def test_a_job_for_a_worker_killed_while_idle_goes_to_a_fresh_one(
     finally:
         await pool.close()
     assert (_decodes(pool, "passed"), _decodes(pool)) == (2, 2)
+
+
+def test_the_descriptor_headroom_needs_no_standard_input() -> None:
+    """A daemon started with descriptor 0 closed still starts decode workers: the probe of free descriptors
+    duplicates one of its own."""
+    probe = "import os; os.close(0); from attachstore.gate.pool import _headroom; _headroom(); print('ok')"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "ok"), done.stderr
