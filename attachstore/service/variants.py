@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -84,7 +83,6 @@ class Variants:
         # Derivations in progress by (source, spec, tenant): concurrent callers of one tenant share one, and
         # each tenant's run in its own turn of the decode pool, so that none waits behind another's queue.
         self._deriving: dict[tuple[str, str, str], asyncio.Future[ObjectRow]] = {}
-        self._pending: Counter[str] = Counter()  # the same, counted by tenant
         self.per_tenant = config.admission.max_derivations_per_tenant
         # (source, spec) whose derivation failed in the decode pool, until when, and why.
         self._unfit: dict[tuple[str, str], tuple[float, Rejected]] = {}
@@ -117,16 +115,16 @@ class Variants:
         running = (*key, whose)
         task = self._deriving.get(running)
         if task is None:
-            if self._pending[whose] >= self.per_tenant:
+            pending = sum(1 for k in self._deriving if k[2] == whose)  # at most tenants x the cap
+            if pending >= self.per_tenant:
                 self.metrics.variants.labels("busy").inc()
                 raise ServerBusy(
-                    f"{self._pending[whose]} derivations of this tenant (previews, request variants) are in "
+                    f"{pending} derivations of this tenant (previews, request variants) are in "
                     "progress or waiting for a decode worker, the most one tenant may have at once",
                     hint="retry after the Retry-After delay",
                 )
             task = asyncio.ensure_future(self._derive(source, spec, whose))
             self._deriving[running] = task
-            self._pending[whose] += 1
             task.add_done_callback(lambda t: self._derived(running, t))
         try:
             return await asyncio.shield(task)
@@ -170,10 +168,6 @@ class Variants:
 
     def _derived(self, running: tuple[str, str, str], task: asyncio.Future[ObjectRow]) -> None:
         self._deriving.pop(running, None)
-        tenant = running[2]
-        self._pending[tenant] -= 1
-        if not self._pending[tenant]:
-            del self._pending[tenant]
         if not task.cancelled():
             task.exception()  # retrieved: a failure is its callers' to raise, not the loop's to log
 
