@@ -199,13 +199,16 @@ class LocalBlobStore:
         except OSError as e:
             raise storage_error(e, "verifying an existing object") from e
 
-    def _hash_file(self, ref: Ref, path: Path, size: int) -> bool:
+    @staticmethod
+    def _hash_file(ref: Ref, path: Path, size: int | None) -> bool:
+        """The regular file at `path` is of `size` bytes (None: any) and hashes to `ref`; hashed a chunk at a
+        time, so a large file costs no memory."""
         try:
             f = open_regular(path)
         except NotRegular:
             return False
         with f:
-            if os.fstat(f.fileno()).st_size != size:
+            if size is not None and os.fstat(f.fileno()).st_size != size:
                 return False
             h = hasher(ref.algorithm)
             while chunk := f.read(_READ_CHUNK):
@@ -249,7 +252,7 @@ class LocalBlobStore:
         target = self._quarantine_name(path)
         try:
             self.ops.rename(path, target)
-            intact = self._intact(ref, target)
+            intact = self._hash_file(ref, target, None)  # its size is the row's, not known here
             if intact:
                 with contextlib.suppress(FileExistsError):
                     self.ops.link(target, path)
@@ -261,19 +264,6 @@ class LocalBlobStore:
         except OSError as e:
             raise storage_error(e, "quarantining an object") from e
         return "intact" if intact else "quarantined"
-
-    @staticmethod
-    def _intact(ref: Ref, path: Path) -> bool:
-        """The file at `path` hashes to `ref`; hashed a chunk at a time, whatever its size, so a large file
-        moved aside costs no memory (its size is not known here: the row is the caller's)."""
-        try:
-            with open_regular(path) as f:
-                h = hasher(ref.algorithm)
-                while chunk := f.read(_READ_CHUNK):
-                    h.update(chunk)
-        except NotRegular:
-            return False
-        return h.hexdigest() == ref.digest
 
     def discard_sync(self, ref: Ref) -> None:
         """Remove an object file that no index row publishes (the caller holds the index write lock)."""

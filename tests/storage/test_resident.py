@@ -122,7 +122,9 @@ async def test_a_remembered_read_whose_bytes_do_not_hash_is_not_served(
     # What damage that leaves the file's change time alone (bit rot under the file system) looks like:
     monkeypatch.setattr(Ref, "matches", lambda self, data: False)
     monkeypatch.setattr(Checker, "holds", lambda *args: False)
-    monkeypatch.setattr(LocalBlobStore, "_intact", staticmethod(lambda ref, path: False))  # its re-check
+    monkeypatch.setattr(
+        LocalBlobStore, "_hash_file", staticmethod(lambda ref, path, size: False)
+    )  # its re-check
     with pytest.raises(Corrupt):
         await store.read(ref)
     assert not path_of(store, ref).exists()  # quarantined by the usual path
@@ -620,7 +622,9 @@ async def test_a_kept_mapping_whose_bytes_do_not_pass_is_let_go_and_never_served
     # What damage that leaves the file and its lease alone (bit rot under the file system) looks like:
     monkeypatch.setattr(Ref, "matches", lambda self, data: False)
     monkeypatch.setattr(Checker, "holds", lambda *args: False)
-    monkeypatch.setattr(LocalBlobStore, "_intact", staticmethod(lambda ref, path: False))  # its re-check
+    monkeypatch.setattr(
+        LocalBlobStore, "_hash_file", staticmethod(lambda ref, path, size: False)
+    )  # its re-check
     with pytest.raises(Corrupt):
         await store.read(ref, "", None, True)
     assert not first.intact()
