@@ -140,8 +140,7 @@ class Checker:
 
 def _bound(ref: str, size: int, media_type: str) -> bytes:
     """The fields a check binds, each framed by its length, so that no two sets of them run together."""
-    name, kind = ref.encode(), media_type.encode()
-    return _CHECK_CONTEXT + _FIELD.pack(len(name)) + name + _SIZE.pack(size) + _FIELD.pack(len(kind)) + kind
+    return _CHECK_CONTEXT + _framed(ref) + _SIZE.pack(size) + _framed(media_type)
 
 
 def _framed(*fields: str) -> bytes:

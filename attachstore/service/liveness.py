@@ -55,5 +55,5 @@ def _signalled(pid: int) -> Process:
     except ProcessLookupError:
         return Process.GONE
     except OSError:  # another user's process
-        return Process.RUNNING
+        pass
     return Process.RUNNING
