@@ -248,7 +248,7 @@ class Audit:
         if found.ref is None:
             return filepass.Look(file)
         intact = await asyncio.to_thread(found.ref.matches, data)
-        return filepass.Look(file, intact, data if intact else None)
+        return filepass.Look(file, data if intact else None)
 
     def _parts(self, local: LocalBlobStore) -> Iterator[filepass.Part]:
         for listing in local.list_objects():
@@ -285,8 +285,8 @@ class Audit:
             report.findings.append(Finding(Kind.CORRUPT, str(ref), path, detail))
             return
         if row is None:
-            await self._stray(ref, f, look.data if look.intact else None, report)
-        elif not look.intact or look.data is None:
+            await self._stray(ref, f, look.data, report)
+        elif look.data is None:
             done = await self._quarantine(ref) if self.repair else None
             report.findings.append(
                 Finding(Kind.CORRUPT, str(ref), path, "the bytes do not hash to the object's name", done)

@@ -172,8 +172,7 @@ class Look:
     """A suspect file, read again in full: whatever made it suspect may have passed (a heal, say)."""
 
     file: StoredFile
-    intact: bool = False
-    data: bytes | None = None  # the bytes, held only when they hash to the file's ref
+    data: bytes | None = None  # the bytes, held only when they hash to the file's ref (intact)
     error: OSError | None = None  # it cannot be read
 
 
@@ -202,7 +201,7 @@ def look_again(path: str, ref: Ref | None, size: int | None = None) -> Look | No
     except OSError as e:
         return Look(file, error=e)
     file = StoredFile(file.path, ref, length, file.mtime)
-    return Look(file, True, data) if digest == ref.digest and data is not None else Look(file)
+    return Look(file, data if digest == ref.digest else None)
 
 
 def _hash(path: str, ref: Ref, size: int | None, keep: bool = False) -> tuple[int, str, bytes | None]:
