@@ -174,3 +174,23 @@ def test_in_a_smoke_run_the_ceiling_reads_the_files_once_however_late_it_starts(
         files.append(str(tmp_path / name))
     assert ceiling._loop(files, 1e-9, "check", at_least_one=True) == 2
     assert ceiling._loop(files, 1e-9, "check") == 0  # without it (the full bench), the window decides
+
+
+AB_SMOKE = ("--rounds", "1", "--seconds", "1", "--connections", "2")
+
+
+def test_the_ab_of_source_trees_reports_reads_and_their_cpu() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.bench.ab", f"here={REPO}", *AB_SMOKE],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    row = next(line for line in done.stdout.splitlines() if line.startswith("here "))
+    _, connections, rps, cpu, ratio = row.split()
+    assert (connections, ratio) == ("2", "1.00×"), row
+    assert float(rps.replace(",", "")) > 0, row
+    assert float(cpu.replace(",", "")) > 0, row
