@@ -21,8 +21,8 @@ from enum import Enum
 from pathlib import Path
 
 from ..errors import Corrupt, Missing, StorageUnavailable
-from ..progress import human_bytes
 from ..refs import Buffer, Ref, hasher
+from ..text import human_bytes
 from .fileops import OBJECT_MODE, FileOps, NotRegular, open_regular, storage_error
 from .layout import object_name
 from .listing import Listing, StoredFile, listings, sorted_entries, stored
