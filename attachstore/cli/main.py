@@ -16,7 +16,8 @@ from typing import TypeVar
 import msgspec
 
 from .. import __version__, logs
-from ..config import Config, cores, default_data_dir, load
+from ..config import Config, default_data_dir, load
+from ..cores import cores
 from ..errors import AttachstoreError, ConfigError, InvalidRequest
 from ..index import IndexUnusable, SessionRow
 from ..service import SOURCES, Admission, ImageRef, Store, Upload

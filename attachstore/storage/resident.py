@@ -45,7 +45,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Generic, NamedTuple, Protocol, TypeVar
 
-from ..config import cores
+from ..cores import cores
 from ..refs import Ref
 from .fileops import OPEN_READ
 from .local import LocalBlobStore, Verify
