@@ -6,6 +6,7 @@ import os
 import re
 import tomllib
 from collections.abc import Mapping
+from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -33,6 +34,11 @@ class _Section(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=
     pass
 
 
+class _Timed(_Section, frozen=True, dict=True):
+    """A section with durations: each one's seconds are parsed once, then kept (a `cached_property` needs
+    the `__dict__`)."""
+
+
 class Limits(_Section, frozen=True):
     max_image_bytes: Positive = 3_670_016
     max_side: Positive = 2000
@@ -43,7 +49,7 @@ class Limits(_Section, frozen=True):
     max_batch_bytes: Positive = 33_554_432
 
 
-class Admission(_Section, frozen=True):
+class Admission(_Timed, frozen=True):
     decode_workers: Annotated[int, Meta(ge=0)] = 0  # 0: one per core
     decode_timeout: Duration = "10s"
     # The decoder time all images of one admission may take together; each also within decode_timeout.
@@ -98,11 +104,11 @@ class Admission(_Section, frozen=True):
     def buffered_bytes(self, body_cap: int) -> int:
         return self.max_buffered_bytes if self.max_buffered_bytes is not None else 2 * body_cap
 
-    @property
+    @cached_property
     def decode_timeout_seconds(self) -> float:
         return duration_seconds(self.decode_timeout)
 
-    @property
+    @cached_property
     def request_decode_timeout_seconds(self) -> float:
         return duration_seconds(self.request_decode_timeout)
 
@@ -111,7 +117,7 @@ class Admission(_Section, frozen=True):
         return self.decode_workers or cores()
 
 
-class Http(_Section, frozen=True):
+class Http(_Timed, frozen=True):
     max_body_bytes: Positive | None = None  # admissions; default: sized from the batch limits
     read_timeout: Duration = "30s"  # to receive a whole request body
     keepalive_timeout: Duration = "15s"  # an idle connection is closed after this
@@ -127,15 +133,15 @@ class Http(_Section, frozen=True):
     # a copy, and keeps the mapping for the next read of the same file (storage/mapped.py).
     mapped_reads: bool = True
 
-    @property
+    @cached_property
     def read_timeout_seconds(self) -> float:
         return duration_seconds(self.read_timeout)
 
-    @property
+    @cached_property
     def keepalive_timeout_seconds(self) -> float:
         return duration_seconds(self.keepalive_timeout)
 
-    @property
+    @cached_property
     def write_timeout_seconds(self) -> float:
         return duration_seconds(self.write_timeout)
 
@@ -146,10 +152,10 @@ class Http(_Section, frozen=True):
         return limits.max_batch_bytes * 4 // 3 + 1_048_576
 
 
-class Gc(_Section, frozen=True):
+class Gc(_Timed, frozen=True):
     grace: Duration = "24h"
 
-    @property
+    @cached_property
     def grace_seconds(self) -> float:
         return duration_seconds(self.grace)
 
