@@ -304,17 +304,28 @@ def load(
     """Read the file (`path`, else $ATTACHSTORE_CONFIG, else none), then the environment, then `overrides`."""
     env = os.environ if env is None else env
     path = path or env.get("ATTACHSTORE_CONFIG") or None
-    raw: dict[str, Any] = {}
-    source = "configuration"
-    if path:
-        source = path
-        try:
-            with open(path, "rb") as f:
-                raw = tomllib.load(f)
-        except OSError as e:
-            raise ConfigError(f"{path}: cannot read the configuration file: {e.strerror}") from None
-        except tomllib.TOMLDecodeError as e:
-            raise ConfigError(f"{path}: not valid TOML: {e}") from None
+    source = path or "configuration"  # what an error message starts with
+    raw = _read_file(path) if path else {}
+    _apply_env(raw, env, source)
+    raw.update((key, value) for key, value in (overrides or {}).items() if value is not None)
+    config = _convert(raw, source)
+    if not config.data_dir:
+        config = msgspec.structs.replace(config, data_dir=default_data_dir(env))
+    _check(config, source)
+    return config
+
+
+def _read_file(path: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read the configuration file: {e.strerror}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: not valid TOML: {e}") from None
+
+
+def _apply_env(raw: dict[str, Any], env: Mapping[str, str], source: str) -> None:
     for var, key in ENV_KEYS.items():
         if env.get(var):
             raw[key] = env[var]
@@ -323,21 +334,24 @@ def load(
             if not isinstance(raw.get(section, {}), dict):
                 raise ConfigError(f"{source}: bad value for {section!r}: Expected `object`")
             raw[section] = {**raw.get(section, {}), key: env[var]}
-    for key, value in (overrides or {}).items():
-        if value is not None:
-            raw[key] = value
-    for name, route in (raw.get("routes") or {}).items() if isinstance(raw.get("routes"), dict) else ():
+
+
+def _convert(raw: dict[str, Any], source: str) -> Config:
+    routes = raw.get("routes")
+    for name, route in routes.items() if isinstance(routes, dict) else ():
         try:  # one at a time, so that the message names the route (msgspec cannot name a dict key)
             msgspec.convert(route, Route)
         except msgspec.ValidationError as e:
             key = _name_the_key(str(e)).replace("'", "")
             raise ConfigError(f'{source}: routes."{name}": {key}') from None
     try:
-        config = msgspec.convert(raw, Config)
+        return msgspec.convert(raw, Config)
     except msgspec.ValidationError as e:
         raise ConfigError(f"{source}: {_name_the_key(str(e))}") from None
-    if not config.data_dir:
-        config = msgspec.structs.replace(config, data_dir=default_data_dir(env))
+
+
+def _check(config: Config, source: str) -> None:
+    """What no single key's type can say."""
     for key, seconds in (
         ("admission.decode_timeout", config.admission.decode_timeout_seconds),
         ("admission.request_decode_timeout", config.admission.request_decode_timeout_seconds),
@@ -357,7 +371,6 @@ def load(
     if len(set(hashes)) != len(hashes):
         # A tenant may have several tokens (to rotate them); a token names exactly one tenant.
         raise ConfigError(f"{source}: tenants: the same token_sha256 is configured twice")
-    return config
 
 
 def _name_the_key(message: str) -> str:
