@@ -23,7 +23,7 @@ from pathlib import Path
 from ..errors import Corrupt, Missing, StorageUnavailable
 from ..refs import Buffer, Ref, hasher
 from ..text import human_bytes
-from .fileops import OBJECT_MODE, FileOps, NotRegular, open_regular, storage_error
+from .fileops import OBJECT_MODE, FileOps, NotRegular, open_regular, read_sized, storage_error
 from .layout import object_name
 from .listing import Listing, StoredFile, listings, sorted_entries, stored
 
@@ -226,15 +226,9 @@ class LocalBlobStore:
     # -- read path -------------------------------------------------------------------------------------
 
     def read_sync(self, ref: Ref, size: int, verify: Verify | None = None) -> bytes:
-        """The object's bytes, verified. A file of another size than `size` is refused as it is found
-        (fstat), without reading a byte of it: a large (sparse) file planted at an object's path costs no
-        memory. Else `size` bytes and one more are read: a file that grew since is not the object either."""
         path = self.path(ref)
-        data = None
         try:
-            with open_regular(path) as f:
-                if os.fstat(f.fileno()).st_size == size:
-                    data = f.read(size + 1)
+            data = read_sized(path, size)
         except FileNotFoundError:
             raise Missing(f"the bytes of {ref} are missing from the store") from None
         except NotRegular:
