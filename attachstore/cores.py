@@ -9,10 +9,9 @@ from pathlib import Path
 
 
 def cores(root: Path = Path("/")) -> int:
-    """The cores this process may run on: its CPU affinity (which a container or `taskset` narrows), and no
-    more than the CPU quota of its cgroups allows, rounded up (a container's `--cpus 0.5` is one). `serve`'s
-    default number of workers, the decode workers' and the audit's, and the threads of a batch of reads.
-    `root` is where /proc and /sys are found."""
+    """Its CPU affinity (which a container or `taskset` narrows), and no more than the CPU quota of its
+    cgroups allows, rounded up (a container's `--cpus 0.5` is one): the host's core count would start more
+    workers than the container may run. `root` is where /proc and /sys are found."""
     affinity = getattr(os, "sched_getaffinity", None)
     found = max(1, len(affinity(0))) if affinity is not None else os.cpu_count() or 1
     quota = cpu_quota(root)

@@ -42,7 +42,6 @@ class ReadCache:
 
     @property
     def used(self) -> int:
-        """Bytes held now."""
         return self._bytes
 
     def open(self) -> None:

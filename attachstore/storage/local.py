@@ -1,11 +1,7 @@
 """Local blob store: bytes under names derived from their reference, written with a complete fsync discipline.
 
-It knows nothing of images or of the index. Its contract:
-
-- `put(ref, data)` returns only once `data` is durable at the path of `ref`; an intact existing object is
-  kept, a damaged or missing one is replaced atomically from `data` (the damaged copy goes to quarantine/).
-- `read(ref, size)` returns the object's bytes only if their hash is `ref` and their length is `size`.
-- Nothing here ever leaves a partially written file at an object path.
+It keeps the contract written in backend.py, and never leaves a partially written file at an object path
+(docs/design.md, "The write order for one object, and why each step is there").
 """
 
 from __future__ import annotations
