@@ -66,7 +66,6 @@ FileId = tuple[int, int, int]  # st_dev, st_ino, st_ctime_ns: which file, not ju
 
 
 def _cached(fd: int, size: int) -> bool:
-    """Every page of the file's first `size` bytes is in the page cache."""
     pages = _cached_pages(fd, size)
     return pages is not None and pages >= -(-size // mmap.PAGESIZE)
 
