@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
+from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import Meta
 
+from .cores import cores
 from .errors import ConfigError
 
 Positive = Annotated[int, Meta(gt=0)]
@@ -24,69 +25,6 @@ _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
-def cores(root: Path = Path("/")) -> int:
-    """The cores this process may run on: its CPU affinity (which a container or `taskset` narrows), and no
-    more than the CPU quota of its cgroups allows, rounded up (a container's `--cpus 0.5` is one). `serve`'s
-    default number of workers, the decode workers' and the audit's, and the threads of a batch of reads.
-    `root` is where /proc and /sys are found."""
-    affinity = getattr(os, "sched_getaffinity", None)
-    found = max(1, len(affinity(0))) if affinity is not None else os.cpu_count() or 1
-    quota = cpu_quota(root)
-    return found if quota is None else max(1, min(found, math.ceil(quota)))
-
-
-def cpu_quota(root: Path = Path("/")) -> float | None:
-    """How many CPUs' worth of time the cgroups of this process allow (cgroup v2 `cpu.max`, v1
-    `cpu.cfs_quota_us` over `cpu.cfs_period_us`): the smallest of its own cgroup's and of those above it.
-    None without a quota, or where it cannot be read."""
-    try:
-        lines = (root / "proc" / "self" / "cgroup").read_text().splitlines()
-    except OSError:
-        return None
-    mount = root / "sys" / "fs" / "cgroup"
-    found: list[float] = []
-    for line in lines:
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        controllers, path = parts[1], parts[2]
-        if not controllers:  # v2: one hierarchy
-            found += _quotas(mount, path, _v2_quota)
-        elif "cpu" in controllers.split(","):
-            for name in (controllers, "cpu", "cpu,cpuacct"):
-                if (mount / name).is_dir():
-                    found += _quotas(mount / name, path, _v1_quota)
-                    break
-    return min(found, default=None)
-
-
-def _quotas(base: Path, path: str, read: Callable[[Path], float | None]) -> list[float]:
-    """The quotas of the cgroup `path` under the mount `base` and of those above it. Where the path is not
-    there (a container that sees its host's path), the mount's own: the container's cgroup."""
-    here = base / path.strip("/")
-    if not here.is_dir():
-        here = base
-    dirs = [here, *(p for p in here.parents if p == base or base in p.parents)]
-    return [q for d in dirs if (q := read(d)) is not None]
-
-
-def _v2_quota(cgroup: Path) -> float | None:
-    try:
-        quota, period = (cgroup / "cpu.max").read_text().split()
-        return None if quota == "max" else int(quota) / int(period)
-    except (OSError, ValueError, ZeroDivisionError):
-        return None
-
-
-def _v1_quota(cgroup: Path) -> float | None:
-    try:
-        quota = int((cgroup / "cpu.cfs_quota_us").read_text())
-        period = int((cgroup / "cpu.cfs_period_us").read_text())
-        return None if quota <= 0 else quota / period
-    except (OSError, ValueError, ZeroDivisionError):
-        return None
-
-
 def duration_seconds(text: str) -> float:
     """'24h' -> 86400.0; '1h30m' -> 5400.0. The pattern on `Duration` has already checked the form."""
     return sum(float(n) * _UNIT_SECONDS[u] for n, u in _DURATION_PART.findall(text))
@@ -94,6 +32,11 @@ def duration_seconds(text: str) -> float:
 
 class _Section(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
     pass
+
+
+class _Timed(_Section, frozen=True, dict=True):
+    """A section with durations: each one's seconds are parsed once, then kept (a `cached_property` needs
+    the `__dict__`)."""
 
 
 class Limits(_Section, frozen=True):
@@ -106,7 +49,7 @@ class Limits(_Section, frozen=True):
     max_batch_bytes: Positive = 33_554_432
 
 
-class Admission(_Section, frozen=True):
+class Admission(_Timed, frozen=True):
     decode_workers: Annotated[int, Meta(ge=0)] = 0  # 0: one per core
     decode_timeout: Duration = "10s"
     # The decoder time all images of one admission may take together; each also within decode_timeout.
@@ -161,11 +104,11 @@ class Admission(_Section, frozen=True):
     def buffered_bytes(self, body_cap: int) -> int:
         return self.max_buffered_bytes if self.max_buffered_bytes is not None else 2 * body_cap
 
-    @property
+    @cached_property
     def decode_timeout_seconds(self) -> float:
         return duration_seconds(self.decode_timeout)
 
-    @property
+    @cached_property
     def request_decode_timeout_seconds(self) -> float:
         return duration_seconds(self.request_decode_timeout)
 
@@ -174,7 +117,7 @@ class Admission(_Section, frozen=True):
         return self.decode_workers or cores()
 
 
-class Http(_Section, frozen=True):
+class Http(_Timed, frozen=True):
     max_body_bytes: Positive | None = None  # admissions; default: sized from the batch limits
     read_timeout: Duration = "30s"  # to receive a whole request body
     keepalive_timeout: Duration = "15s"  # an idle connection is closed after this
@@ -190,15 +133,15 @@ class Http(_Section, frozen=True):
     # a copy, and keeps the mapping for the next read of the same file (storage/mapped.py).
     mapped_reads: bool = True
 
-    @property
+    @cached_property
     def read_timeout_seconds(self) -> float:
         return duration_seconds(self.read_timeout)
 
-    @property
+    @cached_property
     def keepalive_timeout_seconds(self) -> float:
         return duration_seconds(self.keepalive_timeout)
 
-    @property
+    @cached_property
     def write_timeout_seconds(self) -> float:
         return duration_seconds(self.write_timeout)
 
@@ -209,10 +152,10 @@ class Http(_Section, frozen=True):
         return limits.max_batch_bytes * 4 // 3 + 1_048_576
 
 
-class Gc(_Section, frozen=True):
+class Gc(_Timed, frozen=True):
     grace: Duration = "24h"
 
-    @property
+    @cached_property
     def grace_seconds(self) -> float:
         return duration_seconds(self.grace)
 
@@ -361,17 +304,28 @@ def load(
     """Read the file (`path`, else $ATTACHSTORE_CONFIG, else none), then the environment, then `overrides`."""
     env = os.environ if env is None else env
     path = path or env.get("ATTACHSTORE_CONFIG") or None
-    raw: dict[str, Any] = {}
-    source = "configuration"
-    if path:
-        source = path
-        try:
-            with open(path, "rb") as f:
-                raw = tomllib.load(f)
-        except OSError as e:
-            raise ConfigError(f"{path}: cannot read the configuration file: {e.strerror}") from None
-        except tomllib.TOMLDecodeError as e:
-            raise ConfigError(f"{path}: not valid TOML: {e}") from None
+    source = path or "configuration"  # what an error message starts with
+    raw = _read_file(path) if path else {}
+    _apply_env(raw, env, source)
+    raw.update((key, value) for key, value in (overrides or {}).items() if value is not None)
+    config = _convert(raw, source)
+    if not config.data_dir:
+        config = msgspec.structs.replace(config, data_dir=default_data_dir(env))
+    _check(config, source)
+    return config
+
+
+def _read_file(path: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read the configuration file: {e.strerror}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: not valid TOML: {e}") from None
+
+
+def _apply_env(raw: dict[str, Any], env: Mapping[str, str], source: str) -> None:
     for var, key in ENV_KEYS.items():
         if env.get(var):
             raw[key] = env[var]
@@ -380,21 +334,24 @@ def load(
             if not isinstance(raw.get(section, {}), dict):
                 raise ConfigError(f"{source}: bad value for {section!r}: Expected `object`")
             raw[section] = {**raw.get(section, {}), key: env[var]}
-    for key, value in (overrides or {}).items():
-        if value is not None:
-            raw[key] = value
-    for name, route in (raw.get("routes") or {}).items() if isinstance(raw.get("routes"), dict) else ():
+
+
+def _convert(raw: dict[str, Any], source: str) -> Config:
+    routes = raw.get("routes")
+    for name, route in routes.items() if isinstance(routes, dict) else ():
         try:  # one at a time, so that the message names the route (msgspec cannot name a dict key)
             msgspec.convert(route, Route)
         except msgspec.ValidationError as e:
             key = _name_the_key(str(e)).replace("'", "")
             raise ConfigError(f'{source}: routes."{name}": {key}') from None
     try:
-        config = msgspec.convert(raw, Config)
+        return msgspec.convert(raw, Config)
     except msgspec.ValidationError as e:
         raise ConfigError(f"{source}: {_name_the_key(str(e))}") from None
-    if not config.data_dir:
-        config = msgspec.structs.replace(config, data_dir=default_data_dir(env))
+
+
+def _check(config: Config, source: str) -> None:
+    """What no single key's type can say."""
     for key, seconds in (
         ("admission.decode_timeout", config.admission.decode_timeout_seconds),
         ("admission.request_decode_timeout", config.admission.request_decode_timeout_seconds),
@@ -414,7 +371,6 @@ def load(
     if len(set(hashes)) != len(hashes):
         # A tenant may have several tokens (to rotate them); a token names exactly one tenant.
         raise ConfigError(f"{source}: tenants: the same token_sha256 is configured twice")
-    return config
 
 
 def _name_the_key(message: str) -> str:

@@ -78,13 +78,10 @@ _VERSION = "v2"  # checks of the bytes alone (schema 8) had none: they are not `
 
 class Checker:
     """The keyed check recorded beside a sha256 address: `v2:<key id>:<keyed BLAKE3>` of an object's bytes,
-    under a key derived (keyed BLAKE3 under the check key) from the object as its index row describes it:
-    its ref, its size and its media type, each framed by its length after a fixed context. It costs a
-    quarter of a sha256 and, keyed with a secret kept away from the objects and the index, cannot be made
-    by someone who can write both but does not hold the key; and a check fits only the ref (and size, and
-    type) it was made for, so one copied from another row, with that row's bytes, fits nothing at the
-    victim's ref (docs/security.md). The key id (16 hex of a keyed hash of a fixed text) says which key
-    made a check without telling the key."""
+    under a key derived from its ref, size and media type, so that someone who can write the objects and the
+    index but does not hold the key cannot make one, and a check copied from another row fits nothing
+    (docs/security.md, "The keyed check of reads"). The key id says which key made a check without telling
+    the key."""
 
     __slots__ = ("_key", "_prefix", "key_id")
 
@@ -132,8 +129,8 @@ class Checker:
 
     def _hash(self, ref: str, size: int, media_type: str, data: Buffer) -> str:
         # A key of this object's own, derived from the fields it binds, keys the hash of its bytes: the bytes
-        # are hashed in one call, as fast as a hash of them alone (a prefix in the same hash cost 8 µs more
-        # of 60 for 300 KB).
+        # are hashed in one call, as fast as a hash of them alone (a prefix in the same hash costs more:
+        # docs/performance.md, "Hardening, round 3").
         own = blake3.blake3(_bound(ref, size, media_type), key=self._key).digest()
         return blake3.blake3(data, key=own).hexdigest()
 

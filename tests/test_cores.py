@@ -4,17 +4,17 @@ test's."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-from attachstore import config
-from attachstore.config import cores
+from attachstore.cores import cores
 
 
 @pytest.fixture(autouse=True)
 def eight_cores(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(config.os, "sched_getaffinity", lambda _pid: set(range(8)), raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(8)), raising=False)
 
 
 def fake(root: Path, cgroup: str, files: dict[str, str]) -> Path:

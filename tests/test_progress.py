@@ -1,15 +1,11 @@
 import io
 
-from attachstore.progress import Progress, human_bytes
+from attachstore.progress import Progress
 
 
 class Terminal(io.StringIO):
     def isatty(self) -> bool:
         return True
-
-
-def test_human_bytes() -> None:
-    assert [human_bytes(n) for n in (0, 1023, 1024, 5 * 1024**3)] == ["0 B", "1023 B", "1.0 KiB", "5.0 GiB"]
 
 
 def test_a_line_has_objects_bytes_rate_and_eta() -> None:

@@ -26,7 +26,7 @@ from aiohttp.abc import AbstractStreamWriter
 from prometheus_client import Counter, Gauge
 
 from ..errors import ServerBusy
-from ..progress import human_bytes
+from ..text import human_bytes
 from .common import CONFIG, STORE, tenant_of
 
 log = logging.getLogger("attachstore.api")

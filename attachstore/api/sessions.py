@@ -6,7 +6,7 @@ import msgspec
 from aiohttp import web
 
 from ..index import SessionRow
-from ..progress import rfc3339
+from ..text import rfc3339
 from . import wire
 from .common import STORE, json_response, read_json, tenant_of
 

@@ -16,11 +16,12 @@ from typing import TypeVar
 import msgspec
 
 from .. import __version__, logs
-from ..config import Config, cores, default_data_dir, load
+from ..config import Config, default_data_dir, load
+from ..cores import cores
 from ..errors import AttachstoreError, ConfigError, InvalidRequest
 from ..index import IndexUnusable, SessionRow
-from ..progress import rfc3339
 from ..service import SOURCES, Admission, ImageRef, Store, Upload
+from ..text import rfc3339
 from . import maintenance, mcp, routes, transcript
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2

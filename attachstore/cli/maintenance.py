@@ -16,8 +16,9 @@ import msgspec
 from ..config import Config, Gc
 from ..errors import AttachstoreError, ConfigError
 from ..maintenance import Audit, AuditReport, Finding, Kind, gc, migrate
-from ..progress import Progress, human_bytes, rfc3339
+from ..progress import Progress
 from ..service import Store
+from ..text import human_bytes, rfc3339
 
 EXIT_OK, EXIT_FINDINGS, EXIT_COULD_NOT_RUN = 0, 1, 2
 

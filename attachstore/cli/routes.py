@@ -12,8 +12,8 @@ from typing import Any
 import msgspec
 
 from ..config import Config
-from ..progress import rfc3339
 from ..service import Applied, Declaration, RouteTable, Store, own_policy
+from ..text import rfc3339
 
 EXIT_OK = 0
 _ID_WIDTH = 40

@@ -15,8 +15,9 @@ import msgspec
 
 from ..config import Config, Gc
 from ..errors import ConfigError, InvalidRequest
-from ..progress import Progress, human_bytes
+from ..progress import Progress
 from ..service import Store
+from ..text import human_bytes
 from ..transcripts import (
     FORMATS,
     Candidate,

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import aiosqlite
 
 from ..errors import AttachstoreError, StorageFull, StorageUnavailable
-from ..progress import human_bytes
+from ..text import human_bytes
 from .dialect import Row, Tx
 from .protocol import Operations
 from .rows import COLUMNS, ObjectRow

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..config import cores
+from ..cores import cores
 from ..gate import probe_header
 from ..index import BUSY_TIMEOUT_MS, ObjectRow, rows_in
 from ..refs import Checker, Ref, hasher

@@ -33,7 +33,7 @@ import msgspec
 from ..config import Admission, Config, Limits, Route
 from ..errors import AttachstoreError, ConfigError, StorageUnavailable
 from ..index import Index, NodeRow, PolicyRecord
-from ..progress import rfc3339
+from ..text import rfc3339
 from . import liveness
 from .catalog import Catalog, CatalogError, builtin
 from .liveness import Process

@@ -41,8 +41,6 @@ _WALK_BATCH = 1000
 
 @dataclass(frozen=True, slots=True)
 class StoredObject:
-    """One object as its backend lists it."""
-
     key: str  # where the backend keeps it: a path for local, an S3 key for s3
     ref: Ref | None  # None when the name is not a ref's
     size: int

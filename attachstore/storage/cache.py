@@ -11,7 +11,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 from ..refs import Ref
-from .fileops import open_regular
+from .fileops import read_sized
 
 _CACHE_NAME = re.compile(r"(sha256|blake3)-([0-9a-f]{64})")
 
@@ -42,7 +42,6 @@ class ReadCache:
 
     @property
     def used(self) -> int:
-        """Bytes held now."""
         return self._bytes
 
     def open(self) -> None:
@@ -66,9 +65,7 @@ class ReadCache:
         name = _cache_name(ref)
         path = self.directory / name
         try:
-            with open_regular(path) as f:
-                # An entry of another size is dropped as it is found, without reading it.
-                data = f.read(size + 1) if os.fstat(f.fileno()).st_size == size else None
+            data = read_sized(path, size)  # an entry of another size is dropped without reading it
         except OSError:
             with self._lock:
                 self.misses += 1

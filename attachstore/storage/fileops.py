@@ -81,6 +81,14 @@ def open_regular(path: str | Path) -> BinaryIO:
         raise
 
 
+def read_sized(path: str | Path, size: int) -> bytes | None:
+    """The bytes of the regular file at `path`, and one byte more if there is one (a file that grew is not
+    the object); None, without reading a byte, when its size is not `size`: a large (sparse) file planted at
+    an object's path costs no memory."""
+    with open_regular(path) as f:
+        return f.read(size + 1) if os.fstat(f.fileno()).st_size == size else None
+
+
 def storage_error(e: OSError, doing: str) -> AttachstoreError:
     if e.errno in (errno.ENOSPC, errno.EDQUOT):
         return StorageFull(f"the store is full ({doing}): {e.strerror}")

@@ -1,11 +1,7 @@
 """Local blob store: bytes under names derived from their reference, written with a complete fsync discipline.
 
-It knows nothing of images or of the index. Its contract:
-
-- `put(ref, data)` returns only once `data` is durable at the path of `ref`; an intact existing object is
-  kept, a damaged or missing one is replaced atomically from `data` (the damaged copy goes to quarantine/).
-- `read(ref, size)` returns the object's bytes only if their hash is `ref` and their length is `size`.
-- Nothing here ever leaves a partially written file at an object path.
+It keeps the contract written in backend.py, and never leaves a partially written file at an object path
+(docs/design.md, "The write order for one object, and why each step is there").
 """
 
 from __future__ import annotations
@@ -21,9 +17,9 @@ from enum import Enum
 from pathlib import Path
 
 from ..errors import Corrupt, Missing, StorageUnavailable
-from ..progress import human_bytes
 from ..refs import Buffer, Ref, hasher
-from .fileops import OBJECT_MODE, FileOps, NotRegular, open_regular, storage_error
+from ..text import human_bytes
+from .fileops import OBJECT_MODE, FileOps, NotRegular, open_regular, read_sized, storage_error
 from .layout import object_name
 from .listing import Listing, StoredFile, listings, sorted_entries, stored
 
@@ -226,15 +222,9 @@ class LocalBlobStore:
     # -- read path -------------------------------------------------------------------------------------
 
     def read_sync(self, ref: Ref, size: int, verify: Verify | None = None) -> bytes:
-        """The object's bytes, verified. A file of another size than `size` is refused as it is found
-        (fstat), without reading a byte of it: a large (sparse) file planted at an object's path costs no
-        memory. Else `size` bytes and one more are read: a file that grew since is not the object either."""
         path = self.path(ref)
-        data = None
         try:
-            with open_regular(path) as f:
-                if os.fstat(f.fileno()).st_size == size:
-                    data = f.read(size + 1)
+            data = read_sized(path, size)
         except FileNotFoundError:
             raise Missing(f"the bytes of {ref} are missing from the store") from None
         except NotRegular:

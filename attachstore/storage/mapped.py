@@ -1,25 +1,9 @@
-"""An object's bytes where they lie in the page cache: a read-only shared mapping of its file, held under a
-read lease, for the read lane to hash and send without copying them, and kept for the next read of the same
-file (docs/design.md, "Mapped reads").
+"""An object's bytes where they lie in the page cache: a read-only shared mapping of its file under a read
+lease, which the read lane hashes and sends without a copy, kept for the next read of the same file.
 
-A mapping shows whatever the file holds at the moment a page is touched, so what was hashed could differ
-from what is sent unless nobody can change the file in between. A read lease (`F_SETLEASE`, `F_RDLCK`)
-gives that: it is granted only while nobody has the file open for writing, and anyone who then opens it for
-writing or truncates it waits until the lease is let go, or at most `/proc/sys/fs/lease-break-time` seconds
-(45 by default). So the bytes cannot change from the moment the lease is granted while `intact()` says no
-such wait has begun, and for lease-break-time seconds after it last said so. The read lane hashes the
-mapping, asks `intact()` and writes, all on one stack; whatever the socket does not take at once is copied
-out of the mapping there and then, so nothing reads the mapping after that. Every read hashes every byte it
-sends, from a kept mapping too.
-
-The lease's break signal is SIGURG, which is ignored unless handled: a writer never disturbs a process.
-`watch` has the event loop let go of the broken mappings when it comes; without it, the read lane's timer
-does within a second.
-
-A mapping is made only of a file whose every page is in the page cache (`cachestat`, Linux 6.5), and a kept
-one is used only while that still holds: touching a page that is not would make the event loop wait for the
-disk. A page the host evicts between that question and the hash is read from the disk while the loop waits,
-a window of microseconds; the copying reads, which ask with RWF_NOWAIT, have no such window.
+Why the bytes hashed are the bytes sent (the lease, nothing reading the mapping after the write, no mapping
+held across a wait, every page in the page cache), and why mappings are kept: docs/design.md, "Mapped
+reads". The lease's break signal is SIGURG, ignored unless handled, so a writer never disturbs a process.
 """
 
 from __future__ import annotations
@@ -82,7 +66,6 @@ FileId = tuple[int, int, int]  # st_dev, st_ino, st_ctime_ns: which file, not ju
 
 
 def _cached(fd: int, size: int) -> bool:
-    """Every page of the file's first `size` bytes is in the page cache."""
     pages = _cached_pages(fd, size)
     return pages is not None and pages >= -(-size // mmap.PAGESIZE)
 
@@ -129,16 +112,11 @@ class Mapped(mmap.mmap):
 
 
 class Mappings:
-    """The mappings of one process: made under a lease, and once served kept (at most `entries`, each until
-    `idle` seconds after its last use) for the next read of the same file, which then costs a `stat`, a
-    look at the lease and at the page cache, and the hash. A mapping made and unmapped for each read cost
-    more than the copy it saves (the calls that make it and its lease, its page faults, the unmapping); a
-    kept one costs less (docs/performance.md, "Mapped reads"). A full table keeps nothing more until an
-    entry goes: no churn of mappings.
-
-    A kept mapping holds its lease, so a writer of its file waits until it is let go: `sweep` lets go of the
-    broken ones, on the lease-break signal when the event loop has a handler for it (`watch`), and at least
-    every second from the read lane's timer."""
+    """The mappings of one process: once served, kept (at most `entries`, each until `idle` seconds after its
+    last use) for the next read of the same file, since one made and unmapped per read costs more than the
+    copy it saves (docs/performance.md, "Mapped reads"). A full table keeps nothing more until an entry goes:
+    no churn of mappings. A kept mapping holds its lease, so a writer of its file waits until `sweep` lets
+    it go: on the lease-break signal (`watch`), and every second from the read lane's timer."""
 
     def __init__(self, entries: int, idle: float) -> None:
         self.entries = entries

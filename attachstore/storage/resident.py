@@ -1,36 +1,9 @@
-"""Verified reads on the event loop, for small objects whose bytes are already in the page cache.
+"""Verified reads on the event loop, for small objects whose bytes are already in the page cache, and the
+index rows remembered for the next read of the same file (docs/design.md, "Verified reads": "Where the work
+runs", "Remembered rows" and why a successor is never taken for the remembered file; "Mapped reads").
 
-A read that goes to a thread costs two wake-ups of the event loop and a hand-over of the interpreter lock
-each way; for a 300 KB object that is as much as its hash. So an object of at most `RESIDENT_MAX` bytes is
-first read right on the loop with `RWF_NOWAIT`, which answers from the page cache or not at all (it never
-waits for the disk), and hashed there: a few hundred microseconds at most. Anything else (a cold object, a
-large one, not a regular file, a file system without RWF_NOWAIT, any error or doubt) gives None and the
-caller takes the usual path through a thread, which also decides what a failure means. The open (non-blocking,
-so a FIFO planted at an object's path cannot hold the loop) and the fstat are metadata calls; they can wait
-for the disk when the object's directory entry or inode is not cached, as nginx's opens do.
-
-`read_all` reads many objects at once (a render's) in a few threads, one per core, each reading its share
-one object after another: an object whose last page is in the page cache is read there, the rest is
-left to the caller.
-
-`Resident` also remembers, for a few seconds, the index row a verified read was served under and the file
-it was read from, keyed by reference and by the caller's scope (whose grants it was looked up under). A
-read that finds both again serves without the index: the bytes are still read and hashed in full, and the
-header still checked against the row, every time; only the look-up of the row is saved. The file is known
-by device, inode and change time: an object collected and admitted again (even into a reused inode number),
-healed or restored is another file, so the remembered row no longer applies and the index is asked again.
-A remembered row is dropped when this process changes its state, on any failure, and when it is older than
-`ttl` seconds, which bounds what a change made by another process could go unseen for; the audit's moves
-and the GC's unlinks are seen at once, as a file that is gone.
-
-Why the change time tells a successor apart, and what that takes (docs/design.md, "Remembered rows"): a
-file that takes a freed inode number is made after the remembered file was freed, which is after its read
-(the read holds it open), and the kernel stamps every change time from its wall clock, truncated to the
-file system's granularity. So a file whose change time is at least `SETTLED_NS` before the read (more than
-a second, the coarsest granularity of a file system the resident reads run on, and a clock tick) can have
-no successor with the same change time, unless the wall clock goes back that far: a younger file is served
-but not remembered, and remembered rows are dropped when the wall clock has gone back by more than `STEP_NS`
-against the monotonic clock since.
+Every read here serves or steps aside (None) for the thread path, which alone decides what a failure means.
+Every byte served is hashed on that read; only the look-up of the row is ever saved.
 """
 
 from __future__ import annotations
@@ -45,7 +18,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Generic, NamedTuple, Protocol, TypeVar
 
-from ..config import cores
+from ..cores import cores
 from ..refs import Ref
 from .fileops import OPEN_READ
 from .local import LocalBlobStore, Verify
@@ -53,7 +26,7 @@ from .mapped import FileId, Mapped, Mappings, available
 
 KEPT_MAX = 256  # mappings kept for the next read of their file; two descriptors each
 KEPT_IDLE = 5.0  # seconds a kept mapping waits for its next read
-RESIDENT_MAX = 1 << 20  # hashing 1 MiB takes under a millisecond here: about what a thread hop costs
+RESIDENT_MAX = 1 << 20  # a larger object's hash would hold the loop longer than a thread hop costs
 SETTLED_NS = 2_000_000_000  # a file changed more recently than this before its read is not remembered
 STEP_NS = 500_000_000  # a wall clock set back by more than this since a row was remembered drops it
 _NOWAIT = getattr(os, "RWF_NOWAIT", 0)
@@ -107,14 +80,11 @@ class Resident(Generic[R]):
         return self._read(self.blobs.filename(ref), size, verify, None, mapped)
 
     async def read_all(self, wanted: Sequence[tuple[Ref, int, Verify]]) -> list[bytes | None]:
-        """The bytes of many objects (ref, size, what the bytes must pass), of any size, read off the loop;
-        None for each that this path leaves to the caller: one whose last page is not in the page cache, or
-        any doubt. The objects are shared out by bytes among one thread per core, and each thread reads and
-        hashes its share one object after another. A thread per object costs a wake-up of the loop and two
-        hand-overs of the interpreter lock per object, and more threads than cores contend for the lock: a
-        render's 20 objects of 600 KB took 5.3 ms that way here, and 3.0 ms in two threads. A cold object is
-        left to the caller, which reads each in a thread of its own, so that the reads of a cold store
-        overlap on the disk instead of queueing behind one another in a share."""
+        """The bytes of many objects (a render's), of any size, each thread of one per core reading its share
+        one after another: a thread per object costs more in wake-ups and lock hand-overs than the reads
+        (docs/performance.md, "The render's reads, this round"). None for each object left to the caller, a
+        cold one or any doubt: the caller reads those in a thread each, so a cold store's reads overlap on
+        the disk instead of queueing in a share."""
         found: list[bytes | None] = [None] * len(wanted)
         if not self.enabled or not wanted:
             return found
@@ -129,11 +99,10 @@ class Resident(Generic[R]):
         return found
 
     def _read_warm(self, path: str, size: int, verify: Verify) -> bytes | None:
-        """`_read` for a thread, where waiting for the disk holds up only the thread's share: the last page
-        asked for with RWF_NOWAIT, as a sign that the object is in the page cache (the host may have evicted
-        some other page meanwhile, which the read then waits for), and the object read with a plain read,
-        into a buffer that is not zeroed first (the one RWF_NOWAIT reads into is: a memset of every byte, a
-        fifth of the time of reading and hashing it)."""
+        """`_read` for a thread, where a wait for the disk holds up only its share: the last page asked for
+        with RWF_NOWAIT is the sign that the object is in the page cache, and the object is read with a plain
+        read, into a buffer that is not zeroed first as RWF_NOWAIT's must be (the zeroing's cost:
+        docs/performance.md, "The render's reads, this round")."""
         try:
             fd = os.open(path, OPEN_READ)
         except OSError:

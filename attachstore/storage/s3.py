@@ -246,12 +246,10 @@ class S3BlobStore:
             await self._call("removing an object", "delete_object", Key=self.key(ref))
 
     async def fetch(self, key: str) -> bytes | None:
-        """The bytes at `key` as they are, unverified (for the audit, which judges them); None if gone."""
         found = await self._get(key, "reading an object")
         return None if found is None else found.data
 
     async def set_aside(self, key: str) -> str:
-        """Move what is at `key` (not an object's name) to quarantine; where it went."""
         found = await self._get(key, "setting an entry aside")
         if found is None:
             return "gone meanwhile"
@@ -394,6 +392,6 @@ async def _off_loop(fn: Callable[[bytes], T], data: bytes) -> T:
 
 @functools.cache
 def _session() -> Any:
-    """One botocore session per process: making one parses botocore's service models (about 0.2 s of CPU),
-    and its clients are independent of each other."""
+    """One botocore session per process: making one parses botocore's service models, a cost every store
+    would pay again, and its clients are independent of each other."""
     return get_session()

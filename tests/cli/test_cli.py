@@ -17,7 +17,7 @@ import pytest
 
 from attachstore import server
 from attachstore.cli import main
-from attachstore.config import cores
+from attachstore.cores import cores
 from attachstore.refs import Ref
 from tests.support.daemon import free_port, wait_ready
 from tests.support.images import jpeg, png

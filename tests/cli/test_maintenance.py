@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from attachstore.cli import main
-from attachstore.progress import human_bytes
+from attachstore.text import human_bytes
 from tests.support.faults import flip_byte
 from tests.support.images import png
 

@@ -32,12 +32,12 @@ from attachstore.index import SessionRow
 from attachstore.index.postgres import PgIndex
 from attachstore.maintenance import gc
 from attachstore.maintenance.migrate import JOBS
-from attachstore.progress import human_bytes
 from attachstore.refs import Ref
 from attachstore.render import RenderRequest, render
 from attachstore.render.assemble import variant_spec
 from attachstore.service import Store, Upload
 from attachstore.storage.s3 import S3BlobStore
+from attachstore.text import human_bytes
 from tests.support import fixtures, images, services
 from tests.support.faults import flip_byte
 from tests.support.fixtures import S3Server
