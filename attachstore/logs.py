@@ -20,7 +20,7 @@ _GATHER_SECONDS = 0.05  # how late a line may be written
 _STOP_SECONDS = 5.0  # how long a process exiting waits for its last lines to be written
 
 
-class _Stamps:
+class _Timestamps:
     """The `ts` of a line, to the millisecond: formatted once per millisecond (and the date and time once
     per second), not once per line."""
 
@@ -43,7 +43,7 @@ class _Stamps:
 class JsonFormatter(logging.Formatter):
     def __init__(self) -> None:
         super().__init__()
-        self._ts = _Stamps()
+        self._ts = _Timestamps()
 
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, Any] = {

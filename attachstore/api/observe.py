@@ -103,7 +103,7 @@ def record(
 ) -> None:
     """One request's latency sample and its log line, whichever path served it (aiohttp or the read lane)."""
     metrics.request_child(method, endpoint, status).observe(elapsed)
-    fields = logs.fields(
+    fields = logs.fields(  # in the line's order; those left at None are absent from it
         request_id=request_id,
         method=method,
         endpoint=endpoint,
