@@ -11,16 +11,16 @@ import queue
 import sys
 import threading
 import time
-from typing import Any, NamedTuple, TextIO
+from typing import Any, TextIO
 
 import msgspec
-import msgspec.structs
 
 FIELDS = "attachstore_fields"  # the `extra` key a record's structured fields travel under
 _GATHER_SECONDS = 0.05  # how late a line may be written
+_STOP_SECONDS = 5.0  # how long a process exiting waits for its last lines to be written
 
 
-class _Stamps:
+class _Timestamps:
     """The `ts` of a line, to the millisecond: formatted once per millisecond (and the date and time once
     per second), not once per line."""
 
@@ -43,7 +43,7 @@ class _Stamps:
 class JsonFormatter(logging.Formatter):
     def __init__(self) -> None:
         super().__init__()
-        self._ts = _Stamps()
+        self._ts = _Timestamps()
 
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, Any] = {
@@ -59,132 +59,85 @@ class JsonFormatter(logging.Formatter):
 
 
 class _Enqueue(logging.handlers.QueueHandler):
-    """Hands the record over as it is: the writer's thread formats and writes it, not the event loop
-    (the write of every access line was a tenth of a busy worker's loop). The queue stays in the process,
-    so nothing needs pickling."""
+    """Hands the record over as it is, for the writer's thread to format (the default formats it here, on
+    the event loop); the queue stays in the process, so nothing needs pickling."""
 
     def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
         return record
 
 
-class Line(NamedTuple):
-    """An INFO line that skips `logging` on its way to the writer (see `info`): what the caller knows, in a
-    tuple, formatted on the writer's thread into the line a record with the same fields would make."""
+class _Writer(logging.handlers.QueueListener):
+    """Formats the queued records and writes them on a thread of its own, off the event loop. Woken by the
+    first line of a burst, it waits for the rest and writes them all at once: one system call, and one turn
+    of the interpreter lock, for a burst of access lines rather than one each."""
 
-    created: float  # time.time() when it was logged
-    logger: str
-    msg: str
-    fields: msgspec.Struct  # encoded with omit_defaults: a field left at None is absent, as with `fields()`
-
-
-Queued = logging.LogRecord | Line | None  # None: the writer's stop
-
-
-class _Writer:
-    """Formats queued records and writes them, on a thread of its own: each time it wakes, everything that
-    has been queued meanwhile, as one write (one system call, and one turn of the interpreter lock, for a
-    burst of access lines rather than one each)."""
-
-    def __init__(self, lines: queue.SimpleQueue[Queued], stream: TextIO) -> None:
-        self.lines = lines
+    def __init__(self, records: queue.SimpleQueue[logging.LogRecord], stream: TextIO) -> None:
+        super().__init__(records)
+        self.records = records  # and the listener's stop marker, once stopped
         self.stream = stream
         self.formatter = JsonFormatter()
-        self._ts = _Stamps()
-        self._encode = msgspec.json.Encoder(enc_hook=str).encode
-        self.thread = threading.Thread(target=self._run, name="attachstore-log", daemon=True)
+        self._gathered: list[str] = []
+        self._stopping = False
 
-    def start(self) -> None:
-        self.thread.start()
+    def dequeue(self, block: bool) -> logging.LogRecord:
+        if not self.records.empty():
+            return self.records.get(block)
+        self._write()  # the burst is over
+        record = self.records.get(block)
+        if not self._stopping:
+            time.sleep(_GATHER_SECONDS)  # woken once for the burst this line may start, not once per line
+        return record
+
+    def handle(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.formatter.format(record)
+        except Exception:  # a bad log call must not end the logging of everything after it
+            line = msgspec.json.encode(
+                {"level": "error", "msg": f"unformattable log record from {record.name}"}
+            ).decode()
+        self._gathered.append(line + "\n")
+
+    def enqueue_sentinel(self) -> None:
+        self._stopping = True
+        super().enqueue_sentinel()
 
     def stop(self) -> None:
-        """Write what is queued, then end the thread (waiting a few seconds at most: a process exiting
-        must not hang on its log)."""
-        self.lines.put(None)
-        self.thread.join(timeout=5)
+        """Write what is queued, then end the thread, waiting a few seconds at most: a process exiting must
+        not hang on a log that nobody reads."""
+        finishing = threading.Thread(target=self._finish, name="attachstore-log-stop", daemon=True)
+        finishing.start()
+        finishing.join(timeout=_STOP_SECONDS)
 
-    def _run(self) -> None:
-        while True:
-            batch = [self.lines.get()]
-            if batch[0] is not None:
-                # Let the burst this line may start gather: woken once for all of it, not once per line
-                # (each wake-up takes the interpreter lock from the event loop).
-                time.sleep(_GATHER_SECONDS)
-            while not self.lines.empty():
-                batch.append(self.lines.get())
-            text = "".join(self._line(record) for record in batch if record is not None)
+    def _finish(self) -> None:
+        super().stop()
+        # A thread still logging while the process exits may have queued lines behind the stop.
+        while not self.records.empty():
+            record = self.records.get_nowait()
+            if isinstance(record, logging.LogRecord):  # not a second stop marker
+                self.handle(record)
+        self._write()
+
+    def _write(self) -> None:
+        text = "".join(self._gathered)
+        self._gathered.clear()
+        if text:
             # Standard error closed or gone (OSError, ValueError): there is no one left to tell.
             with contextlib.suppress(OSError, ValueError):
                 self.stream.write(text)
                 self.stream.flush()
-            if None in batch:  # stopped (lines queued after that, by a thread still running, went out too)
-                return
-
-    def _line(self, item: logging.LogRecord | Line) -> str:
-        try:
-            if isinstance(item, Line):
-                return self._direct(item)
-            return self.formatter.format(item) + "\n"
-        except Exception:  # a bad log call must not end the logging of everything after it
-            name = item.logger if isinstance(item, Line) else item.name
-            line = {"level": "error", "msg": f"unformattable log record from {name}"}
-            return msgspec.json.encode(line).decode() + "\n"
-
-    def _direct(self, line: Line) -> str:
-        """The JSON object JsonFormatter makes of a record, in its key order: ts, level, logger, msg, then
-        the fields."""
-        head = self._encode(
-            {"ts": self._ts(line.created), "level": "info", "logger": line.logger, "msg": line.msg}
-        )
-        body = self._encode(line.fields)
-        if body == b"{}":
-            return head.decode() + "\n"
-        return (head[:-1] + b"," + body[1:]).decode() + "\n"
-
-
-_direct: queue.SimpleQueue[Queued] | None = None  # the writer's queue, once `setup` has made the writer
-_handler: logging.Handler | None = None  # the one handler `setup` put on the root logger
-
-
-def info(logger: logging.Logger, msg: str, line_fields: msgspec.Struct) -> None:
-    """Log `msg` at INFO with these fields: the line `logger.info(msg, extra=fields(...))` makes, for a few
-    microseconds instead of twenty. With the daemon's own logging (`setup`) and nothing else listening on
-    the way from `logger` to the root, it goes straight onto the writer's queue; otherwise it is an
-    ordinary record, so that handlers, filters and pytest's caplog see it."""
-    if not logger.isEnabledFor(logging.INFO):
-        return
-    if _direct is not None and _only_the_writer(logger):
-        _direct.put(Line(time.time(), logger.name, msg, line_fields))
-        return
-    values = msgspec.structs.asdict(line_fields)
-    logger.info(msg, extra={FIELDS: {k: v for k, v in values.items() if v is not None}})
-
-
-def _only_the_writer(logger: logging.Logger) -> bool:
-    """Whether a record from `logger` would reach the writer's handler and nothing else."""
-    node: logging.Logger | None = logger
-    while node is not None and node.parent is not None:  # every logger but the root
-        if node.handlers or node.filters or not node.propagate:
-            return False
-        node = node.parent
-    root = logging.getLogger()
-    return not root.filters and len(root.handlers) == 1 and root.handlers[0] is _handler
 
 
 def setup(level: int = logging.INFO) -> None:
     """JSON lines on standard error, for the daemon, formatted and written on a thread of their own.
     Lines still queued when the process exits normally are written first; a SIGKILL loses them."""
-    global _direct, _handler
-    lines: queue.SimpleQueue[Queued] = queue.SimpleQueue()
-    writer = _Writer(lines, sys.stderr)
+    records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
+    writer = _Writer(records, sys.stderr)
     writer.start()
     atexit.register(writer.stop)
     root = logging.getLogger()
-    _handler = _Enqueue(lines)
-    root.handlers[:] = [_handler]
-    _direct = lines
+    root.handlers[:] = [_Enqueue(records)]
     root.setLevel(level)
-    # Lines carry no source location, thread or process, so do not pay for finding them on every call.
-    logging._srcfile = None
+    # Lines carry no thread or process, so records need not look them up.
     logging.logThreads = False
     logging.logProcesses = False
     logging.logMultiprocessing = False

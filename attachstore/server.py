@@ -163,15 +163,10 @@ def run(config: Config, workers: int = 1, *, replace_policy: bool = False) -> in
 
 
 def _keep_freed_memory() -> None:
-    """glibc hands a freed block of more than 128 KiB back to the kernel at once (and trims a heap whose top
-    has more than 128 KiB free), so every large buffer had its pages faulted in anew each time: every read's
-    (about 70 page faults for a 300 KB object, a fifth of its hashing time on this kind of VM), and every
-    JSON admission's body and base64 text (about 370 faults for a 1.3 MB image, where the VM's faults on
-    fresh memory cost the serving process 0.7 ms of CPU). Blocks up to 32 MiB (glibc's own ceiling for
-    the threshold it would otherwise raise by itself as such blocks are freed) now come from the heap, and
-    each heap keeps up to 16 MiB free for reuse: the event loop's, and one per thread that allocates
-    (glibc's arenas), so a worker may hold a few times that more than it uses. Larger blocks are mapped and
-    unmapped as before. Without glibc (no mallopt, or a no-op one as on musl) nothing changes."""
+    """glibc hands a freed block of more than 128 KiB back to the kernel at once, so every read's buffer and
+    every JSON admission's body had its pages faulted in anew. Blocks up to 32 MiB now come from the heap,
+    and each heap keeps up to 16 MiB free for reuse (a worker may hold a few times that more than it uses);
+    without glibc nothing changes. Measured in docs/performance.md, "Admissions over JSON: their buffers"."""
     with contextlib.suppress(OSError, AttributeError):
         import ctypes
 
@@ -248,20 +243,11 @@ def _supervise(
     """Several processes accept on one socket, each with its own event loop, index connections and decode
     pool (the cores are shared out). SIGTERM/SIGINT are passed on; if one worker dies, all stop, and the log
     says which and how. `serving` is called once every worker listens."""
-    # The decoders and the admission cap are the daemon's, shared out among its workers.
-    body_cap = config.http.body_cap(config.limits)
-    admission = msgspec.structs.replace(
-        config.admission,
-        decode_workers=max(1, config.admission.workers // workers),
-        max_concurrent=max(1, config.admission.max_concurrent // workers),
-        max_concurrent_per_tenant=max(1, config.admission.max_concurrent_per_tenant // workers)
-        if config.admission.max_concurrent_per_tenant
-        else 0,
-        max_buffered_bytes=max(1, config.admission.buffered_bytes(body_cap) // workers),
-    )
-    child_config = msgspec.structs.replace(config, admission=admission)
+    child_config = _shared_out(config, workers)
     # Each worker keeps its metric samples in files here, so /metrics on any worker reports them all.
     samples = tempfile.TemporaryDirectory(prefix="attachstore-metrics-")
+    listening_read, listening_write = os.pipe()  # each worker writes a byte once it listens
+    os.set_blocking(listening_read, False)
 
     def child_env(number: int) -> dict[str, str]:
         worker_config = child_config
@@ -273,62 +259,90 @@ def _supervise(
             **os.environ,
             WORKER_ENV: msgspec.json.encode(worker_config).decode(),
             REPLACE_ENV: "1" if replace_policy else "",
-            LISTENING_ENV: str(told),
+            LISTENING_ENV: str(listening_write),
             "PROMETHEUS_MULTIPROC_DIR": samples.name,
         }
 
-    heard, told = os.pipe()  # each worker writes a byte to `told` once it listens
-    os.set_blocking(heard, False)
-    if config.unix_socket:
-        argv, fds = [sys.executable, "-m", "attachstore.server", str(sock.fileno())], [sock.fileno(), told]
-    else:
-        argv, fds = [sys.executable, "-m", "attachstore.server", "tcp"], [told]
-    children: list[subprocess.Popen[bytes]] = []
-    stopping = False
-
-    def stop(signum: int, frame: object) -> None:
-        nonlocal stopping
-        stopping = True
-        for child in children:
-            if child.poll() is None:
-                child.send_signal(signal.SIGTERM)
-
+    argv = [sys.executable, "-m", "attachstore.server", str(sock.fileno()) if config.unix_socket else "tcp"]
+    fds = [sock.fileno(), listening_write] if config.unix_socket else [listening_write]
+    children = _Children()
     # Handlers first: a signal while the workers start must still reach every one of them.
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, stop)
+        signal.signal(sig, children.stop)
     try:
         for number in range(workers):
-            if not stopping:
-                children.append(subprocess.Popen(argv, env=child_env(number), pass_fds=fds))
+            if not children.stopping:
+                children.processes.append(subprocess.Popen(argv, env=child_env(number), pass_fds=fds))
     finally:
-        os.close(told)
-    failed: int | None = None  # the exit status of the first worker that failed
+        os.close(listening_write)
+    failed = _wait(children, workers, listening_read, serving)
+    os.close(listening_read)
+    samples.cleanup()
+    return _exit_status(children, failed)
+
+
+def _shared_out(config: Config, workers: int) -> Config:
+    """A worker's configuration: the decoders and the admission cap are the daemon's, shared out."""
+    body_cap = config.http.body_cap(config.limits)
+    admission = msgspec.structs.replace(
+        config.admission,
+        decode_workers=max(1, config.admission.workers // workers),
+        max_concurrent=max(1, config.admission.max_concurrent // workers),
+        max_concurrent_per_tenant=max(1, config.admission.max_concurrent_per_tenant // workers)
+        if config.admission.max_concurrent_per_tenant
+        else 0,
+        max_buffered_bytes=max(1, config.admission.buffered_bytes(body_cap) // workers),
+    )
+    return msgspec.structs.replace(config, admission=admission)
+
+
+class _Children:
+    """The worker processes, and whether they were asked to stop (by a signal, or a worker that failed)."""
+
+    def __init__(self) -> None:
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self.stopping = False
+
+    def stop(self, signum: int = signal.SIGTERM, frame: object = None) -> None:
+        self.stopping = True
+        for process in self.processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+
+
+def _wait(children: _Children, workers: int, listening_read: int, serving: Callable[[], None]) -> int | None:
+    """Until every worker has ended: `serving` once all of them listen (a byte each on `listening_read`),
+    and the others stopped when one fails. The exit status of the first that failed, if one did."""
+    failed: int | None = None
     listening = 0
-    while any(child.poll() is None for child in children):
+    while any(child.poll() is None for child in children.processes):
         if listening < workers:
             with contextlib.suppress(BlockingIOError):
-                listening += len(os.read(heard, workers))
-                if listening >= workers and not stopping:
+                listening += len(os.read(listening_read, workers))
+                if listening >= workers and not children.stopping:
                     serving()
-        for child in children:
-            if child.poll() not in (None, 0) and not stopping:
+        for child in children.processes:
+            if child.poll() not in (None, 0) and not children.stopping:
                 log.error("worker %d %s; stopping the others", child.pid, _ended(child.returncode))
                 failed = child.returncode
-                stop(signal.SIGTERM, None)
+                children.stop()
         time.sleep(0.2)
-    os.close(heard)
-    samples.cleanup()
-    # A worker still starting when asked to stop dies of the SIGTERM itself (it serves nothing yet): clean.
-    clean = (0, -signal.SIGTERM) if stopping else (0,)
-    if failed is None and not stopping and children:  # every one ended between two looks of the loop
-        ended = ", ".join(f"worker {child.pid} {_ended(child.returncode)}" for child in children)
-        level = logging.ERROR if any(child.returncode != 0 for child in children) else logging.WARNING
+    return failed
+
+
+def _exit_status(children: _Children, failed: int | None) -> int:
+    """The daemon's exit status, as one process would have ended: 2 where a worker could not serve this
+    configuration (the store's policy), 1 for any other failure."""
+    statuses = [child.returncode for child in children.processes]
+    if failed is None and not children.stopping and statuses:  # every one ended between two looks of _wait
+        ended = ", ".join(f"worker {child.pid} {_ended(child.returncode)}" for child in children.processes)
+        level = logging.ERROR if any(status != 0 for status in statuses) else logging.WARNING
         log.log(level, "every worker ended at once: %s; the daemon stops", ended)
-    # A worker could not serve this configuration (the store's policy): exit as one process would. (All the
-    # workers may have ended between two looks of the loop: their statuses say it then.)
-    if failed == 2 or (failed is None and any(child.returncode == 2 for child in children)):
+    # A worker still starting when asked to stop dies of the SIGTERM itself (it serves nothing yet): clean.
+    clean = (0, -signal.SIGTERM) if children.stopping else (0,)
+    if failed == 2 or (failed is None and 2 in statuses):
         return 2
-    return 1 if failed is not None or any(child.returncode not in clean for child in children) else 0
+    return 1 if failed is not None or any(status not in clean for status in statuses) else 0
 
 
 def _ended(status: int | None) -> str:
@@ -352,51 +366,24 @@ def _die_with_parent() -> None:
         sys.exit(0)
 
 
-class _Pid:
-    """This process's id for prometheus' multiprocess values, asked of the kernel at start and after a fork.
-    By default they ask it (`os.getpid`, a system call) on every change of every sample, to notice a fork:
-    a handful per request. A counter's increment takes 0.63 µs instead of 0.81 µs here."""
-
-    def __init__(self) -> None:
-        self.value = os.getpid()
-        os.register_at_fork(after_in_child=self._forked)
-
-    def _forked(self) -> None:
-        self.value = os.getpid()
-
-    def __call__(self) -> int:
-        return self.value
-
-
-def _multiprocess_samples() -> None:
-    """A worker's metrics (PROMETHEUS_MULTIPROC_DIR, set by `run`) keep their samples in files of its pid:
-    known without a system call per sample. Before any metric exists: each value takes its class then."""
-    from prometheus_client import values
-
-    values.ValueClass = values.MultiProcessValue(process_identifier=_Pid())  # type: ignore[no-untyped-call]
-
-
 def _worker_main(where: str) -> None:
     _die_with_parent()
-    _multiprocess_samples()
     logs.setup()
     config = msgspec.json.decode(os.environ.pop(WORKER_ENV), type=Config)  # not left where children see it
     replace_policy = os.environ.pop(REPLACE_ENV, "") == "1"
-    sock: socket.socket | Callable[[], socket.socket]
-    if where == "tcp":
-        sock = functools.partial(bind, config, reuse_port=True)
-    else:
+    sock: socket.socket | Callable[[], socket.socket] = functools.partial(bind, config, reuse_port=True)
+    if where != "tcp":
         sock = socket.socket(fileno=int(where))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides; a terminal's ^C reaches it
-    told = int(os.environ.pop(LISTENING_ENV, "-1"))
-    if told >= 0:
-        os.set_inheritable(told, False)  # not for the decode workers
+    listening_write = int(os.environ.pop(LISTENING_ENV, "-1"))
+    if listening_write >= 0:
+        os.set_inheritable(listening_write, False)  # not for the decode workers
 
     def listening() -> None:
-        if told >= 0:
+        if listening_write >= 0:
             with contextlib.suppress(OSError):
-                os.write(told, b"1")
-                os.close(told)
+                os.write(listening_write, b"1")
+                os.close(listening_write)
 
     try:
         _run_loop(serve_on(config, sock, replace_policy=replace_policy, listening=listening))

@@ -11,7 +11,6 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 
-import msgspec
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
@@ -28,21 +27,6 @@ _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 CLIENT_GONE = 499  # the status logged for a request whose client disconnected before its answer (as nginx)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-class _Line(msgspec.Struct, omit_defaults=True, kw_only=True):
-    """The fields of a request's log line, in its order (one left at None is absent from the line)."""
-
-    request_id: str
-    method: str
-    endpoint: str
-    status: int
-    code: str | None = None
-    duration_ms: float
-    tenant: str | None = None
-    ref: str | None = None
-    body_bytes: int | None = None
-    parts: int | None = None
 
 
 class _Ids:
@@ -119,7 +103,7 @@ def record(
 ) -> None:
     """One request's latency sample and its log line, whichever path served it (aiohttp or the read lane)."""
     metrics.request_child(method, endpoint, status).observe(elapsed)
-    line = _Line(
+    fields = logs.fields(  # in the line's order; those left at None are absent from it
         request_id=request_id,
         method=method,
         endpoint=endpoint,
@@ -131,7 +115,7 @@ def record(
         body_bytes=body_bytes,
         parts=parts,
     )
-    logs.info(log, "request", line)
+    log.info("request", extra=fields)
 
 
 async def metrics(request: web.Request) -> web.Response:

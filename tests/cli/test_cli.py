@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from attachstore import server
 from attachstore.cli import main
 from attachstore.cores import cores
 from attachstore.refs import Ref
@@ -252,22 +251,6 @@ def test_serve_with_two_worker_processes(tmp_path: Path) -> None:
         _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert b"with 2 worker(s)" in err
-
-
-def test_the_pid_a_workers_samples_are_filed_under_follows_a_fork() -> None:
-    pid = server._Pid()
-    assert pid() == os.getpid()
-    read, write = os.pipe()
-    child = os.fork()
-    if child == 0:  # pragma: no cover - the child reports and leaves at once
-        os.write(write, f"{pid()} {os.getpid()}".encode())
-        os._exit(0)
-    os.close(write)
-    os.waitpid(child, 0)
-    with os.fdopen(read) as f:
-        seen, actual = f.read().split()
-    assert seen == actual == str(child)
-    assert pid() == os.getpid()
 
 
 @pytest.mark.parametrize("flags", [[], ["--workers", "1"]], ids=["default", "one"])
