@@ -190,7 +190,7 @@ async def test_a_worker_that_dies_or_is_cut_off_leaves_no_shared_memory_behind()
         job = _bomb(pool)
         # Cancelled while its worker starts (the last one was ended): once the worker runs, and its pipes are
         # connected, the job waits for the worker to say it is ready.
-        await eventually(lambda: job.done() or _decode_workers(), "its worker to start")
+        await eventually(lambda job=job: job.done() or _decode_workers(), "its worker to start")
         await let_run()
         job.cancel()
         with pytest.raises(asyncio.CancelledError):
