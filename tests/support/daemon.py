@@ -84,7 +84,7 @@ def wait_ready(
     try:
         until(answered, f"{url} to answer {ready}", seconds=READY_SECONDS)
     except AssertionError as e:
-        raise AssertionError(f"{proc.args}: {e}\n{tail()}") from None
+        raise AssertionError(f"{proc.args!r}: {e}\n{tail()}") from None
 
 
 @dataclass
