@@ -441,15 +441,17 @@ async def test_a_render_alone_derives_within_its_tenants_cap_and_never_meets_it(
     refs = [
         (await admit(client, images.jpeg(1024, 768, seed=n)))[1]["attachments"][0]["ref"] for n in range(5)
     ]
-    running = most = 0
+    started = running = most = 0
     derive = store.pool.derive
 
     async def counted(*args: Any, **kwargs: Any) -> Any:
-        nonlocal running, most
+        nonlocal started, running, most
+        started += 1
         running += 1
         most = max(most, running)
         try:
-            await asyncio.sleep(0.01)  # let every derivation the render may start at once start
+            # Held until another runs beside it (or none is left to start): what the cap lets run shows.
+            await eventually(lambda: running >= 2 or started == len(refs), "a second derivation at once")
             return await derive(*args, **kwargs)
         finally:
             running -= 1
