@@ -13,6 +13,7 @@ from attachstore.config import Config
 from attachstore.service import Store
 from attachstore.storage import FileOps
 from tests.support import fixtures, services
+from tests.support.daemon import Daemons
 
 MakeConfig = Callable[..., Config]
 MakeClient = Callable[..., Awaitable[TestClient[Any, Any]]]
@@ -50,6 +51,13 @@ def _check_keys_of_this_session(tmp_path_factory: pytest.TempPathFactory) -> Ite
     mp.delenv("CREDENTIALS_DIRECTORY", raising=False)
     yield
     mp.undo()
+
+
+@pytest.fixture
+def daemons(tmp_path: Path) -> Iterator[Daemons]:
+    """The `attachstore serve` processes the test starts (tests/support/daemon.py), stopped at its end."""
+    with Daemons(tmp_path) as started:
+        yield started
 
 
 @pytest.fixture

@@ -18,8 +18,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,13 +28,13 @@ import pytest
 
 from attachstore.client import AsyncClient, Image
 from attachstore.refs import Ref
-from tests.support.daemon import free_port
+from tests.support.daemon import SERVE, Daemon, free_port, launch
 from tests.support.faults import flip_byte
 from tests.support.fixtures import S3Server, bucket, database, require_postgres, require_s3
 from tests.support.images import png
+from tests.support.waiting import eventually
 
 ROUTE = "vision"
-READY_SECONDS = 60.0  # a daemon's start on a loaded machine: imports, the S3 client, the index's migration
 GC_SECONDS = 120.0
 GIVE_UP = 120.0  # seconds: a guard against a hang, not a measure
 AFTER_DEATH_SECONDS = 60.0  # for B's five rounds after A's death, then for A's processes to go: guards
@@ -54,7 +52,11 @@ class Node:
     name: str
     root: Path
     port: int
-    proc: subprocess.Popen[bytes] | None = None
+    daemon: Daemon | None = None
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes] | None:
+        return None if self.daemon is None else self.daemon.proc
 
     @property
     def url(self) -> str:
@@ -69,63 +71,29 @@ class Node:
         return self.root / "daemon.log"
 
     def start(self) -> None:
-        command = [sys.executable, "-m", "attachstore", "serve", "--config", str(self.config)]
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(
-                [*command, "--listen", f"127.0.0.1:{self.port}"],
-                env=daemon_env(),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own process group: its decode workers go with it at the end
-            )
+        command = [*SERVE, "--config", str(self.config), "--listen", f"127.0.0.1:{self.port}"]
+        # Its own process group: its decode workers go with it at the end.
+        self.daemon = launch(command, self.log, self.url, group=True)
 
-    def wait_ready(self, timeout: float = READY_SECONDS) -> None:
-        deadline = time.monotonic() + timeout
-        last = "no answer yet"
-        while time.monotonic() < deadline:
-            if self.proc is None or self.proc.poll() is not None:
-                code = None if self.proc is None else self.proc.returncode
-                raise AssertionError(f"node {self.name} exited ({code}) before it was ready\n{self.tail()}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/readyz", timeout=2) as answer:
-                    if answer.status == 200:
-                        return
-            except urllib.error.HTTPError as e:
-                last = f"/readyz answered {e.code}"
-            except OSError as e:
-                last = str(e)
-            time.sleep(0.05)
-        raise AssertionError(f"node {self.name} not ready within {timeout:g} s ({last})\n{self.tail()}")
+    def wait_ready(self) -> None:
+        assert self.daemon is not None, f"node {self.name} was not started"
+        self.daemon.wait_ready()
 
     def kill(self) -> None:
         """SIGKILL the daemon itself, as a crash would (its decode workers see their pipes close)."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-        if self.proc is not None:
-            self.proc.wait(timeout=30)
+        if self.daemon is not None:  # not its process group: what the daemon leaves must go by itself
+            self.daemon.send(signal.SIGKILL)
+            self.daemon.proc.wait(timeout=30)
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL if it does not stop; then whatever is left of its process group."""
-        proc = self.proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=30)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)  # the group this node's Popen made; pgid == its pid
+        if self.daemon is not None:
+            self.daemon.stop()
 
     def tail(self, lines: int = LOG_LINES) -> str:
-        try:
-            text = self.log.read_text(errors="replace").splitlines()[-lines:]
-        except OSError as e:
-            return f"--- node {self.name}: no log ({e}) ---"
-        return f"--- node {self.name}, {self.log}, last {len(text)} lines ---\n" + "\n".join(text)
+        if self.daemon is None:
+            return f"--- node {self.name}: not started ---"
+        return f"--- node {self.name} ---\n{self.daemon.tail(lines)}"
 
 
 def daemon_env() -> dict[str, str]:
@@ -599,12 +567,11 @@ async def test_a_node_killed_mid_stream_loses_no_answered_ref(
                 f"B did not go on for five rounds within {AFTER_DEATH_SECONDS:g} s of A's death\n{b.tail()}"
             ) from None
         assert a.proc is not None
+        pgid = a.proc.pid
         # Its decode worker sees its pipe close and exits: nothing of A outlives it for long.
-        left, deadline = group_members(a.proc.pid), time.monotonic() + AFTER_DEATH_SECONDS
-        while left and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-            left = group_members(a.proc.pid)
-        assert not left, f"processes of the killed node A still run after {AFTER_DEATH_SECONDS:g} s: {left}"
+        await eventually(
+            lambda: not group_members(pgid), "the processes of the killed node A to go", AFTER_DEATH_SECONDS
+        )
     finally:
         for task in [*burst, b_busy]:
             task.cancel()

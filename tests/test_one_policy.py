@@ -14,12 +14,9 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
-from tests.support.daemon import Daemons, Started, clean_env
+from tests.support.daemon import Daemon, Daemons, clean_env
 from tests.support.fixtures import database, require_postgres
 from tests.support.images import png
 from tests.support.waiting import until
@@ -54,7 +51,7 @@ def attachstore(*argv: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def call(daemon: Started, method: str, path: str, body: object) -> dict[str, object]:
+def call(daemon: Daemon, method: str, path: str, body: object) -> dict[str, object]:
     request = urllib.request.Request(
         daemon.url + path,
         method=method,
@@ -66,18 +63,12 @@ def call(daemon: Started, method: str, path: str, body: object) -> dict[str, obj
         return answer
 
 
-@pytest.fixture
-def daemons(tmp_path: Path) -> Iterator[Daemons]:
-    with Daemons(tmp_path) as d:
-        yield d
-
-
 def write(path: Path, text: str) -> Path:
     path.write_text(text)
     return path
 
 
-def exited(daemon: Started) -> tuple[int, str]:
+def exited(daemon: Daemon) -> tuple[int, str]:
     code = daemon.proc.wait(timeout=READY_SECONDS)
     return code, daemon.log.read_text()
 

@@ -278,11 +278,12 @@ async def test_no_upload_memory_outlives_its_admission(client: Client) -> None:
     refused = await client.post("/v1/attachments", data=admission(png(22, 22))[:-30] + b'"}]}', headers=JSON)
     assert refused.status == 400
     trickle = Trickle(field("source", b"user") + file(png(23, 23)) + END)
+    slots = client.app[STORE].admissions.slots
     cut = asyncio.create_task(client.post("/v1/attachments", data=trickle, headers=FORM))
-    await asyncio.sleep(0.1)
+    await eventually(lambda: slots.taken > 0, "the cut admission to take its place")
     cut.cancel()
     with pytest.raises(asyncio.CancelledError):
         await cut
-    await asyncio.sleep(0.1)
+    await eventually(lambda: slots.taken == 0, "the cut admission to end")  # after its uploads are let go
     gc.collect()
     assert mapped_uploads() == before

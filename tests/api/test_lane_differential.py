@@ -48,8 +48,8 @@ from aiohttp.streams import EMPTY_PAYLOAD
 from attachstore.api import Lanes, make_app
 from attachstore.api.lane import MAX_HEADERS, Get, possible, recognize
 from attachstore.config import Config
-from tests.hostile.conftest import TOKENS, Daemon, launch, stop
-from tests.support.daemon import wait_ready
+from tests.hostile.conftest import TOKENS, Daemon, launch
+from tests.support.daemon import stop
 from tests.support.images import png
 
 SEED = 31
@@ -423,7 +423,7 @@ def daemons(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Serv
             started[name] = launch(root / "data", root / "config.toml", root / "daemon.log", sections)
         served = {}
         for name, daemon in started.items():
-            wait_ready(f"{daemon.url}/healthz", daemon.proc)
+            daemon.wait_ready("/healthz")
             refs = [daemon.admit("alice", image) for image in IMAGES]
             served[name] = Served(daemon, *refs)
         assert served["lane"].a == served["aiohttp"].a

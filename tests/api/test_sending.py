@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from attachstore.api.sending import Budget, Sending, Stalls, View
 from attachstore.errors import ServerBusy
+from tests.support.waiting import eventually
 
 MiB = 1 << 20
 
@@ -169,8 +170,7 @@ async def test_an_unread_answer_is_aborted_on_a_real_server() -> None:
             reader.setblocking(False)
             await asyncio.get_running_loop().sock_connect(reader, ("127.0.0.1", port))
             reader.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-            while not aborted._value.get():  # noqa: ASYNC110 - a counter, polled
-                await asyncio.sleep(0.05)
+            await eventually(lambda: aborted._value.get(), "the stalled reader to be aborted", every=0.05)
         watching.cancel()  # the watchdog on the real clock has done its part
         assert aborted._value.get() == 1
         # The reader gets what the kernel had taken, then the connection's end, never the whole answer.

@@ -9,7 +9,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import pytest
 from attachstore.cli import main
 from attachstore.cores import cores
 from attachstore.refs import Ref
-from tests.support.daemon import free_port, wait_ready
+from tests.support.daemon import Daemons
 from tests.support.images import jpeg, png
 from tests.support.waiting import until
 
@@ -101,62 +100,36 @@ def test_python_dash_m() -> None:
     assert done.stdout.startswith("attachstore ")
 
 
-def test_serve_admits_reads_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
-    port = free_port()
-    env = {**os.environ, "ATTACHSTORE_DATA_DIR": str(tmp_path / "data")}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "attachstore", "serve", "--listen", f"127.0.0.1:{port}"],
-        env=env,
-        stderr=subprocess.PIPE,
+def test_serve_admits_reads_and_stops_cleanly_on_sigterm(tmp_path: Path, daemons: Daemons) -> None:
+    daemon = daemons.start(ATTACHSTORE_DATA_DIR=str(tmp_path / "data"))
+    base = daemon.url
+    image = jpeg(20, 10)
+    body = json.dumps({"source": "user", "images": [{"data": base64.b64encode(image).decode()}]}).encode()
+    request = urllib.request.Request(
+        f"{base}/v1/attachments", data=body, headers={"Content-Type": "application/json"}
     )
-    try:
-        base = f"http://127.0.0.1:{port}"
-        wait_ready(f"{base}/readyz", proc)
-        image = jpeg(20, 10)
-        body = json.dumps({"source": "user", "images": [{"data": base64.b64encode(image).decode()}]}).encode()
-        request = urllib.request.Request(
-            f"{base}/v1/attachments", data=body, headers={"Content-Type": "application/json"}
-        )
-        with urllib.request.urlopen(request, timeout=30) as r:
-            ref = json.loads(r.read())["attachments"][0]["ref"]
-        with urllib.request.urlopen(f"{base}/v1/attachments/{ref}", timeout=30) as r:
-            assert r.read() == image
-        # A local command on the same data dir while the daemon serves it; the daemon reads its work.
-        other = tmp_path / "other.png"
-        other.write_bytes(png(9, 9))
-        assert main(["put", "--data-dir", str(tmp_path / "data"), str(other)]) == 0
-        with urllib.request.urlopen(f"{base}/v1/attachments/{Ref.of('sha256', other.read_bytes())}") as r:
-            assert r.read() == other.read_bytes()
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0, err
+    with urllib.request.urlopen(request, timeout=30) as r:
+        ref = json.loads(r.read())["attachments"][0]["ref"]
+    with urllib.request.urlopen(f"{base}/v1/attachments/{ref}", timeout=30) as r:
+        assert r.read() == image
+    # A local command on the same data dir while the daemon serves it; the daemon reads its work.
+    other = tmp_path / "other.png"
+    other.write_bytes(png(9, 9))
+    assert main(["put", "--data-dir", str(tmp_path / "data"), str(other)]) == 0
+    with urllib.request.urlopen(f"{base}/v1/attachments/{Ref.of('sha256', other.read_bytes())}") as r:
+        assert r.read() == other.read_bytes()
+    daemon.stop_cleanly()
 
 
-def test_serve_on_a_unix_socket(tmp_path: Path) -> None:
+def test_serve_on_a_unix_socket(tmp_path: Path, daemons: Daemons) -> None:
     path = tmp_path / "a.sock"
-    env = {**os.environ, "ATTACHSTORE_DATA_DIR": str(tmp_path / "data")}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "attachstore", "serve", "--unix-socket", str(path)],
-        env=env,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        answer = b""
-        while time.monotonic() < deadline and not answer:
-            try:
-                with socket.socket(socket.AF_UNIX) as s:
-                    s.connect(str(path))
-                    s.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
-                    answer = s.recv(100)
-            except OSError:
-                time.sleep(0.05)
-        assert answer.split(b"\r\n")[0].endswith(b" 200 OK")
-    finally:
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0, err
+    daemon = daemons.start(unix_socket=path, ready="/healthz", ATTACHSTORE_DATA_DIR=str(tmp_path / "data"))
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(str(path))
+        s.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
+        answer = s.recv(100)
+    assert answer.split(b"\r\n")[0].endswith(b" 200 OK")
+    daemon.stop_cleanly(signal.SIGINT)
     assert not path.exists()
 
 
@@ -217,63 +190,39 @@ def test_serve_leaves_another_daemons_socket_alone(tmp_path: Path) -> None:
         assert path.exists()
 
 
-def test_serve_with_two_worker_processes(tmp_path: Path) -> None:
-    port = free_port()
-    env = {**os.environ, "ATTACHSTORE_DATA_DIR": str(tmp_path / "data")}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "attachstore", "serve", "--listen", f"127.0.0.1:{port}", "--workers", "2"],
-        env=env,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        base = f"http://127.0.0.1:{port}"
-        wait_ready(f"{base}/readyz", proc)
-        refs = []
-        for seed in range(6):  # several connections: both workers answer, from one store
-            image = png(7, 7, seed=seed)
-            body = json.dumps({"source": "user", "images": [{"data": base64.b64encode(image).decode()}]})
-            request = urllib.request.Request(
-                f"{base}/v1/attachments", data=body.encode(), headers={"Content-Type": "application/json"}
-            )
-            with urllib.request.urlopen(request, timeout=30) as r:
-                refs.append((json.loads(r.read())["attachments"][0]["ref"], image))
-        for ref, image in refs:
-            with urllib.request.urlopen(f"{base}/v1/attachments/{ref}", timeout=30) as r:
-                assert r.read() == image
-        # Each worker keeps its samples in files of its own pid; /metrics on either sums them all.
-        for _ in range(4):
-            with urllib.request.urlopen(f"{base}/metrics", timeout=30) as r:
-                lines = r.read().decode().splitlines()
-            assert 'attachstore_reads_total{result="ok"} 6.0' in lines
-            assert "attachstore_images_admitted_total 6.0" in lines
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0, err
-    assert b"with 2 worker(s)" in err
+def test_serve_with_two_worker_processes(tmp_path: Path, daemons: Daemons) -> None:
+    daemon = daemons.start("--workers", "2", ATTACHSTORE_DATA_DIR=str(tmp_path / "data"))
+    base = daemon.url
+    refs = []
+    for seed in range(6):  # several connections: both workers answer, from one store
+        image = png(7, 7, seed=seed)
+        body = json.dumps({"source": "user", "images": [{"data": base64.b64encode(image).decode()}]})
+        request = urllib.request.Request(
+            f"{base}/v1/attachments", data=body.encode(), headers={"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=30) as r:
+            refs.append((json.loads(r.read())["attachments"][0]["ref"], image))
+    for ref, image in refs:
+        with urllib.request.urlopen(f"{base}/v1/attachments/{ref}", timeout=30) as r:
+            assert r.read() == image
+    # Each worker keeps its samples in files of its own pid; /metrics on either sums them all.
+    for _ in range(4):
+        with urllib.request.urlopen(f"{base}/metrics", timeout=30) as r:
+            lines = r.read().decode().splitlines()
+        assert 'attachstore_reads_total{result="ok"} 6.0' in lines
+        assert "attachstore_images_admitted_total 6.0" in lines
+    assert "with 2 worker(s)" in daemon.stop_cleanly()
 
 
 @pytest.mark.parametrize("flags", [[], ["--workers", "1"]], ids=["default", "one"])
-def test_serve_uses_one_worker_per_core_unless_told(tmp_path: Path, flags: list[str]) -> None:
-    port = free_port()
-    env = {**os.environ, "ATTACHSTORE_DATA_DIR": str(tmp_path / "data")}
-    log = tmp_path / "serve.log"
-    with open(log, "wb") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "attachstore", "serve", "--listen", f"127.0.0.1:{port}", *flags],
-            env=env,
-            stderr=err,
-        )
-    try:
-        wait_ready(f"http://127.0.0.1:{port}/readyz", proc)
-        # Logged once every worker listens (the first may answer /readyz before the others do).
-        until(lambda: "attachstore serving" in log.read_text(), "the serving line")
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
-    assert proc.returncode == 0, log.read_text()
+def test_serve_uses_one_worker_per_core_unless_told(
+    tmp_path: Path, daemons: Daemons, flags: list[str]
+) -> None:
+    daemon = daemons.start(*flags, ATTACHSTORE_DATA_DIR=str(tmp_path / "data"))
+    # Logged once every worker listens (the first may answer /readyz before the others do).
+    until(lambda: "attachstore serving" in daemon.log.read_text(), "the serving line")
     expected = 1 if flags else cores()
-    assert f"with {expected} worker(s)" in log.read_text()
+    assert f"with {expected} worker(s)" in daemon.stop_cleanly()
 
 
 def _serve_on_a_held_port(tmp_path: Path, *flags: str, reuse_port: bool = False) -> tuple[int, str]:

@@ -7,13 +7,8 @@ import asyncio
 import base64
 import hashlib
 import json
-import os
 import re
-import signal
-import subprocess
-import sys
 import threading
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import datetime
 from pathlib import Path
@@ -38,7 +33,7 @@ from attachstore.refs import Ref
 from attachstore.render import MessageIn
 from attachstore.service import display_name
 from tests.conftest import MakeClient
-from tests.support.daemon import free_port, wait_ready
+from tests.support.daemon import Daemons, free_port
 from tests.support.faults import flip_byte
 from tests.support.http import object_path
 from tests.support.images import PDF, jpeg, png
@@ -563,38 +558,20 @@ async def test_the_host_example_of_the_docs(ac: AsyncClient, tmp_path: Path) -> 
 # --- a real daemon: the blocking client and the Unix socket ---
 
 
-def _serve(tmp: Path, *where: str) -> subprocess.Popen[bytes]:
-    config = tmp / "attachstore.toml"
+def _config() -> str:
     routes = "".join(
         f'[routes."{r}"]\n' + "".join(f"{k} = {json.dumps(v)}\n" for k, v in spec.items())
         for r, spec in ROUTES.items()
     )
-    config.write_text(
-        f"data_dir = {json.dumps(str(tmp / 'data'))}\n[admission]\ndecode_workers = 1\n{routes}"
-    )
-    return subprocess.Popen(
-        [sys.executable, "-m", "attachstore", "serve", "--config", str(config), *where],
-        env={k: v for k, v in os.environ.items() if not k.startswith("ATTACHSTORE_")},
-        stderr=subprocess.PIPE,
-    )
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0, err
+    return f"[admission]\ndecode_workers = 1\n{routes}"
 
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = free_port()
-    proc = _serve(tmp_path_factory.mktemp("daemon"), "--listen", f"127.0.0.1:{port}")
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_ready(f"{base}/readyz", proc)
-        yield base
-    finally:
-        _stop(proc)
+    with Daemons(tmp_path_factory.mktemp("daemon")) as daemons:
+        started = daemons.start(*daemons.store(_config()))
+        yield started.url
+        started.stop_cleanly()
 
 
 def test_the_blocking_client_covers_every_endpoint(daemon: str) -> None:
@@ -660,26 +637,20 @@ def test_the_blocking_client_without_a_daemon() -> None:
     Client().close()  # never used: no thread was started
 
 
-def test_both_clients_over_a_unix_socket(tmp_path: Path) -> None:
+def test_both_clients_over_a_unix_socket(tmp_path: Path, daemons: Daemons) -> None:
     path = tmp_path / "a.sock"
-    proc = _serve(tmp_path, "--unix-socket", str(path))
-    try:
-        deadline = time.monotonic() + 30
-        while not path.exists() and time.monotonic() < deadline:
-            assert proc.poll() is None, "serve exited early"
-            time.sleep(0.05)
-        with Client(unix_socket=str(path)) as c:
-            assert c.healthz().status == "ok"
-            shot = png(11, 7)
-            ref = c.admit(shot, source="user").refs[0]
+    daemon = daemons.start(*daemons.store(_config()), unix_socket=path, ready="/healthz")
+    with Client(unix_socket=str(path)) as c:
+        assert c.healthz().status == "ok"
+        shot = png(11, 7)
+        ref = c.admit(shot, source="user").refs[0]
 
-        async def over_the_socket() -> bytes:
-            # base_url only names the Host header here: every connection goes to the socket.
-            async with AsyncClient("http://localhost", unix_socket=str(path)) as ac:
-                await ac.create_session("unix-1")
-                await ac.hold("unix-1", [ref])
-                return await ac.read(ref)
+    async def over_the_socket() -> bytes:
+        # base_url only names the Host header here: every connection goes to the socket.
+        async with AsyncClient("http://localhost", unix_socket=str(path)) as ac:
+            await ac.create_session("unix-1")
+            await ac.hold("unix-1", [ref])
+            return await ac.read(ref)
 
-        assert asyncio.run(over_the_socket()) == shot
-    finally:
-        _stop(proc)
+    assert asyncio.run(over_the_socket()) == shot
+    daemon.stop_cleanly()

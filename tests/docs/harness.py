@@ -32,14 +32,13 @@ import difflib
 import os
 import re
 import shlex
-import signal
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.support.daemon import free_port, wait_ready
+from tests.support.daemon import Daemons, free_port
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 DOCUMENTS = ["README.md", "docs/quickstart.md", "docs/cli.md"]
@@ -227,29 +226,17 @@ def run(steps: list[Command | File], tmp: Path) -> tuple[list[Ran], str]:
             "(exit $__rc)"
         )
     (tmp / "script.sh").write_text("\n".join(script) + "\n")
-    log = tmp / "daemon.log"
-    with open(log, "wb") as daemon_log:
-        daemon = subprocess.Popen(
-            [sys.executable, "-m", "attachstore", "serve", "--listen", f"127.0.0.1:{place.port}"],
-            cwd=place.work,
-            env=place.env,
-            stdout=daemon_log,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            wait_ready(f"http://127.0.0.1:{place.port}/readyz", daemon)
-            with contextlib.suppress(subprocess.TimeoutExpired):  # what did not finish has no status
-                subprocess.run(["bash", str(tmp / "script.sh")], env=place.env, timeout=TIMEOUT, check=False)
-        finally:
-            daemon.send_signal(signal.SIGTERM)
-            daemon.wait(timeout=60)
+    with Daemons(tmp) as daemons:
+        daemon = daemons.start(port=place.port, environ=place.env, cwd=place.work)
+        with contextlib.suppress(subprocess.TimeoutExpired):  # what did not finish has no status
+            subprocess.run(["bash", str(tmp / "script.sh")], env=place.env, timeout=TIMEOUT, check=False)
     ran = []
     for command, out in commands:
         rc = out.with_suffix(".rc")
         status = int(rc.read_text()) if rc.exists() else None
         text = place.as_shown(out.read_text(errors="replace")) if out.exists() else ""
         ran.append(Ran(command, status, text.removesuffix("\n").split("\n") if text else []))
-    return ran, place.as_shown(log.read_text(errors="replace"))
+    return ran, place.as_shown(daemon.log.read_text(errors="replace"))
 
 
 def check(path: Path, *, update: bool = False) -> list[str]:

@@ -17,7 +17,7 @@ from attachstore.gate import pool as pool_module
 from attachstore.gate.shared import SharedBuffer
 from attachstore.refs import Checker
 from tests.support import images
-from tests.support.waiting import eventually
+from tests.support.waiting import eventually, let_run
 
 DEFAULTS = Limits()
 TIMEOUT = 2.0  # for the jobs that are meant to run out of time
@@ -40,7 +40,7 @@ async def test_a_budget_is_shared_out_and_never_overdrawn() -> None:
     assert await batch.reserve(0.6, 0) == 0.6
     assert await batch.reserve(0.6, 1) == pytest.approx(0.4)
     third = asyncio.ensure_future(batch.reserve(0.6, 2))  # all of it reserved: waits for a return
-    await asyncio.sleep(0.01)
+    await let_run()
     assert not third.done()
     batch.give_back(0.6, 0.1)  # used 0.1 of its 0.6
     assert await third == pytest.approx(0.5)

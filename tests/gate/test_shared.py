@@ -20,7 +20,7 @@ from attachstore.config import Limits
 from attachstore.errors import Rejected, ServerBusy
 from attachstore.gate import DecodePool, Passed, SharedBuffer, decode_base64, decode_base64_shared, shared
 from tests.support import images
-from tests.support.waiting import eventually
+from tests.support.waiting import eventually, let_run
 
 DEFAULTS = Limits()
 
@@ -188,7 +188,10 @@ async def test_a_worker_that_dies_or_is_cut_off_leaves_no_shared_memory_behind()
             await pool.inspect(bomb, None, DEFAULTS, "sha256")
         assert slow.value.code == "INVALID_IMAGE"
         job = _bomb(pool)
-        await asyncio.sleep(0.05)  # cancelled while its worker starts
+        # Cancelled while its worker starts (the last one was ended): once the worker runs, and its pipes are
+        # connected, the job waits for the worker to say it is ready.
+        await eventually(lambda job=job: job.done() or _decode_workers(), "its worker to start")
+        await let_run()
         job.cancel()
         with pytest.raises(asyncio.CancelledError):
             await job

@@ -11,34 +11,30 @@ import contextlib
 import hashlib
 import http.client
 import json
-import os
 import resource
-import signal
 import socket
-import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.daemon import free_port, wait_ready
+from tests.support import daemon as support
 from tests.support.images import png
+from tests.support.waiting import until
 
 TOKENS = {"mallory": "mallory-token", "alice": "alice-token"}
 
 
 @dataclass
-class Daemon:
-    url: str
-    proc: subprocess.Popen[bytes]
+class Daemon(support.Daemon):
+    """A daemon of these tests: one process serving the tenants, its data dir and configuration file."""
+
     data_dir: Path
-    log: Path
     config: Path
 
     def headers(self, tenant: str) -> dict[str, str]:
@@ -127,20 +123,14 @@ class Daemon:
         return socket.create_connection((host, int(port)), timeout=60)
 
     def access(self, endpoint: str, count: int = 1) -> list[dict[str, Any]]:
-        """The access log lines of `endpoint`, once there are `count` (the log is written a moment late). A
-        guard against a hang, not a bound: fewer than `count` after 60 s fails the test."""
-        deadline = time.monotonic() + 60
-        while True:
+        """The access log lines of `endpoint`, once there are `count` (the log is written a moment late)."""
+
+        def found() -> list[dict[str, Any]]:
             lines = [json.loads(line) for line in self.log.read_text().splitlines() if line.startswith("{")]
-            found = [x for x in lines if x.get("msg") == "request" and x.get("endpoint") == endpoint]
-            if len(found) >= count:
-                return found
-            if time.monotonic() > deadline:
-                raise AssertionError(
-                    f"after 60 s, {len(found)} access log lines of {endpoint} in {self.log}, "
-                    f"not the {count} expected: {found}"
-                )
-            time.sleep(0.05)
+            return [x for x in lines if x.get("msg") == "request" and x.get("endpoint") == endpoint]
+
+        until(lambda: len(found()) >= count, f"{count} access log lines of {endpoint} in {self.log}")
+        return found()
 
     def assert_alice_is_served(self) -> None:
         """An ordinary admission and read of alice's still work."""
@@ -173,47 +163,29 @@ def write_config(path: Path, data_dir: Path, sections: dict[str, dict[str, Any]]
     path.write_text("\n".join(lines))
 
 
-def serve(config: Path, out: IO[bytes], *where: str, nofile: int | None = None) -> subprocess.Popen[bytes]:
-    """`attachstore serve --config CONFIG WHERE...`, its output to `out`, without this environment's
-    ATTACHSTORE_ variables; with `nofile`, its RLIMIT_NOFILE (soft) is that."""
-    argv = [sys.executable, "-m", "attachstore", "serve", "--config", str(config), *where]
-    if nofile is not None:
-        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-        limit = f"import os, resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, ({nofile}, {hard}))"
-        argv = [sys.executable, "-c", f"{limit}; os.execv(sys.executable, {argv!r})"]
-    return subprocess.Popen(
-        argv,
-        env={k: v for k, v in os.environ.items() if not k.startswith("ATTACHSTORE_")},
-        stdout=out,
-        stderr=subprocess.STDOUT,
-    )
+def serve(config: Path, *where: str, nofile: int | None = None) -> list[str]:
+    """The command `attachstore serve --config CONFIG WHERE...`; with `nofile`, its RLIMIT_NOFILE (soft) is
+    that."""
+    argv = [*support.SERVE, "--config", str(config), *where]
+    if nofile is None:
+        return argv
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    limit = f"import os, resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, ({nofile}, {hard}))"
+    return [sys.executable, "-c", f"{limit}; os.execv(sys.executable, {argv!r})"]
 
 
 def launch(
     data_dir: Path, config: Path, log: Path, sections: dict[str, dict[str, Any]], nofile: int | None = None
 ) -> Daemon:
     """`attachstore serve` on a free loopback port with these config sections (one decode worker unless
-    they say otherwise), its output to `log`; not yet waited for (wait_ready on its /healthz)."""
+    they say otherwise), its output to `log`; not yet waited for (wait_ready("/healthz"))."""
     sections.setdefault("admission", {}).setdefault("decode_workers", 1)
     write_config(config, data_dir, sections)
-    port = free_port()
-    with log.open("wb") as out:
-        # One process: the bounds under test are each process's, and its RSS is read from /proc of this pid.
-        proc = serve(config, out, "--listen", f"127.0.0.1:{port}", "--workers", "1", nofile=nofile)
-    return Daemon(f"http://127.0.0.1:{port}", proc, data_dir, log, config)
-
-
-def stop(daemons: Iterable[Daemon]) -> None:
-    """SIGTERM to each daemon still running, then each waited for (killed after 30 s)."""
-    running = [d for d in daemons if d.proc.poll() is None]
-    for daemon in running:
-        daemon.proc.send_signal(signal.SIGTERM)
-    for daemon in running:
-        try:
-            daemon.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            daemon.proc.kill()
-            daemon.proc.wait()
+    port = support.free_port()
+    # One process: the bounds under test are each process's, and its RSS is read from /proc of this pid.
+    command = serve(config, "--listen", f"127.0.0.1:{port}", "--workers", "1", nofile=nofile)
+    started = support.launch(command, log, f"http://127.0.0.1:{port}")
+    return Daemon(started.proc, started.url, log, data_dir, config)
 
 
 @pytest.fixture
@@ -226,10 +198,10 @@ def start_daemon(tmp_path: Path) -> Iterator[Any]:
     def start(*, nofile: int | None = None, **sections: dict[str, Any]) -> Daemon:
         n = len(started)
         paths = tmp_path / f"data{n}", tmp_path / f"config{n}.toml", tmp_path / f"daemon{n}.log"
-        daemon = launch(*paths, sections, nofile)
-        started.append(daemon)
-        wait_ready(f"{daemon.url}/healthz", daemon.proc)
-        return daemon
+        launched = launch(*paths, sections, nofile)
+        started.append(launched)
+        launched.wait_ready("/healthz")
+        return launched
 
     yield start
-    stop(started)
+    support.stop(started)

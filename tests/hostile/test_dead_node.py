@@ -6,21 +6,11 @@ from __future__ import annotations
 
 import signal
 import socket
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
-
-from tests.support.daemon import Daemons, state, wait_ready
+from tests.support.daemon import Daemons, state
 from tests.support.waiting import until
 
 LIMITS = "[limits]\nmax_side = 3000\n"
-
-
-@pytest.fixture
-def daemons(tmp_path: Path) -> Iterator[Daemons]:
-    with Daemons(tmp_path) as d:
-        yield d
 
 
 def test_a_sigkilled_daemon_left_a_zombie_and_the_restart_with_other_limits_starts(daemons: Daemons) -> None:
@@ -52,4 +42,4 @@ def test_a_sigkilled_supervisor_whose_workers_are_stopping_is_waited_for(daemons
         assert "serves this store" not in log.read_text()
     finally:
         upload.close()  # the upload ends, and with it the stopping worker
-    wait_ready(f"{second.url}/readyz", second.proc)
+    second.wait_ready()

@@ -9,13 +9,12 @@ import base64
 import json
 import signal
 import socket
-import subprocess
 import urllib.request
 from typing import Any
 
 import pytest
 
-from tests.support.daemon import free_port, wait_ready
+from tests.support.daemon import free_port, launch
 from tests.support.images import png
 from tests.support.waiting import until
 
@@ -103,19 +102,14 @@ def test_sigterm_finishes_an_upload_under_way_and_refuses_new_requests(start_dae
 
     # A daemon started again on the same data dir has the object.
     port = free_port()
-    with (daemon.log.parent / "restarted.log").open("wb") as out:
-        again = serve(daemon.config, out, "--listen", f"127.0.0.1:{port}", "--workers", "1")
+    restarted = serve(daemon.config, "--listen", f"127.0.0.1:{port}", "--workers", "1")
+    again = launch(restarted, daemon.log.parent / "restarted.log", f"http://127.0.0.1:{port}")
     try:
-        wait_ready(f"http://127.0.0.1:{port}/healthz", again)
+        again.wait_ready("/healthz")
         request = urllib.request.Request(
             f"http://127.0.0.1:{port}/v1/attachments/{ref}", headers=daemon.headers("mallory")
         )
         with urllib.request.urlopen(request, timeout=60) as read:
             assert read.read() == image
     finally:
-        again.send_signal(signal.SIGTERM)
-        try:
-            again.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            again.kill()
-            again.wait()
+        again.stop()

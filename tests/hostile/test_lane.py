@@ -10,13 +10,13 @@ import contextlib
 import json
 import os
 import socket
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support.daemon import launch
 from tests.support.images import png
 
 from .conftest import TOKENS, Daemon, serve
@@ -135,25 +135,14 @@ def _path(daemon: Daemon, ref: str) -> Path:
 def _on_unix_socket(daemon: Daemon, path: Path) -> Iterator[None]:
     """Another `serve` of the same store, on a Unix socket: a stream socket's send buffer does not grow as
     TCP's does on loopback, so what a slow client leaves unread stays with the daemon."""
-    with daemon.log.open("ab") as log:
-        proc = serve(daemon.config, log, "--unix-socket", str(path))
+    again = launch(
+        serve(daemon.config, "--unix-socket", str(path)), daemon.log, "http://localhost", unix_socket=path
+    )
     try:
-        deadline = time.monotonic() + 60  # a guard against a hang, not a bound
-        while True:
-            assert proc.poll() is None, "serve exited early"
-            left = deadline - time.monotonic()
-            assert left > 0, f"serve on {path} did not answer /healthz within 60 s"
-            with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX) as s:
-                s.settimeout(left)  # past it, the OSError it raises ends this try
-                s.connect(str(path))
-                s.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
-                if s.makefile("rb").readline().startswith(b"HTTP/1.1 200"):
-                    break
-            time.sleep(0.05)
+        again.wait_ready("/healthz")
         yield
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        again.stop()
 
 
 @MAPPED

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,23 +17,17 @@ from tests.support.waiting import until
 HANG = 60
 
 
-@pytest.fixture
-def serve(tmp_path: Path) -> Iterator[Daemons]:
-    with Daemons(tmp_path) as d:
-        yield d
-
-
 def serving_lines(log: Path) -> list[str]:
     return [line for line in log.read_text().splitlines() if "attachstore serving" in line]
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])
-def test_serving_is_logged_once_it_listens_and_not_when_it_fails(serve: Daemons, workers: str) -> None:
-    first = serve.start(*serve.store(""), "--workers", workers)
+def test_serving_is_logged_once_it_listens_and_not_when_it_fails(daemons: Daemons, workers: str) -> None:
+    first = daemons.start(*daemons.store(""), "--workers", workers)
     until(lambda: serving_lines(first.log), "the serving line")
     assert len(serving_lines(first.log)) == 1
     # Another policy while the first serves: refused after the socket was bound, in the store's opening.
-    second = serve.start(*serve.store("[limits]\nmax_side = 3000\n"), "--workers", workers, wait=False)
+    second = daemons.start(*daemons.store("[limits]\nmax_side = 3000\n"), "--workers", workers, wait=False)
     log = second.log
     assert second.proc.wait(timeout=HANG) == 2, log.read_text()
     assert "serves this store with another policy" in log.read_text()
@@ -45,8 +38,8 @@ def children(pid: int) -> list[int]:
     return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
 
 
-def test_every_worker_dying_at_once_is_said_with_their_statuses(serve: Daemons) -> None:
-    started = serve.start(*serve.store(""), "--workers", "2")
+def test_every_worker_dying_at_once_is_said_with_their_statuses(daemons: Daemons) -> None:
+    started = daemons.start(*daemons.store(""), "--workers", "2")
     supervisor, log = started.proc, started.log
     until(lambda: len(children(supervisor.pid)) == 2, "two workers")
     workers = children(supervisor.pid)
@@ -79,15 +72,15 @@ def without_dac_override() -> tuple[str, ...]:
 
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_an_unreadable_credentials_directory_is_a_message(
-    serve: Daemons, tmp_path: Path, workers: str
+    daemons: Daemons, tmp_path: Path, workers: str
 ) -> None:
     credentials = tmp_path / "credentials"
     credentials.mkdir()
     (credentials / "check-key").write_text("00" * 32 + "\n")
     credentials.chmod(0)
     try:
-        started = serve.start(
-            *serve.store(""),
+        started = daemons.start(
+            *daemons.store(""),
             "--workers",
             workers,
             prefix=without_dac_override(),

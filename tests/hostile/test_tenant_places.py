@@ -6,11 +6,11 @@ from __future__ import annotations
 import base64
 import json
 import socket
-import time
 from typing import Any
 
 from tests.hostile.conftest import TOKENS
 from tests.support.images import png
+from tests.support.waiting import until
 
 
 def trickle(url: str, tenant: str) -> socket.socket:
@@ -35,11 +35,14 @@ def test_one_tenant_cannot_take_every_admission_place(start_daemon: Any) -> None
     held = [trickle(daemon.url, "mallory") for _ in range(3)]
     try:
         # Once the three bodies hold their places, mallory's next admission is refused as hers alone.
-        for _ in range(200):
-            status, answer = daemon.post("mallory", "/v1/attachments", small_admission())
-            if status == 503:
-                break
-            time.sleep(0.05)
+        answers = []
+
+        def refused() -> bool:
+            answers.append(daemon.post("mallory", "/v1/attachments", small_admission()))
+            return answers[-1][0] == 503
+
+        until(refused, "mallory's next admission to be refused")
+        status, answer = answers[-1]
         assert (status, answer["error"]["code"]) == (503, "SERVER_BUSY")
         assert "admissions of this tenant are in progress" in answer["error"]["message"]
         # The fourth place stays alice's.

@@ -31,6 +31,7 @@ from attachstore.index import postgres as pgindex
 from attachstore.index.postgres import PgIndex
 from attachstore.index.schema import SCHEMA_VERSION, IndexUnusable
 from tests.support.fixtures import database, drop_database, fresh_database
+from tests.support.waiting import eventually
 
 AnyIndex = Index | PgIndex
 HANG = 60.0  # seconds: a guard against a hang, not a measure
@@ -198,11 +199,11 @@ class PostgresStore:
     async def until_waiting(self, task: asyncio.Task[Any], count: int = 1) -> None:
         """Until `count` sessions wait for a lock, or `task` has finished (without waiting: the test's
         assertions then tell what went wrong)."""
-        deadline = time.monotonic() + HANG
-        while not task.done() and await self.lock_waiters() < count:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"nothing waits for a lock after {HANG:g} s")
-            await asyncio.sleep(0.002)
+
+        async def waiting() -> bool:
+            return task.done() or await self.lock_waiters() >= count
+
+        await eventually(waiting, f"{count} sessions to wait for a lock", every=0.002)
 
     async def inject(self, body: str) -> None:
         """A trigger on inserts into objects, running `body` (PL/pgSQL) first."""

@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from concurrent.futures import ProcessPoolExecutor as ProcessPool
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from attachstore.storage import Listing
 from tests.conftest import MakeConfig
 from tests.support.faults import RecordingOps, flip_byte
 from tests.support.images import jpeg, png
+from tests.support.waiting import until
 
 
 async def put(store: Store, *images: bytes) -> list[str]:
@@ -269,16 +269,17 @@ def test_an_audit_process_ends_when_the_audit_is_killed() -> None:
             os.kill(worker, 0)  # alive
         finally:
             audit_process.kill()
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
+
+    def gone() -> bool:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(worker, os.WNOHANG)  # not ours: never a zombie here, but harmless
         try:
             os.kill(worker, 0)
         except ProcessLookupError:
-            return
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(worker, os.WNOHANG)  # not ours: never a zombie here, but harmless
-        time.sleep(0.05)
-    raise AssertionError(f"the audit process {worker} outlived the audit")
+            return True
+        return False
+
+    until(gone, f"the audit's worker {worker} to end with the audit")
 
 
 @pytest.mark.usefixtures("passes")

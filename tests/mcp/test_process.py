@@ -7,11 +7,8 @@ import asyncio
 import base64
 import hashlib
 import json
-import os
 import signal
 import sqlite3
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +19,7 @@ from mcp import Client, StdioServerParameters
 from attachstore.cli import main
 from attachstore.client import AsyncClient
 from tests.mcp.conftest import shot_metadata
-from tests.support.daemon import free_port, wait_ready
+from tests.support.daemon import Daemons, free_port
 from tests.support.mcp_server import PYTHON, configured, http_server, initialize, stdio, workspace
 
 ROUTES = '[routes."vision"]\ninput_modalities = ["text", "image"]\n[routes."small"]\n'
@@ -109,7 +106,7 @@ async def test_stdio_without_a_session_makes_one_per_process(config: Path, ws: P
 
 
 @pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[str]:
+def daemon(tmp_path: Path, daemons: Daemons) -> str:
     """A real daemon with one tenant, whose token the MCP server gets from $ATTACHSTORE_TOKEN."""
     path = tmp_path / "daemon.toml"
     digest = hashlib.sha256(TOKEN.encode()).hexdigest()
@@ -117,19 +114,7 @@ def daemon(tmp_path: Path) -> Iterator[str]:
         f"data_dir = {json.dumps(str(tmp_path / 'daemon-data'))}\n[admission]\ndecode_workers = 1\n{ROUTES}"
         f'[[tenants]]\nname = "alpha"\ntoken_sha256 = "{digest}"\n'
     )
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ATTACHSTORE_")}
-    proc = subprocess.Popen(
-        [*PYTHON, "serve", "--config", str(path), "--listen", f"127.0.0.1:{port}"],
-        env=env,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        wait_ready(f"http://127.0.0.1:{port}/healthz", proc)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=30)
+    return daemons.start("--config", str(path), command=[*PYTHON, "serve"], ready="/healthz").url
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])

@@ -18,7 +18,7 @@ from attachstore.service import Store, Upload
 from tests.conftest import MakeConfig
 from tests.support import images
 from tests.support.faults import RecordingOps
-from tests.support.waiting import eventually
+from tests.support.waiting import eventually, let_run
 
 BOMB_SCANS = 20_000  # about 50 s of decoding: only a time bound or a cancellation stops it
 VISION = {"vision": {"input_modalities": ["text", "image"]}}
@@ -164,7 +164,7 @@ async def test_an_admission_cancelled_while_it_stores_finishes_and_publishes(mak
         admitting = asyncio.create_task(store.admit([Upload.of_bytes(photo)], "user"))
         await asyncio.to_thread(ops.reached.wait, 30)
         admitting.cancel()  # the client disconnects while the object is being written
-        await asyncio.sleep(0.05)
+        await let_run()  # the cancellation reaches it while the write is still held
         ops.go.set()
         with pytest.raises(asyncio.CancelledError):
             await admitting

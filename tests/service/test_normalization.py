@@ -23,6 +23,7 @@ from attachstore.service import Store
 from tests.conftest import MakeClient
 from tests.support import images
 from tests.support.http import post_json
+from tests.support.waiting import eventually
 
 GPS_IFD = 0x8825
 ORIENTATION = 0x0112
@@ -216,14 +217,26 @@ def size_of(data: bytes) -> tuple[int, int]:
 
 
 class CountDerivations:
-    def __init__(self, store: Store) -> None:
-        self.calls = 0
+    """Counts the derivations the pool is asked for. With `together`, the first is held until that many
+    requests have looked the variant up (and found none): each of them then either shares the derivation
+    in progress or starts one of its own, which the count shows."""
+
+    def __init__(self, store: Store, together: int = 1) -> None:
+        self.calls = self.looked = 0
+        self.together = together
         self._derive = store.pool.derive
         store.pool.derive = self  # type: ignore[method-assign]
+        followed = store.variants.followed
+
+        def looked_up(*args: Any, **kwargs: Any) -> Any:
+            self.looked += bool(kwargs.get("count"))  # a lookup on the way to deriving, not a preview's
+            return followed(*args, **kwargs)
+
+        store.variants.followed = looked_up  # type: ignore[method-assign]
 
     async def __call__(self, *args: Any, **kwargs: Any) -> Any:
         self.calls += 1
-        await asyncio.sleep(0.05)  # widen the window in which concurrent renders could derive it again
+        await eventually(lambda: self.looked >= self.together, f"{self.together} requests to look it up")
         return await self._derive(*args, **kwargs)
 
 
@@ -232,7 +245,7 @@ async def test_a_variant_is_derived_once_under_concurrent_renders_and_reused(mak
     store = client.app[STORE]
     source = images.jpeg(1024, 768)
     ref = (await admit(client, source))[1]["attachments"][0]["ref"]
-    counter = CountDerivations(store)
+    counter = CountDerivations(store, together=20)
 
     answers = await asyncio.gather(*(client.post("/v1/render", json=render_body(ref)) for _ in range(20)))
     bodies = [await a.json() for a in answers]
@@ -428,15 +441,17 @@ async def test_a_render_alone_derives_within_its_tenants_cap_and_never_meets_it(
     refs = [
         (await admit(client, images.jpeg(1024, 768, seed=n)))[1]["attachments"][0]["ref"] for n in range(5)
     ]
-    running = most = 0
+    started = running = most = 0
     derive = store.pool.derive
 
     async def counted(*args: Any, **kwargs: Any) -> Any:
-        nonlocal running, most
+        nonlocal started, running, most
+        started += 1
         running += 1
         most = max(most, running)
         try:
-            await asyncio.sleep(0.01)  # let every derivation the render may start at once start
+            # Held until another runs beside it (or none is left to start): what the cap lets run shows.
+            await eventually(lambda: running >= 2 or started == len(refs), "a second derivation at once")
             return await derive(*args, **kwargs)
         finally:
             running -= 1

@@ -169,7 +169,7 @@ async def test_refs_are_checked_as_for_a_read(client: Client) -> None:
 async def test_derived_once_under_concurrent_requests_then_stored(client: Client) -> None:
     store = client.app[STORE]
     ref = await admit(client, photo(1600, 1200))
-    counter = CountDerivations(store)
+    counter = CountDerivations(store, together=12)
     answers = await asyncio.gather(*(preview(client, ref, 256) for _ in range(12)))
     assert counter.calls == 1
     assert len({data for data, _ in answers}) == 1

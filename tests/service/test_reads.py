@@ -27,6 +27,7 @@ from tests.support import images
 from tests.support.faults import flip_byte
 from tests.support.images import png
 from tests.support.store import plant
+from tests.support.waiting import eventually
 
 
 def _deferred(store: Store) -> float:
@@ -112,7 +113,7 @@ async def test_readers_that_leave_do_not_start_the_full_walk_again(store: Store)
     ref = await plant(store, deep, "image/jpeg", 16, 16)
     for _ in range(5):
         gone = asyncio.create_task(store.read(str(ref)))
-        await asyncio.sleep(0.01)
+        await eventually(lambda gone=gone: gone.done() or _deferred(store) >= 1, "the walk to start")
         gone.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await gone

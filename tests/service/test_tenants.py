@@ -19,6 +19,7 @@ from attachstore.server import check_open_mode
 from tests.conftest import MakeClient
 from tests.support.http import b64, error_of
 from tests.support.images import png
+from tests.support.waiting import HANG
 
 Client = TestClient[Any, Any]
 TOKENS = {"alpha": "token-of-alpha", "beta": "token-of-beta"}
@@ -177,17 +178,19 @@ async def test_past_the_admission_cap_the_answer_is_busy_and_reads_flow(
         await client.post("/v1/attachments", json={"source": "user", "images": [{"data": b64(image)}]})
     ).status
     store = client.app[STORE]
-    release = asyncio.Event()
+    holding, release = asyncio.Event(), asyncio.Event()
     real = store.admissions._admit
 
     async def slow(*args: Any) -> Any:
+        holding.set()
         await release.wait()
         return await real(*args)
 
     monkeypatch.setattr(store.admissions, "_admit", slow)
     body = {"source": "user", "images": [{"data": b64(png(6, 6))}]}
     first = asyncio.create_task(client.post("/v1/attachments", json=body))
-    await asyncio.sleep(0.05)
+    async with asyncio.timeout(HANG):  # a guard against a hang
+        await holding.wait()  # the first admission holds the one place
     busy = await client.post("/v1/attachments", json=body)
     assert (busy.status, (await error_of(busy))["code"]) == (503, "SERVER_BUSY")
     assert busy.headers["Retry-After"] == "1"

@@ -1,5 +1,6 @@
-"""Real daemon processes in tests: a free port, waiting until one answers, one serving for a while, and the
-processes a test starts one after another on one data dir."""
+"""Real daemons in tests, started one way: `attachstore serve` on a free loopback port or a Unix socket, with
+a config and data dir of the test's and its output in a log; waited for with tests/support/waiting.py until an
+endpoint answers; stopped with SIGTERM. A failure says how the process exited and shows its log's tail."""
 
 from __future__ import annotations
 
@@ -9,14 +10,17 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
-READY_SECONDS = 60.0  # a daemon's start on a loaded machine: a guard against a hang, not a measure
+from tests.support.waiting import HANG, until
+
+READY_SECONDS = HANG  # a daemon's start on a loaded machine: a guard against a hang, not a measure
+LOG_LINES = 40
+SERVE = (sys.executable, "-m", "attachstore", "serve")
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -38,73 +42,150 @@ def free_port() -> int:
         return port
 
 
-def wait_ready(url: str, proc: subprocess.Popen[bytes], ready: tuple[int, ...] = (200,)) -> None:
-    """Until `url` answers with one of the `ready` statuses; fails if `proc` exits first, or after
-    READY_SECONDS."""
-    deadline = time.monotonic() + READY_SECONDS
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"serve exited early: {proc.stderr.read() if proc.stderr else ''!r}")
+def status(url: str, unix_socket: Path | None = None, timeout: float = 5.0) -> int:
+    """The status `url` answers with now; 0 while nothing answers. With `unix_socket`, the request goes there
+    and only the path of `url` counts."""
+    if unix_socket is not None:
+        path = "/" + url.split("://", 1)[-1].partition("/")[2]
         try:
-            with urllib.request.urlopen(url, timeout=1) as r:
-                if r.status in ready:
-                    return
-        except urllib.error.HTTPError as e:
-            if e.code in ready:
-                return
-            time.sleep(0.05)
+            with socket.socket(socket.AF_UNIX) as s:
+                s.settimeout(timeout)
+                s.connect(str(unix_socket))
+                s.sendall(f"GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n".encode())
+                line = s.makefile("rb").readline().split()
         except OSError:
-            time.sleep(0.05)
-    raise AssertionError(f"serve did not become ready within {READY_SECONDS:g} s")
+            return 0
+        return int(line[1]) if len(line) > 1 and line[1].isdigit() else 0
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        return e.code
+    except OSError:  # not listening (yet), or no answer within `timeout`
+        return 0
 
 
-@contextlib.contextmanager
-def serving(root: Path, config: str = "") -> Iterator[str]:
-    """`attachstore serve` on a free port with `config` (TOML text), its data dir and its log
-    (daemon.log, the JSON lines for a failure's story) under `root`; yields its base URL."""
-    (root / "attachstore.toml").write_text(config)
-    env = clean_env(
-        ATTACHSTORE_DATA_DIR=str(root / "data"), ATTACHSTORE_CONFIG=str(root / "attachstore.toml")
-    )
-    port = free_port()
-    with open(root / "daemon.log", "wb") as log:
-        serve = [sys.executable, "-m", "attachstore", "serve", "--listen", f"127.0.0.1:{port}"]
-        proc = subprocess.Popen(serve, env=env, stderr=log)
-        try:
-            wait_ready(f"http://127.0.0.1:{port}/readyz", proc)
-            yield f"http://127.0.0.1:{port}"
-        finally:
-            proc.terminate()
-            proc.wait(timeout=30)
+def wait_ready(
+    url: str,
+    proc: subprocess.Popen[bytes],
+    ready: tuple[int, ...] = (200,),
+    unix_socket: Path | None = None,
+    tail: Callable[[], str] = lambda: "",
+) -> None:
+    """Until `url` answers with one of the `ready` statuses; fails, with `tail()`, if `proc` exits first or
+    after READY_SECONDS."""
+
+    def answered() -> bool:
+        if proc.poll() is not None:
+            err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+            raise AssertionError(f"exited with {proc.returncode} before {url} answered {ready} {err}")
+        return status(url, unix_socket) in ready
+
+    try:
+        until(answered, f"{url} to answer {ready}", seconds=READY_SECONDS)
+    except AssertionError as e:
+        raise AssertionError(f"{proc.args!r}: {e}\n{tail()}") from None
 
 
 @dataclass
-class Started:
-    """One `attachstore serve` of Daemons: its process, base URL and log (its output)."""
+class Daemon:
+    """One started daemon: its process, base URL (http://localhost on a Unix socket) and log (its output)."""
 
     proc: subprocess.Popen[bytes]
     url: str
     log: Path
+    unix_socket: Path | None = field(default=None, kw_only=True)
+    group: bool = field(default=False, kw_only=True)  # in a process group of its own, killed at the end
+
+    def status(self, path: str = "/readyz") -> int:
+        return status(f"{self.url}{path}", self.unix_socket, timeout=READY_SECONDS)
 
     def ready(self) -> int:
         """/readyz's status (0 if nothing answers)."""
+        return self.status("/readyz")
+
+    def wait_ready(self, path: str = "/readyz", ready: tuple[int, ...] = (200,)) -> None:
+        wait_ready(f"{self.url}{path}", self.proc, ready, self.unix_socket, self.tail)
+
+    def tail(self, lines: int = LOG_LINES) -> str:
         try:
-            with urllib.request.urlopen(f"{self.url}/readyz", timeout=READY_SECONDS) as r:
-                return int(r.status)
-        except urllib.error.HTTPError as e:
-            return e.code
-        except OSError:  # not listening (yet)
-            return 0
+            text = self.log.read_text(errors="replace").splitlines()[-lines:]
+        except OSError as e:
+            return f"--- no log ({e}) ---"
+        return f"--- {self.log}, last {len(text)} lines ---\n" + "\n".join(text)
+
+    def send(self, sig: int = signal.SIGTERM) -> None:
+        """`sig` to the daemon if it still runs, after SIGCONT in case the test stopped it."""
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGCONT)
+            self.proc.send_signal(sig)
+
+    def exit_code(self) -> int:
+        """Its exit status once it has gone (killed after READY_SECONDS), and then whatever is left of its
+        process group."""
+        try:
+            self.proc.wait(timeout=READY_SECONDS)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if self.group:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)  # pgid == its pid
+        return self.proc.returncode
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        self.send(sig)
+        return self.exit_code()
+
+    def stop_cleanly(self, sig: int = signal.SIGTERM) -> str:
+        """Stopped with `sig`, which it must answer by exiting 0 (else the test fails with its log): its
+        log."""
+        code = self.stop(sig)
+        assert code == 0, f"exited with {code}\n{self.tail()}"
+        return self.log.read_text(errors="replace")
+
+
+def launch(
+    command: Sequence[str],
+    log: Path,
+    url: str,
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    unix_socket: Path | None = None,
+    group: bool = False,
+) -> Daemon:
+    """`command` started, its output appended to `log` (a restart keeps what the last run said); not yet
+    waited for."""
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            command,
+            env=clean_env() if env is None else env,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=group,
+        )
+    return Daemon(proc, url, log, unix_socket=unix_socket, group=group)
+
+
+def stop(daemons: Iterable[Daemon]) -> None:
+    """SIGTERM to each daemon still running, all at once, then each waited for."""
+    running = [d for d in daemons if d.proc.poll() is None]
+    for daemon in running:
+        daemon.send()
+    for daemon in running:
+        daemon.exit_code()
 
 
 class Daemons:
-    """The `attachstore serve` processes a test starts, one after another: each on a free loopback port, its
-    output in `root`/daemon-N.log; on leaving, each still running is stopped (SIGCONT, in case the test
-    stopped it, then SIGTERM; killed after READY_SECONDS)."""
+    """The `attachstore serve` processes a test starts, one after another, each with its output in
+    `root`/daemon-N.log; on leaving, each still running is stopped."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.started: list[Started] = []
+        self.started: list[Daemon] = []
 
     def __enter__(self) -> Daemons:
         return self
@@ -119,42 +200,47 @@ class Daemons:
         path.write_text(config)
         return "--data-dir", str(self.root / "data"), "--config", str(path)
 
-    def start(self, *argv: str, prefix: tuple[str, ...] = (), wait: bool = True, **env: str) -> Started:
-        """`attachstore serve --listen … ARGV`, run by `prefix` when given, with these environment variables
-        besides; unless told not to `wait`, once /readyz answers 200 (else the test fails with its log)."""
-        port = free_port()
+    def start(
+        self,
+        *argv: str,
+        command: Sequence[str] = SERVE,
+        prefix: Sequence[str] = (),
+        wait: bool = True,
+        ready: str = "/readyz",
+        port: int | None = None,
+        unix_socket: Path | None = None,
+        environ: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+        **env: str,
+    ) -> Daemon:
+        """`command` ARGV (`attachstore serve ARGV`) on `port` (a free one if not given) or `unix_socket`, run
+        by `prefix` when given, in `environ` (by default this one without its ATTACHSTORE_ variables, and
+        `env`); unless told not to `wait`, once `ready` answers 200."""
+        if unix_socket is not None:
+            where, url = ("--unix-socket", str(unix_socket)), "http://localhost"
+        else:
+            port = port or free_port()
+            where, url = ("--listen", f"127.0.0.1:{port}"), f"http://127.0.0.1:{port}"
         log = self.root / f"daemon-{len(self.started)}.log"
-        serve = [
-            *prefix,
-            sys.executable,
-            "-m",
-            "attachstore",
-            "serve",
-            "--listen",
-            f"127.0.0.1:{port}",
-            *argv,
-        ]
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(
-                serve, env=clean_env(**env), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
-            )
-        started = Started(proc, f"http://127.0.0.1:{port}", log)
-        self.started.append(started)
+        daemon = launch(
+            [*prefix, *command, *where, *argv],
+            log,
+            url,
+            env=clean_env(**env) if environ is None else environ,
+            cwd=cwd,
+            unix_socket=unix_socket,
+        )
+        self.started.append(daemon)
         if wait:
-            try:
-                wait_ready(f"{started.url}/readyz", proc)
-            except AssertionError as e:
-                raise AssertionError(f"serve {argv} did not become ready ({e}):\n{log.read_text()}") from None
-        return started
+            daemon.wait_ready(ready)
+        return daemon
 
     def stop(self) -> None:
-        running = [s.proc for s in self.started if s.proc.poll() is None]
-        for proc in running:
-            os.kill(proc.pid, signal.SIGCONT)
-            proc.terminate()
-        for proc in running:
-            try:
-                proc.wait(timeout=READY_SECONDS)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop(self.started)
+
+
+@contextlib.contextmanager
+def serving(root: Path, config: str = "") -> Iterator[str]:
+    """`attachstore serve` with `config` (TOML text) and its data dir under `root`, once ready: its URL."""
+    with Daemons(root) as daemons:
+        yield daemons.start(*daemons.store(config)).url

@@ -16,7 +16,7 @@ import msgspec
 from attachstore.config import Config
 from attachstore.service import Store
 from tests.support.store import plant
-from tests.support.waiting import HANG
+from tests.support.waiting import HANG, eventually
 
 T = TypeVar("T")
 
@@ -66,10 +66,7 @@ def decodes(daemon: Any, **labels: str) -> float:
 async def polled(condition: Callable[[], object], what: str) -> None:
     """Poll the daemon (in a thread: its counters are read over HTTP) until `condition` holds; a guard
     against a hang, not a measure."""
-    deadline = asyncio.get_running_loop().time() + HANG
-    while not await asyncio.to_thread(condition):
-        assert asyncio.get_running_loop().time() < deadline, f"still waiting for {what} after {HANG:g} s"
-        await asyncio.sleep(0.05)
+    await eventually(lambda: asyncio.to_thread(condition), what, every=0.05)
 
 
 async def answered(task: Awaitable[T], what: str) -> T:

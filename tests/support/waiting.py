@@ -5,8 +5,9 @@ hold after it fails the test with what was awaited."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -24,13 +25,29 @@ def until(
 
 
 async def eventually(
-    condition: Callable[[], object], what: str = "the condition", seconds: float = HANG, every: float = 0.01
+    condition: Callable[[], object | Awaitable[object]],
+    what: str = "the condition",
+    seconds: float = HANG,
+    every: float = 0.01,
 ) -> None:
-    """Poll `condition` on the loop until it holds, letting other tasks run in between."""
+    """Poll `condition` (a coroutine function too) on the loop until it holds, letting other tasks run in
+    between."""
     deadline = asyncio.get_running_loop().time() + seconds
-    while not condition():
+
+    async def holds() -> object:
+        held = condition()
+        return await held if inspect.isawaitable(held) else held
+
+    while not await holds():
         assert asyncio.get_running_loop().time() < deadline, f"still waiting for {what} after {seconds:g} s"
         await asyncio.sleep(every)
+
+
+async def let_run(turns: int = 5) -> None:
+    """A few turns of the loop, in which each task that can go on runs until it waits again: what has not
+    happened after them waits for something else (a return, a place, a thread), never for time."""
+    for _ in range(turns):
+        await asyncio.sleep(0)
 
 
 def jumping_clock(monkeypatch: pytest.MonkeyPatch, by: float) -> asyncio.Event:
