@@ -15,8 +15,9 @@ from .checks import (
     precheck,
     strict_pillow,
 )
+from .containers import JPEG_HEADER_STEPS, HeaderTooDeep
 from .pool import DecodePool
-from .probe import JPEG_HEADER_STEPS, MEDIA_TYPES, Header, HeaderTooDeep, probe_header, sniff
+from .probe import MEDIA_TYPES, Header, probe_header, sniff
 from .shared import SharedBuffer
 from .worker import Original, Passed
 

@@ -19,8 +19,8 @@ from PIL import Image, ImageFile, PngImagePlugin, UnidentifiedImageError
 from ..config import Limits
 from ..errors import InvalidRequest, Rejected
 from . import containers
-from .containers import Malformed
-from .probe import MEDIA_TYPES, HeaderTooDeep, probe_header, sniff
+from .containers import HeaderTooDeep, Malformed
+from .probe import MEDIA_TYPES, probe_header, sniff
 
 _NAMES = {"image/png": "PNG", "image/jpeg": "JPEG", "image/gif": "GIF", "image/webp": "WebP"}
 # Pillow's format names. MPO comes out of the JPEG plugin and APNG out of the PNG one.

@@ -11,10 +11,13 @@ surgery to the segments it removes.
 
 from __future__ import annotations
 
+import mmap
 import re
 import struct
 import zlib
 from collections.abc import Iterator
+
+Bytes = bytes | bytearray | mmap.mmap  # read by slices, indexes and struct: any buffer that reads like bytes
 
 _PNG_CHUNK = struct.Struct(">I4s")
 _U16BE = struct.Struct(">H")
@@ -29,9 +32,26 @@ _MARKER = re.compile(rb"\xff([^\x00\x01\xd0-\xd7\xff])")
 _SOS, _EOI, _SOI, _APP2 = 0xDA, 0xD9, 0xD8, 0xE2
 _MP_ENTRIES = 0xB002  # the MP index tag whose value is one 16-byte entry per picture (CIPA DC-007)
 
+# The steps (a marker, the frame header's included, or a fill byte) a bounded probe takes before it gives
+# up on a JPEG. Encoders write a few dozen segments before the frame header (APPn metadata, DQT, DHT, COM; an
+# ICC profile in at most 255 chunks), and 1,024 segments of the largest size hold 64 MiB; 917,000 empty
+# ones hold only 3.6 MB, and walking them costs 0.3 s. The gate refuses a JPEG that needs more steps, so
+# that the probe of every image it admits costs at most this many wherever it runs.
+JPEG_HEADER_STEPS = 1024
+
 
 class Malformed(Exception):
     """The first structural fault a walk found, worded for a rejection message."""
+
+
+class HeaderTooDeep(Exception):
+    """A bounded probe met a JPEG whose frame header comes after more than JPEG_HEADER_STEPS steps."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            f"its frame header comes after more than {JPEG_HEADER_STEPS:,} markers and fill bytes, "
+            "which no encoder writes"
+        )
 
 
 def png_end(data: bytes) -> int:

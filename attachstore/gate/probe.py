@@ -8,12 +8,12 @@ up past JPEG_HEADER_STEPS of them (HeaderTooDeep), which the gate refuses.
 
 from __future__ import annotations
 
-import mmap
 import re
 import struct
 from typing import NamedTuple
 
-Bytes = bytes | bytearray | mmap.mmap  # read by slices, indexes and struct: any buffer that reads like bytes
+from .containers import JPEG_HEADER_STEPS, Bytes, HeaderTooDeep
+
 MEDIA_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -32,23 +32,6 @@ _JPEG_STANDALONE = frozenset({0x01, *range(0xD0, 0xD8)})
 _JPEG_NO_FRAME = frozenset({0x00, 0xD8, 0xD9, 0xDA})
 # The 0xFF before a marker code and any fill bytes (more 0xFF) before it; nothing follows, so no backtracking.
 _JPEG_FILL = re.compile(rb"\xff+")
-
-# The steps (a marker, the frame header's included, or a fill byte) a bounded probe takes before it gives
-# up on a JPEG. Encoders write a few dozen segments before the frame header (APPn metadata, DQT, DHT, COM; an
-# ICC profile in at most 255 chunks), and 1,024 segments of the largest size hold 64 MiB; 917,000 empty
-# ones hold only 3.6 MB, and walking them costs 0.3 s. The gate refuses a JPEG that needs more steps, so
-# that the probe of every image it admits costs at most this many wherever it runs.
-JPEG_HEADER_STEPS = 1024
-
-
-class HeaderTooDeep(Exception):
-    """A bounded probe met a JPEG whose frame header comes after more than JPEG_HEADER_STEPS steps."""
-
-    def __init__(self) -> None:
-        super().__init__(
-            f"its frame header comes after more than {JPEG_HEADER_STEPS:,} markers and fill bytes, "
-            "which no encoder writes"
-        )
 
 
 class Header(NamedTuple):
