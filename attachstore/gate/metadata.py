@@ -23,7 +23,6 @@ under trailing_data = "reject"). Deterministic: the same input always gives the 
 
 from __future__ import annotations
 
-import struct
 import warnings
 import zlib
 from collections.abc import Callable, Iterator
@@ -32,7 +31,24 @@ from dataclasses import dataclass
 
 from PIL import Image
 
-from .containers import Malformed, jpeg_segments
+from .containers import (
+    APP1,
+    APP2,
+    APP13,
+    COM,
+    EOI,
+    GIF_APPLICATION,
+    GIF_COMMENT,
+    GIF_EXTENSION,
+    GIF_TRAILER,
+    U16BE,
+    U32BE,
+    U32LE,
+    Malformed,
+    gif_blocks,
+    jpeg_segments,
+    png_chunks,
+)
 
 _ORIENTATION = 0x0112  # the EXIF tag
 _TURNED = frozenset(range(2, 9))  # the orientations that ask for a turn or a flip
@@ -83,11 +99,6 @@ class _Edit:
     metadata: bool = True  # False: bytes after the end of the image, or a header field that follows the rest
 
 
-_U16BE = struct.Struct(">H")
-_U32BE = struct.Struct(">I")
-_U32LE = struct.Struct("<I")
-_PNG_CHUNK = struct.Struct(">I4s")
-_EOI, _APP1, _APP2, _APP13, _COM = 0xD9, 0xE1, 0xE2, 0xED, 0xFE
 _XMP = (b"http://ns.adobe.com/xap/1.0/\x00", b"http://ns.adobe.com/xmp/extension/\x00")
 _PNG_DROPPED = frozenset({b"tEXt", b"zTXt", b"iTXt", b"tIME"})
 _VP8X_EXIF, _VP8X_XMP = 0x08, 0x04
@@ -102,20 +113,20 @@ def _jpeg_edits(data: bytes) -> list[_Edit]:
     with suppress(Malformed):
         for marker, start, end, header in jpeg_segments(data, 0):
             body = start + 4  # past the marker and the length
-            if marker == _EOI:
+            if marker == EOI:
                 if end < len(data):
                     edits.append(_Edit(end, len(data), metadata=False))
             elif not header:  # segments after the first scan are left as they are
                 continue
-            elif marker == _APP1 and data.startswith(b"Exif\x00", body):
+            elif marker == APP1 and data.startswith(b"Exif\x00", body):
                 new = None if exif else _minimal_exif(data[body:end])  # the first Exif counts, as for Pillow
                 if new is None or new != data[body:end]:
-                    edits.append(_Edit(start, end, b"" if new is None else _jpeg_segment(_APP1, new)))
+                    edits.append(_Edit(start, end, b"" if new is None else _jpeg_segment(APP1, new)))
                 exif = True
             elif (
-                (marker == _APP1 and data.startswith(_XMP, body))
-                or marker in (_APP13, _COM)
-                or (marker == _APP2 and data.startswith(b"MPF\x00", body))  # lists the pictures that are cut
+                (marker == APP1 and data.startswith(_XMP, body))
+                or marker in (APP13, COM)
+                or (marker == APP2 and data.startswith(b"MPF\x00", body))  # lists the pictures that are cut
             ):
                 edits.append(_Edit(start, end))
     return edits
@@ -123,10 +134,8 @@ def _jpeg_edits(data: bytes) -> list[_Edit]:
 
 def _png_edits(data: bytes) -> list[_Edit]:
     edits: list[_Edit] = []
-    pos, exif = 8, False
-    while pos + 12 <= len(data):
-        length, kind = _PNG_CHUNK.unpack_from(data, pos)
-        end = pos + 12 + length
+    exif = False
+    for kind, pos, end in png_chunks(data):
         if kind in _PNG_DROPPED:
             edits.append(_Edit(pos, end))
         elif kind == b"eXIf":
@@ -134,21 +143,18 @@ def _png_edits(data: bytes) -> list[_Edit]:
             if new is None or new[6:] != data[pos + 8 : end - 4]:
                 edits.append(_Edit(pos, end, b"" if new is None else _png_chunk(b"eXIf", new[6:])))
             exif = True
-        elif kind == b"IEND":
-            if end < len(data):
-                edits.append(_Edit(end, len(data), metadata=False))
-            break
-        pos = end
+        elif kind == b"IEND" and end < len(data):
+            edits.append(_Edit(end, len(data), metadata=False))
     return edits
 
 
 def _webp_edits(data: bytes) -> list[_Edit]:
-    size = _U32LE.unpack_from(data, 4)[0]
+    size = U32LE.unpack_from(data, 4)[0]
     riff_end = 8 + size
     edits: list[_Edit] = []
     pos, exif, kept = 12, False, False
     while pos + 8 <= riff_end:
-        fourcc, length = data[pos : pos + 4], _U32LE.unpack_from(data, pos + 4)[0]
+        fourcc, length = data[pos : pos + 4], U32LE.unpack_from(data, pos + 4)[0]
         end = min(pos + 8 + length + (length & 1), riff_end)  # a chunk is padded to an even size
         if fourcc == b"EXIF":
             new = None if exif else _minimal_exif(data[pos + 8 : pos + 8 + length])
@@ -162,7 +168,7 @@ def _webp_edits(data: bytes) -> list[_Edit]:
         pos = end
     if edits:
         grown = sum(len(edit.new) - (edit.end - edit.start) for edit in edits)
-        edits.append(_Edit(4, 8, _U32LE.pack(size + grown), metadata=False))
+        edits.append(_Edit(4, 8, U32LE.pack(size + grown), metadata=False))
         if data.startswith(b"VP8X", 12):
             flags = data[20] & ~(_VP8X_EXIF | _VP8X_XMP) | (_VP8X_EXIF if kept else 0)
             edits.append(_Edit(20, 21, bytes([flags]), metadata=False))
@@ -172,32 +178,18 @@ def _webp_edits(data: bytes) -> list[_Edit]:
 
 
 def _gif_edits(data: bytes) -> list[_Edit]:
-    flags = data[10]
-    pos = 13 + (3 << ((flags & 7) + 1) if flags & 0x80 else 0)  # past the global colour table
     edits: list[_Edit] = []
-    while pos < len(data):
-        start, block = pos, data[pos]
-        if block == 0x3B:  # the trailer
-            if pos + 1 < len(data):
-                edits.append(_Edit(pos + 1, len(data), metadata=False))
-            break
-        if block == 0x21:  # an extension: a comment (FE), or an application (FF) named in 11 bytes
-            label = data[pos + 1]
-            dropped = label == 0xFE or (label == 0xFF and data.startswith(b"\x0bXMP DataXMP", pos + 2))
-            pos += 2
-        elif block == 0x2C:  # an image: descriptor, local colour table, LZW code size
-            flags = data[pos + 9]
-            pos += 11 + (3 << ((flags & 7) + 1) if flags & 0x80 else 0)
-            dropped = False
-        else:  # the gate's walk refuses this: leave the rest as it is
-            break
-        # Sub-blocks: a length byte, then that many bytes; 0 ends them. An XMP packet is stored raw, but a
-        # "magic trailer" after it makes this walk land on its terminator, as the format intends.
-        while pos < len(data) and data[pos]:
-            pos += data[pos] + 1
-        pos += 1
-        if dropped:
-            edits.append(_Edit(start, pos))
+    for block, start, end in gif_blocks(data):
+        if block == GIF_TRAILER and end < len(data):
+            edits.append(_Edit(end, len(data), metadata=False))
+        elif block == GIF_EXTENSION:  # a comment, or an application extension named in its first 11 bytes
+            label = data[start + 1 : start + 2]
+            if label == bytes([GIF_COMMENT]) or (
+                label == bytes([GIF_APPLICATION]) and data.startswith(b"\x0bXMP DataXMP", start + 2)
+            ):
+                # An XMP packet is stored raw, but a "magic trailer" after it makes the walk land on its
+                # terminator, as the format intends.
+                edits.append(_Edit(start, end))
     return edits
 
 
@@ -227,12 +219,12 @@ def _minimal_exif(exif: bytes) -> bytes | None:
 
 
 def _jpeg_segment(marker: int, body: bytes) -> bytes:
-    return bytes((0xFF, marker)) + _U16BE.pack(len(body) + 2) + body
+    return bytes((0xFF, marker)) + U16BE.pack(len(body) + 2) + body
 
 
 def _png_chunk(kind: bytes, body: bytes) -> bytes:
-    return _U32BE.pack(len(body)) + kind + body + _U32BE.pack(zlib.crc32(kind + body))
+    return U32BE.pack(len(body)) + kind + body + U32BE.pack(zlib.crc32(kind + body))
 
 
 def _riff_chunk(fourcc: bytes, payload: bytes) -> bytes:
-    return fourcc + _U32LE.pack(len(payload)) + payload + b"\x00" * (len(payload) & 1)
+    return fourcc + U32LE.pack(len(payload)) + payload + b"\x00" * (len(payload) & 1)

@@ -448,7 +448,7 @@ def test_jpeg_walk_is_linear_in_runs_of_0xff(monkeypatch: pytest.MonkeyPatch) ->
     # run took hours. Counted, not timed: the search has a fixed width, so each place it tries costs the
     # regex engine a fixed number of steps; and fill bytes, stuffing and restart markers by the megabyte add
     # no search to the walk, whose searches never pass over a byte twice.
-    marker = containers._MARKER
+    marker = containers.MARKER
     assert re._parser.parse(marker.pattern).getwidth() == (2, 2)  # no repetition: nothing to backtrack over
     searched: list[tuple[int, int]] = []  # (from, to) of each search of the walk
 
@@ -458,7 +458,7 @@ def test_jpeg_walk_is_linear_in_runs_of_0xff(monkeypatch: pytest.MonkeyPatch) ->
             searched.append((pos, len(data) if found is None else found.end()))
             return found
 
-    monkeypatch.setattr(containers, "_MARKER", Counted())
+    monkeypatch.setattr(containers, "MARKER", Counted())
     data = images.jpeg(16, 12)
     inspect(data, None, DEFAULTS, trailing_data="reject")
     undamaged = len(searched)
