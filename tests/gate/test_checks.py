@@ -17,16 +17,15 @@ from attachstore.errors import InvalidRequest, Rejected
 from attachstore.gate import (
     ATTACH_AGAIN,
     READ_AGAIN,
-    Inspection,
     base64_decoded_size,
     canonical_type,
     check_batch,
     checks,
     containers,
-    decode_base64,
-    inspect,
     precheck,
 )
+from attachstore.gate.base64text import decode_base64
+from attachstore.gate.checks import Inspection, inspect
 from attachstore.gate.probe import probe_header, sniff
 from tests.support import images
 
