@@ -3,7 +3,7 @@ worker processes that runs the expensive ones (docs/design.md, "The gate"). The 
 packages use; the tests import the rest from its modules."""
 
 from .base64text import base64_decoded_size, decode_base64_shared
-from .batch import Batch, Unwanted
+from .batch import AlreadyDecided, Batch
 from .checks import ATTACH_AGAIN, READ_AGAIN, canonical_type, check_batch, precheck
 from .containers import HeaderTooDeep
 from .pool import DecodePool
@@ -15,6 +15,7 @@ __all__ = [
     "ATTACH_AGAIN",
     "MEDIA_TYPES",
     "READ_AGAIN",
+    "AlreadyDecided",
     "Batch",
     "DecodePool",
     "Header",
@@ -22,7 +23,6 @@ __all__ = [
     "Original",
     "Passed",
     "SharedBuffer",
-    "Unwanted",
     "base64_decoded_size",
     "canonical_type",
     "check_batch",

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Hashable
 from ..config import Limits
 from ..errors import AttachstoreError, Rejected, ServerBusy
 from ..metrics import Metrics
-from .batch import Batch, Unwanted
+from .batch import AlreadyDecided, Batch
 from .checks import READ_AGAIN, TRAILING_DATA
 from .shared import SharedBuffer
 from .slots import FairSlots
@@ -119,7 +119,7 @@ class DecodePool:
         (refs.Checker) of the bytes to store, made in the worker beside their digest. Passed.data holds the
         bytes to store when they are not `data`. A sealed `SharedBuffer` reaches the worker by its
         descriptor, not through the pipe. The job waits for a worker in `tenant`'s turn; as the one at
-        `position` in `batch`, it raises Unwanted instead of starting once an earlier one failed."""
+        `position` in `batch`, it raises AlreadyDecided instead of starting once an earlier one failed."""
         if trailing_data not in TRAILING_DATA:  # here, where a caller's mistake surfaces as its own error
             raise ValueError(f"trailing_data must be 'allow' or 'reject', not {trailing_data!r}")
         shared = data if isinstance(data, SharedBuffer) else None
@@ -207,8 +207,8 @@ class DecodePool:
             finally:
                 self.metrics.decodes_waiting.dec()
             try:
-                if batch is not None and not batch.wanted(position):
-                    raise Unwanted
+                if batch is not None and not batch.needed(position):
+                    raise AlreadyDecided
                 if load is not None:
                     job.data = await load()
                 outcome = await self._ask(job, granted, clock, too_slow, shared)
