@@ -141,7 +141,6 @@ def gif_blocks(data: bytes) -> Iterator[tuple[int, int, int]]:
 
 
 def _colour_table(flags: int) -> int:
-    """The size of the colour table a descriptor's flags announce."""
     return 3 << ((flags & 7) + 1) if flags & 0x80 else 0
 
 
@@ -181,7 +180,7 @@ def webp_end(data: bytes) -> int:
 # A marker segment of a JPEG picture, as (marker, start, end, header): data[start:end] is 0xFF and the marker
 # (0xE1 for APP1, 0xD9 for EOI), then for every marker but EOI a two-byte length and the body, from start + 4;
 # header is whether it comes before the first scan's entropy-coded data (the first SOS does). A plain tuple:
-# a hostile file holds one segment every 4 bytes (docs/performance.md, "The gate's walks").
+# a hostile file holds one segment every 4 bytes (docs/performance.md, "The gate's walks and figures").
 Segment = tuple[int, int, int, bool]
 
 

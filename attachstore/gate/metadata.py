@@ -1,24 +1,10 @@
-"""Lossless removal of metadata (docs/normalization.md#strip_metadata), as pure functions of the bytes.
+"""Lossless removal of metadata, as pure functions of the bytes (docs/normalization.md, "strip_metadata").
 
-The container is edited and the compressed image data is left as it is, so the result decodes to exactly the
-same pixels, frame by frame. Each format's walk plans a list of edits (a byte range and what replaces it),
-and strip_metadata applies them in one pass:
-
-- JPEG: APP1 Exif and XMP (extended XMP too), APP13 (Photoshop, IPTC) and COM segments before the first scan
-  are cut out whole; APP0 JFIF, APP2 ICC profile, APP14 Adobe, every other segment and everything from the
-  first scan on stay. Of a JPEG with several pictures (MPO, an Ultra HDR photo and its gain map) only the
-  first picture is kept, cut after its EOI, without the APP2 MPF index that listed the others. The segments
-  are those of containers.jpeg_segments, the walk the gate uses to find the end of the picture.
-- PNG: tEXt, zTXt, iTXt, tIME and eXIf chunks are cut out whole; iCCP, sRGB, gAMA, cHRM, pHYs, the APNG
-  chunks and every other chunk stay, their CRCs untouched.
-- WebP: EXIF and XMP chunks are cut out (with their padding byte); the RIFF size shrinks by what was cut, and
-  the VP8X header's EXIF and XMP flags follow.
-- GIF: comment extensions and XMP application extensions are cut out with their sub-blocks; GIF has no EXIF.
-
-In every format an EXIF orientation other than 1 is put back as a minimal EXIF holding that tag alone (in
-the JPEG segment, PNG chunk or WebP chunk the EXIF came in), so the picture displays the same way; a later
-EXIF block goes, as readers take the first. Bytes after the end of the image are cut (the gate refuses them
-under trailing_data = "reject"). Deterministic: the same input always gives the same bytes.
+The container is edited and the compressed image data left as it is, so the result decodes to exactly the
+same pixels, frame by frame: each format's walk (containers.py) plans a list of edits (a byte range and what
+replaces it), and strip_metadata applies them in one pass. An EXIF orientation other than 1 is put back as
+a minimal EXIF, in the segment or chunk the EXIF came in; bytes after the end of the image are cut.
+Deterministic: the same input always gives the same bytes, which are then stored under their hash.
 """
 
 from __future__ import annotations
@@ -55,9 +41,7 @@ _TURNED = frozenset(range(2, 9))  # the orientations that ask for a turn or a fl
 
 
 def strip_metadata(data: bytes, media_type: str) -> bytes:
-    """The image without its metadata, by editing the container as the module docstring describes: it
-    decodes to exactly the same pixels, frame by frame. `data` itself (the same object) when there is
-    nothing to remove."""
+    """`data` itself (the same object) when there is nothing to remove: the caller tells by identity."""
     edits = _EDITS[media_type](data)
     if not edits:
         return data
@@ -76,7 +60,6 @@ def has_metadata(data: bytes, media_type: str) -> bool:
 
 
 def exif_orientation(exif: Image.Exif) -> int:
-    """The orientation tag of `exif` when it asks for a turn or a flip (2-8), else 1."""
     value = exif.get(_ORIENTATION, 1)
     return value if value in _TURNED else 1
 

@@ -1,9 +1,8 @@
 """Media type and dimensions from the first bytes of an image, without decoding it (SPEC section 4).
 
-Runs in the gate and on every verified read, on the event loop, so it reads only fixed header fields,
-allocates next to nothing, and never raises: anything truncated or malformed gives None. Only a JPEG's
-frame header lies at no fixed place: the probe walks the marker segments before it, and bounded, it gives
-up past JPEG_HEADER_STEPS of them (HeaderTooDeep), which the gate refuses.
+It runs on every verified read, on the event loop (docs/design.md, "Verified reads"): it reads fixed header
+fields and, for a JPEG, walks the segments before the frame header (containers.jpeg_segments, bounded or
+not), and it answers None for anything truncated or malformed rather than raise.
 """
 
 from __future__ import annotations
@@ -33,7 +32,7 @@ _U32BE_PAIR = struct.Struct(">II")
 
 
 class Header(NamedTuple):
-    """What the fixed header fields say. A named tuple: the audit probes every object of the store."""
+    """A named tuple, not a class: the audit probes every object of the store."""
 
     media_type: str
     width: int
@@ -41,7 +40,6 @@ class Header(NamedTuple):
 
 
 def sniff(data: Bytes) -> str | None:
-    """The media type the magic bytes name, if it is one of MEDIA_TYPES."""
     if data[:8] == PNG_SIGNATURE:
         return "image/png"
     if data[:3] == b"\xff\xd8\xff":

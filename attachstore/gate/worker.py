@@ -66,8 +66,6 @@ class Derive(msgspec.Struct, tag=True, array_like=True):
 
 
 class Original(msgspec.Struct, array_like=True):
-    """The upload as it came, when what is stored differs from it."""
-
     media_type: str
     bytes: int
     width: int
