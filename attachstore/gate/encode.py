@@ -106,7 +106,7 @@ def _exact_palette(im: Image.Image) -> Image.Image:
     return paletted
 
 
-class _Over(Exception):
+class _OverLimit(Exception):
     pass
 
 
@@ -120,7 +120,7 @@ class _Bounded(BytesIO):
     def write(self, data: Any) -> int:
         written = super().write(data)
         if self.most is not None and self.tell() > self.most:
-            raise _Over
+            raise _OverLimit
         return written
 
 
@@ -128,6 +128,6 @@ def _save(im: Image.Image, fmt: str, most: int | None, **options: Any) -> bytes 
     out = _Bounded(most)
     try:
         im.save(out, fmt, **options)
-    except _Over:
+    except _OverLimit:
         return None
     return out.getvalue()

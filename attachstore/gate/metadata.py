@@ -135,13 +135,13 @@ def _webp_edits(data: bytes) -> list[_Edit]:
     size = U32LE.unpack_from(data, 4)[0]
     riff_end = 8 + size
     edits: list[_Edit] = []
-    pos, exif, kept = 12, False, False
+    pos, exif, exif_left = 12, False, False
     while pos + 8 <= riff_end:
         fourcc, length = data[pos : pos + 4], U32LE.unpack_from(data, pos + 4)[0]
         end = min(pos + 8 + length + (length & 1), riff_end)  # a chunk is padded to an even size
         if fourcc == b"EXIF":
             new = None if exif else _minimal_exif(data[pos + 8 : pos + 8 + length])
-            kept = kept or new is not None
+            exif_left = exif_left or new is not None
             chunk = b"" if new is None else _riff_chunk(b"EXIF", new[6:])
             if chunk != data[pos:end]:
                 edits.append(_Edit(pos, end, chunk))
@@ -153,7 +153,7 @@ def _webp_edits(data: bytes) -> list[_Edit]:
         grown = sum(len(edit.new) - (edit.end - edit.start) for edit in edits)
         edits.append(_Edit(4, 8, U32LE.pack(size + grown), metadata=False))
         if data.startswith(b"VP8X", 12):
-            flags = data[20] & ~(_VP8X_EXIF | _VP8X_XMP) | (_VP8X_EXIF if kept else 0)
+            flags = data[20] & ~(_VP8X_EXIF | _VP8X_XMP) | (_VP8X_EXIF if exif_left else 0)
             edits.append(_Edit(20, 21, bytes([flags]), metadata=False))
     if riff_end < len(data):
         edits.append(_Edit(riff_end, len(data), metadata=False))
