@@ -1,6 +1,6 @@
 """Normalization at admission and route-sized request variants, as pure functions (docs/normalization.md).
 
-They run inside a decode worker process (worker.py), on an input that has already passed gate.inspect, and
+They run inside a decode worker process (worker.py), on an input that has already passed checks.inspect, and
 the caller passes the output through the gate again before storing it. Deterministic (no clock, no
 randomness, fixed encoder settings): outputs are content-addressed and cached, so the same input must always
 give the same bytes.

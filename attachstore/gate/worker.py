@@ -38,7 +38,7 @@ class Job(msgspec.Struct, tag=True, array_like=True):
     declared: str | None
     limits: Limits
     algorithm: str
-    trailing_data: str = "allow"  # gate.inspect's: "reject" refuses bytes after the image's end
+    trailing_data: str = "allow"  # checks.inspect's: "reject" refuses bytes after the image's end
     # Set when oversize images are fitted: the limits an upload must meet to be fitted to `limits`.
     fit_limits: Limits | None = None
     strip_metadata: bool = False
