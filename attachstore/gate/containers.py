@@ -237,6 +237,8 @@ _BETWEEN = b"".join(b"f" if byte == 0xFF else b"s" if byte in STANDALONE else b"
 def _marker_after_fill(data: Bytes, pos: int, steps: int | None) -> tuple[int, int | None]:
     """Where the 0xFF of the next segment's marker is, when only fill bytes and standalone markers lie
     between `pos` and it, and the steps left (a step for each 0xFF passed, the marker's own included)."""
+    if pos >= len(data) or data[pos] != 0xFF:  # the common fault: no search for it
+        raise Malformed(f"the JPEG header holds stray bytes or ends at offset {pos:,}")
     # Within `steps`, every step takes at most 2 bytes (0xFF and a standalone code): look no further.
     limit = len(data) if steps is None else min(len(data), pos + 2 * steps + 2)
     found = MARKER.search(data, pos, limit)
