@@ -89,8 +89,9 @@ def _uniform(frames: list[Image.Image], media_type: str) -> list[Image.Image]:
 
 
 def _gif_frame(im: Image.Image) -> Image.Image:
-    """A palette frame of up to 255 colours (fast octree: median cut takes a second for a 500x500 frame);
-    with alpha, index 255 is transparent where alpha is under half, since a GIF pixel is opaque or not."""
+    """A palette frame of up to 255 colours, by fast octree (median cut is far slower:
+    docs/performance.md, "The gate's walks and figures"); with alpha, index 255 is transparent where alpha
+    is under half, since a GIF pixel is opaque or not."""
     paletted = (im.convert("RGB") if im.mode == "RGBA" else im).quantize(255, Image.Quantize.FASTOCTREE)
     if im.mode == "RGBA":
         palette = paletted.getpalette() or []

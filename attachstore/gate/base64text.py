@@ -39,11 +39,9 @@ _CHUNK = 1 << 16  # characters per decoded piece: a multiple of 4
 
 
 def decode_base64_shared(text: str) -> SharedBuffer:
-    """decode_base64, straight into shared memory for the decode worker, a piece at a time: one decode, no
-    copy of the whole image in between, with pybase64's SIMD decoder (some 25 times the standard library's
-    speed, which took 10 ms of the daemon's CPU for a 2.3 MB image). Whatever the pieces find wrong is
-    settled by decode_base64 on the whole text, so the refusals (and what is accepted) are exactly its
-    own."""
+    """decode_base64, straight into shared memory for the decode worker, a piece at a time, with pybase64's
+    SIMD decoder (docs/performance.md, "The gate's walks and figures"). Whatever the pieces find wrong is
+    settled by decode_base64 on the whole text, so the refusals (and what is accepted) are exactly its own."""
     last = max(0, len(text) - 4)  # only the last 4 characters may hold '=', or bits left over
     if text[:5].lower() == "data:" or len(text) % 4 or "=" in text[:last]:
         return SharedBuffer.of(decode_base64(text))  # raises, with the words for what is wrong

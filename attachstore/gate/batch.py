@@ -8,7 +8,7 @@ import asyncio
 _LEAST = 0.01  # seconds: a budget with less left than this is spent
 
 
-class Unwanted(Exception):
+class AlreadyDecided(Exception):
     """A job that was not decoded: an image before it in its batch failed, which decides the admission."""
 
 
@@ -18,7 +18,7 @@ class Batch:
     so that what is used never exceeds `seconds`; a job that finds the rest reserved by its siblings waits
     for their returns, and one that finds it spent is refused without being decoded.
 
-    With `first_failure_decides`, a failed job makes every job after it unwanted: the pool starts none of
+    With `first_failure_decides`, a failed job makes every job after it unneeded: the pool starts none of
     them, since they cannot change the verdict. The pool marks the failure before it hands the worker on."""
 
     def __init__(self, seconds: float, *, first_failure_decides: bool = False) -> None:
@@ -29,19 +29,20 @@ class Batch:
         self._returned = asyncio.Event()
         self._failed: int | None = None  # the first position that failed
 
-    def wanted(self, position: int) -> bool:
+    def needed(self, position: int) -> bool:
         return self._failed is None or position < self._failed
 
     def failed(self, position: int) -> None:
-        if self.first_failure_decides and self.wanted(position):
+        if self.first_failure_decides and self.needed(position):
             self._failed = position
 
     async def reserve(self, most: float, position: int) -> float:
-        """Up to `most` seconds for the job at `position`; 0 when the budget is spent. Raises Unwanted."""
-        while self.wanted(position) and self._left < _LEAST and self._out:
+        """Up to `most` seconds for the job at `position`; 0 when the budget is spent. Raises
+        AlreadyDecided."""
+        while self.needed(position) and self._left < _LEAST and self._out:
             await self._returned.wait()
-        if not self.wanted(position):
-            raise Unwanted
+        if not self.needed(position):
+            raise AlreadyDecided
         granted = min(most, self._left) if self._left >= _LEAST else 0.0
         if granted:
             self._left -= granted

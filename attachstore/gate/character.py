@@ -1,14 +1,6 @@
-"""What kind of picture a still image is, read from its pixels: screenshot-like (interfaces, text, line art,
-diagrams, charts) or photo-like, which decides how normalize.fit encodes it (docs/normalization.md).
-
-The measures are taken on the pairs of horizontally neighbouring pixels of up to 256 rows spread evenly over
-the image, by the largest difference of the pair in any band: the share of pairs that are exactly equal
-(`flat`) and the share that differ by 1 to 8 levels (`smooth`). What a program draws has large runs of one
-exact colour (backgrounds, panels, the inside of glyphs and lines) that meet at sharp edges; a photo has
-noise and gradients, so that its neighbours rarely match exactly and mostly differ a little. Measured on 26
-screenshots, diagrams and charts as PNG: flat 0.76 to 0.99, smooth 0.00 to 0.17 (0.58 to 0.94 and 0.04 to
-0.28 after a JPEG round trip); on photos, flat 0.04 to 0.14 and smooth 0.52 to 0.57; a noiseless synthetic
-photo (smooth blobs) has flat 0.64 and smooth 0.36 (docs/normalization.md#encoding has the table).
+"""What kind of picture a still image is, read from its pixels: screenshot-like or photo-like, which
+decides how normalize.fit encodes it. The measures, their thresholds and what they were measured on:
+docs/normalization.md, "Encoding".
 """
 
 from __future__ import annotations
@@ -54,5 +46,4 @@ def character(im: Image.Image) -> Character:
 
 
 def screenshot_like(im: Image.Image) -> bool:
-    """Whether `im` reads as drawn by a program rather than photographed."""
     return character(im).screenshot_like

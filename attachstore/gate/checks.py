@@ -19,8 +19,8 @@ from PIL import Image, ImageFile, PngImagePlugin, UnidentifiedImageError
 from ..config import Limits
 from ..errors import InvalidRequest, Rejected
 from . import containers
-from .containers import Malformed
-from .probe import MEDIA_TYPES, HeaderTooDeep, probe_header, sniff
+from .containers import HeaderTooDeep, Malformed
+from .probe import MEDIA_TYPES, probe_header, sniff
 
 _NAMES = {"image/png": "PNG", "image/jpeg": "JPEG", "image/gif": "GIF", "image/webp": "WebP"}
 # Pillow's format names. MPO comes out of the JPEG plugin and APNG out of the PNG one.
@@ -56,7 +56,6 @@ TRAILING_DATA = ("allow", "reject")
 
 
 def check_batch(sizes: Sequence[int], limits: Limits) -> None:
-    """The batch checks that come before anything is decoded; `sizes` are the images' byte counts."""
     if not sizes:
         raise InvalidRequest("images: at least one image is required")
     if len(sizes) > limits.max_batch_images:
@@ -82,10 +81,8 @@ def canonical_type(declared: str) -> str:
 
 
 def precheck(size: int, head: bytes, declared: str | None, limits: Limits, *, again: str = READ_AGAIN) -> str:
-    """The cheap checks on one image; returns its sniffed media type. `head` is at least its first 64 bytes.
-
-    A declared type is read by canonical_type and must then be one of the four. `again` ends the hints that
-    ask for the image once more (READ_AGAIN or ATTACH_AGAIN)."""
+    """The cheap checks on one image, run in the daemon; returns its sniffed media type. `head` is at least
+    its first 64 bytes; `again` ends the hints that ask for the image once more (READ_AGAIN, ATTACH_AGAIN)."""
     if size == 0:
         raise Rejected(
             "UNSUPPORTED_IMAGE_TYPE",
@@ -154,10 +151,7 @@ def inspect(
     trailing_data: str = "allow",
     again: str = READ_AGAIN,
 ) -> Inspection:
-    """Every per-image check of the gate, ending in a full decode of every frame; raises Rejected.
-
-    With trailing_data="reject", bytes after the end of the image (a polyglot's payload) are INVALID_IMAGE;
-    with "allow" they are kept and ignored, as the decoders ignore them. `again` is precheck's.
+    """Every per-image check of the gate, in the SPEC's order (docs/design.md, "The gate"); raises Rejected.
     Not thread-safe: it sets Pillow's process-wide limits while it runs (a decode worker runs one at a time).
     The size reported is the header's (for GIF the logical screen, for MPO the first picture)."""
     if trailing_data not in TRAILING_DATA:
@@ -201,7 +195,6 @@ def inspect(
 def _decode(
     data: bytes, media_type: str, size: tuple[int, int], limits: Limits, trailing_data: str, again: str
 ) -> tuple[int, str | None]:
-    """Open, count frames, walk the container, then decode every frame; returns (frames, decoded type)."""
     try:
         # Only the sniffed format's plugin may open it: no other decoder ever sees the bytes.
         im = Image.open(BytesIO(data), formats=[_NAMES[media_type].upper()])
@@ -285,8 +278,6 @@ def _container_fault(data: bytes, media_type: str) -> str | None:
 
 
 def _end_of_image(data: bytes, media_type: str) -> int:
-    """Where the image ends (raises Malformed): PNG past IEND, GIF past the trailer, WebP at 8 + the RIFF
-    size, JPEG past the EOI of the last picture its MP index lists (of the only one, without an index)."""
     return _WALKS.get(media_type, containers.jpeg_end)(data)
 
 

@@ -1,32 +1,54 @@
-"""Container walks: each format's structure read without decoding a pixel, to find where the image ends.
+"""The structure of the four container formats, read without decoding a pixel: one walk per format and one
+set of constants, shared by the header probe (probe.py), the gate's container checks and the lossless
+metadata surgery (metadata.py).
 
 The gate walks PNG chunks, GIF blocks and the WebP RIFF header on every image, because Pillow is too lenient
-to notice a bad chunk CRC or a GIF cut between two frames; it walks JPEG segments only to find the end, when
-bytes after the end are refused (SPEC section 4, `admission.trailing_data`). Pure functions of the bytes,
-linear in their length; a walk raises Malformed naming the first structural fault it meets.
-
-`jpeg_segments` is the one JPEG walk: `jpeg_end` follows it to the end of each picture, and metadata.py's
-surgery to the segments it removes.
+to notice a bad chunk CRC or a GIF cut between two frames; it walks JPEG segments to find the end, when bytes
+after the end are refused (docs/design.md, "The gate"). Pure functions of the bytes, linear in their length;
+a walk raises Malformed naming the first structural fault it meets.
 """
 
 from __future__ import annotations
 
+import mmap
 import re
 import struct
 import zlib
 from collections.abc import Iterator
 
-_PNG_CHUNK = struct.Struct(">I4s")
-_U16BE = struct.Struct(">H")
-_U32BE = struct.Struct(">I")
-_U32LE = struct.Struct("<I")
-# The next marker that is not TEM or RST0-7 (which stand alone, with no length): the last 0xFF of a run (the
-# others are fill bytes) and the code after it. Entropy-coded data is passed over by the same search: in it
-# 0xFF is followed only by a stuffed zero or a restart marker, until the marker that ends the scan. Stray
-# bytes between segments are passed over too, as libjpeg and Pillow pass over them. (Fixed length and no
-# repetition: linear, where "\xff+" would backtrack over a long run of 0xFF once for every byte of it.)
-_MARKER = re.compile(rb"\xff([^\x00\x01\xd0-\xd7\xff])")
-_SOS, _EOI, _SOI, _APP2 = 0xDA, 0xD9, 0xD8, 0xE2
+Bytes = bytes | bytearray | mmap.mmap  # read by slices, indexes and struct: any buffer that reads like bytes
+
+U16BE = struct.Struct(">H")
+U16BE_PAIR = struct.Struct(">HH")
+U32BE = struct.Struct(">I")
+U32LE = struct.Struct("<I")
+
+# JPEG markers: the byte after 0xFF.
+SOI, EOI, SOS, TEM = 0xD8, 0xD9, 0xDA, 0x01
+APP1, APP2, APP13, COM = 0xE1, 0xE2, 0xED, 0xFE
+STANDALONE = frozenset({TEM, *range(0xD0, 0xD8)})  # TEM and RST0-7: no length field follows them
+# Start-of-frame markers carry the dimensions; C4 (DHT), C8 (JPG) and CC (DAC) share the range but don't.
+FRAME_HEADERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+# After 0xFF, what starts no segment: a stuffed zero (in entropy-coded data), a standalone marker, or another
+# 0xFF (the one before it was a fill byte).
+_NO_SEGMENT = frozenset({0x00, *STANDALONE, 0xFF})
+# The next marker that starts a segment: the last 0xFF of a run and the code after it. Entropy-coded data,
+# fill bytes and standalone markers are passed over by the same search. Fixed length, no repetition: linear,
+# where "\xff+" would backtrack over a long run of 0xFF once for every byte of it.
+MARKER = re.compile(rb"\xff([^" + b"".join(rb"\x%02x" % code for code in sorted(_NO_SEGMENT)) + rb"])")
+# The steps (a marker, the frame header's included, or a fill byte) a bounded walk to a JPEG's frame header
+# takes before it gives up: encoders write a few dozen segments before it (an ICC profile in at most 255),
+# and 1,024 segments of the largest size hold 64 MiB. The gate refuses a JPEG that needs more, so that the
+# probe every read makes of an admitted image costs at most this many (docs/design.md, "Verified reads").
+JPEG_HEADER_STEPS = 1024
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+PNG_MAX_LENGTH = 0x7FFFFFFF  # PNG's limit on a chunk's length and on each side
+_PNG_CHUNK = struct.Struct(">I4s")  # a chunk's length and type; its body and a CRC follow
+
+GIF_EXTENSION, GIF_IMAGE, GIF_TRAILER = 0x21, 0x2C, 0x3B
+GIF_COMMENT, GIF_APPLICATION = 0xFE, 0xFF  # extension labels
+
 _MP_ENTRIES = 0xB002  # the MP index tag whose value is one 16-byte entry per picture (CIPA DC-007)
 
 
@@ -34,74 +56,115 @@ class Malformed(Exception):
     """The first structural fault a walk found, worded for a rejection message."""
 
 
+class HeaderTooDeep(Exception):
+    """A bounded walk met a JPEG whose frame header comes after more than JPEG_HEADER_STEPS steps."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            f"its frame header comes after more than {JPEG_HEADER_STEPS:,} markers and fill bytes, "
+            "which no encoder writes"
+        )
+
+
+# PNG
+
+
+def png_chunks(data: bytes) -> Iterator[tuple[bytes, int, int]]:
+    """(type, start, end) of each chunk whose length and type are there, through IEND. data[start:end] is
+    the whole chunk, its CRC included, when end <= len(data); the caller checks that, and the rest."""
+    pos = len(PNG_SIGNATURE)
+    while pos + 12 <= len(data):
+        length, kind = _PNG_CHUNK.unpack_from(data, pos)
+        end = pos + 12 + length
+        yield kind, pos, end
+        if kind == b"IEND":
+            return
+        pos = end
+
+
 def png_end(data: bytes) -> int:
     """The offset just past the IEND chunk. Every chunk before it must be whole with a letters-only type and
     a good CRC (Pillow's verify() skips the IEND CRC), and an acTL must come before IDAT, once, and declare
     as many frames as there are fcTL chunks (Pillow leaves frames past the acTL count undecoded)."""
     view = memoryview(data)
-    pos, declared, controls, image_data = 8, None, 0, False
-    while True:
-        if pos + 12 > len(data):
-            raise Malformed("the file is truncated: it ends before the IEND chunk")
-        length: int
-        kind: bytes
-        length, kind = _PNG_CHUNK.unpack_from(data, pos)
+    declared, controls, image_data = None, 0, False
+    for kind, pos, end in png_chunks(data):
         name = kind.decode("latin-1")
-        end = pos + 12 + length
         if not kind.isalpha():
             raise Malformed(f"malformed chunk type {name!r} at offset {pos}")
-        if length > 0x7FFFFFFF or end > len(data):
+        if end - pos - 12 > PNG_MAX_LENGTH or end > len(data):
             raise Malformed(f"the file is truncated: chunk {name} at offset {pos} runs past the end")
-        if zlib.crc32(view[pos + 4 : end - 4]) != _U32BE.unpack_from(data, end - 4)[0]:
+        if zlib.crc32(view[pos + 4 : end - 4]) != U32BE.unpack_from(data, end - 4)[0]:
             raise Malformed(f"bad CRC in chunk {name} at offset {pos}")
         if kind == b"acTL":
-            if declared is not None or length != 8 or image_data:
+            if declared is not None or end - pos != 20 or image_data:
                 raise Malformed(f"misplaced, malformed or repeated acTL chunk at offset {pos}")
-            declared = _U32BE.unpack_from(data, pos + 8)[0]
+            declared = U32BE.unpack_from(data, pos + 8)[0]
         elif kind == b"IDAT":
             image_data = True
         elif kind == b"fcTL":
             controls += 1
         elif kind == b"IEND":
-            break
-        pos = end
-    if declared is not None and declared != controls:
-        raise Malformed(f"the acTL chunk declares {declared:,} frames but there are {controls} fcTL chunks")
-    return end
+            if declared is not None and declared != controls:
+                raise Malformed(
+                    f"the acTL chunk declares {declared:,} frames but there are {controls} fcTL chunks"
+                )
+            return end
+    raise Malformed("the file is truncated: it ends before the IEND chunk")
+
+
+# GIF
+
+
+def gif_blocks(data: bytes) -> Iterator[tuple[int, int, int]]:
+    """(introducer, start, end) of each block after the logical screen descriptor and its colour table: an
+    extension or an image with its sub-blocks, through the trailer or the first unknown byte, which are
+    yielded as one byte. `end` may pass len(data) when the data is cut inside the block."""
+    if len(data) < 13:
+        return
+    pos = 13 + _colour_table(data[10])
+    while pos < len(data):
+        start, block = pos, data[pos]
+        if block == GIF_EXTENSION:  # introducer and label, then sub-blocks
+            pos += 2
+        elif block == GIF_IMAGE:  # descriptor, local colour table, LZW code size, then sub-blocks
+            if pos + 10 > len(data):
+                return
+            pos += 11 + _colour_table(data[pos + 9])
+        else:  # the trailer, or a byte that starts no block
+            yield block, start, pos + 1
+            return
+        while pos < len(data) and data[pos]:  # sub-blocks: a length byte, then that many bytes; 0 ends them
+            pos += data[pos] + 1
+        yield block, start, pos + 1
+        pos += 1
+
+
+def _colour_table(flags: int) -> int:
+    return 3 << ((flags & 7) + 1) if flags & 0x80 else 0
 
 
 def gif_end(data: bytes) -> int:
-    """The offset just past the trailer (0x3B). Every block before it must be known and whole: Pillow takes
-    a GIF that stops between two frames for a complete, shorter animation; the trailer tells them apart."""
-    end = len(data)
-    if end < 13:
+    """The offset just past the trailer. Every block before it must be known and whole: Pillow takes a GIF
+    that stops between two frames for a complete, shorter animation; the trailer tells them apart."""
+    if len(data) < 13:
         raise Malformed("the file is truncated: it ends inside the logical screen descriptor")
-    flags = data[10]
-    pos = 13 + (3 << ((flags & 7) + 1) if flags & 0x80 else 0)  # past the global colour table
-    while pos < end:
-        block = data[pos]
-        if block == 0x3B:
-            return pos + 1
-        if block == 0x21:  # extension: introducer and label, then sub-blocks
-            pos += 2
-        elif block == 0x2C:  # image: descriptor, local colour table, LZW code size, then sub-blocks
-            if pos + 10 > end:
-                break
-            flags = data[pos + 9]
-            pos += 11 + (3 << ((flags & 7) + 1) if flags & 0x80 else 0)
-        else:
-            raise Malformed(f"unknown block {block:#04x} at offset {pos}")
-        while pos < end and data[pos]:  # sub-blocks: a length byte, then that many bytes; 0 ends them
-            pos += data[pos] + 1
-        pos += 1
+    for block, start, end in gif_blocks(data):
+        if block == GIF_TRAILER:
+            return end
+        if block not in (GIF_EXTENSION, GIF_IMAGE):
+            raise Malformed(f"unknown block {block:#04x} at offset {start}")
     raise Malformed("the file is truncated: it ends before the trailer")
+
+
+# WebP
 
 
 def webp_end(data: bytes) -> int:
     """8 + the RIFF size: libwebp reads nothing past it. A RIFF size that runs past the data is a fault."""
     if len(data) < 12:
         raise Malformed("the file is truncated: it ends inside the RIFF header")
-    size: int = _U32LE.unpack_from(data, 4)[0]
+    size: int = U32LE.unpack_from(data, 4)[0]
     if size < 4 + 8:  # "WEBP" and at least one chunk header
         raise Malformed(f"the RIFF header says the file holds {size} bytes, too few for an image")
     if 8 + size > len(data):
@@ -110,6 +173,99 @@ def webp_end(data: bytes) -> int:
             f"but {len(data) - 8:,} do"
         )
     return 8 + size
+
+
+# JPEG
+
+# A marker segment of a JPEG picture, as (marker, start, end, header): data[start:end] is 0xFF and the marker
+# (0xE1 for APP1, 0xD9 for EOI), then for every marker but EOI a two-byte length and the body, from start + 4;
+# header is whether it comes before the first scan's entropy-coded data (the first SOS does). A plain tuple:
+# a hostile file holds one segment every 4 bytes (docs/performance.md, "The gate's walks and figures").
+Segment = tuple[int, int, int, bool]
+
+
+def jpeg_segments(
+    data: Bytes, start: int, *, strict: bool = False, steps: int | None = None
+) -> Iterator[Segment]:
+    """The segments of the picture whose SOI is at `start`, in order, from the one after the SOI through its
+    EOI, which is the last: from marker to marker, skipping each segment by its length. Raises Malformed at
+    the first fault (no SOI at `start`, a segment cut off or with a length under 2, another SOI, no EOI),
+    after yielding every segment before it.
+
+    Stray bytes between segments are passed over, as libjpeg and Pillow pass over them, unless `strict`: the
+    probe's walk to the frame header, where only fill bytes and standalone markers may come between two
+    segments. With `steps`, a strict walk raises HeaderTooDeep rather than pass more than that many markers
+    and fill bytes, and reads no further than they can reach."""
+    if data[start : start + 2] != b"\xff\xd8":
+        raise Malformed(f"no JPEG start-of-image marker at offset {start:,}")
+    size, pos, header = len(data), start + 2, True
+    while True:
+        if not strict:
+            found = MARKER.search(data, pos)
+            if found is None:
+                raise Malformed(f"the file is truncated: the picture at offset {start:,} has no EOI marker")
+            at = found.start()
+        elif pos + 1 < size and data[pos] == 0xFF and data[pos + 1] not in _NO_SEGMENT:
+            at = pos  # most markers have neither fill bytes nor standalone markers before them
+            if steps is not None:
+                if steps < 1:
+                    raise HeaderTooDeep
+                steps -= 1
+        else:
+            at, steps = _marker_after_fill(data, pos, steps)
+        marker, pos = data[at + 1], at + 2
+        if marker == EOI:
+            yield marker, at, pos, header
+            return
+        if marker == SOI:
+            raise Malformed(f"a start-of-image marker at offset {at:,} inside the picture")
+        if pos + 2 > size:
+            raise Malformed("the file is truncated: it ends inside a marker segment")
+        length = U16BE.unpack_from(data, pos)[0]
+        if length < 2 or pos + length > size:
+            raise Malformed(f"the marker segment at offset {at:,} is truncated or malformed")
+        yield marker, at, pos + length, header
+        header = header and marker != SOS
+        pos += length
+
+
+# How each byte between two segments counts for a strict walk: a fill byte (0xFF), a standalone marker's
+# code, or anything else (a fault).
+_BETWEEN = b"".join(b"f" if byte == 0xFF else b"s" if byte in STANDALONE else b"x" for byte in range(256))
+
+
+def _marker_after_fill(data: Bytes, pos: int, steps: int | None) -> tuple[int, int | None]:
+    """Where the 0xFF of the next segment's marker is, when only fill bytes and standalone markers lie
+    between `pos` and it, and the steps left (a step for each 0xFF passed, the marker's own included)."""
+    if pos >= len(data) or data[pos] != 0xFF:  # the common fault: no search for it
+        raise Malformed(f"the JPEG header holds stray bytes or ends at offset {pos:,}")
+    # Within `steps`, every step takes at most 2 bytes (0xFF and a standalone code): look no further.
+    limit = len(data) if steps is None else min(len(data), pos + 2 * steps + 2)
+    found = MARKER.search(data, pos, limit)
+    at = limit if found is None else found.start()
+    between = data[pos:at].translate(_BETWEEN)
+    fault = _first_fault(between)
+    passed = between.count(b"f", 0, fault)
+    if found is None or fault < len(between):  # no marker, or a fault before it
+        if steps is not None and passed > steps:
+            raise HeaderTooDeep
+        raise Malformed(f"the JPEG header holds stray bytes or ends at offset {pos + fault:,}")
+    if steps is None:
+        return at, None
+    if passed + 1 > steps:
+        raise HeaderTooDeep
+    return at, steps - passed - 1
+
+
+def _first_fault(between: bytes | bytearray) -> int:
+    """Where, in `between` as _BETWEEN reads it, the first byte a strict walk refuses is: one that is neither
+    a fill byte nor a standalone marker, or a standalone marker's code without a 0xFF before it; else its
+    length."""
+    if between[:1] == b"s":
+        return 0
+    stray, doubled = between.find(b"x"), between.find(b"ss")
+    faults = ([stray] if stray >= 0 else []) + ([doubled + 1] if doubled >= 0 else [])
+    return min(faults, default=len(between))
 
 
 def jpeg_end(data: bytes) -> int:
@@ -126,46 +282,11 @@ def jpeg_end(data: bytes) -> int:
     return end
 
 
-# A marker segment of a JPEG picture, as (marker, start, end, header): data[start:end] is 0xFF and the marker
-# (0xE1 for APP1, 0xD9 for EOI), then for every marker but EOI a two-byte length and the body, from start + 4;
-# header is whether it comes before the first scan's entropy-coded data (the first SOS does). A plain tuple:
-# a hostile file holds one segment every 4 bytes, and a named one would double the cost of the walk.
-Segment = tuple[int, int, int, bool]
-
-
-def jpeg_segments(data: bytes, start: int) -> Iterator[Segment]:
-    """The segments of the picture whose SOI is at `start`, in order, from the one after the SOI through its
-    EOI, which is the last: from marker to marker, skipping each segment by its length. Raises Malformed at
-    the first fault (no SOI at `start`, a segment cut off or with a length under 2, another SOI, no EOI),
-    after yielding every segment before it."""
-    if not data.startswith(b"\xff\xd8", start):
-        raise Malformed(f"no JPEG start-of-image marker at offset {start:,}")
-    pos, header = start + 2, True
-    while True:
-        found = _MARKER.search(data, pos)
-        if found is None:
-            raise Malformed(f"the file is truncated: the picture at offset {start:,} has no EOI marker")
-        marker, pos = found[1][0], found.end()
-        if marker == _EOI:
-            yield marker, found.start(), pos, header
-            return
-        if marker == _SOI:
-            raise Malformed(f"a start-of-image marker at offset {pos - 2:,} inside the picture")
-        if pos + 2 > len(data):
-            raise Malformed("the file is truncated: it ends inside a marker segment")
-        length = _U16BE.unpack_from(data, pos)[0]
-        if length < 2 or pos + length > len(data):
-            raise Malformed(f"the marker segment at offset {pos - 2:,} is truncated or malformed")
-        yield marker, found.start(), pos + length, header
-        header = header and marker != _SOS
-        pos += length
-
-
 def _jpeg_walk(data: bytes, start: int) -> tuple[int, tuple[int, int] | None]:
     """(offset past EOI, (start, end) of the last MP index in the header) for the picture at `start`."""
     end, index = start, None
     for marker, at, end, header in jpeg_segments(data, start):
-        if marker == _APP2 and header and data.startswith(b"MPF\x00", at + 4):
+        if marker == APP2 and header and data.startswith(b"MPF\x00", at + 4):
             index = (at + 8, end)  # the TIFF structure Pillow reads its offsets from
     return end, index
 

@@ -1,9 +1,5 @@
-"""The encodings normalize.fit chooses between for a still image (docs/normalization.md#encoding).
-
-Lossless: PNG, as an exact palette when the image has 256 colours or fewer, and reduced to a palette of 256
-colours (fast octree, no dithering, so flat areas and glyph edges stay flat) only when the full-colour PNG
-is over the byte limit. Lossy: JPEG, or WebP for a WebP source, at the first quality of a ladder that fits;
-a lossless PNG that fits and is no larger wins over it. Deterministic: fixed encoder settings, no clock.
+"""The encodings normalize.fit chooses between for a still image (docs/normalization.md, "Encoding").
+Deterministic: fixed encoder settings, no clock.
 """
 
 from __future__ import annotations
@@ -51,7 +47,6 @@ def _lossless(im: Image.Image, max_bytes: int) -> Encoded:
 
 
 def _png(im: Image.Image, most: int) -> Encoded:
-    """`im` as a PNG (an exact palette one for 256 colours or fewer), if it takes at most `most` bytes."""
     return Encoded(_save(_exact_palette(im), "PNG", most, compress_level=PNG_LEVEL), "image/png", "a PNG")
 
 
@@ -111,7 +106,7 @@ def _exact_palette(im: Image.Image) -> Image.Image:
     return paletted
 
 
-class _Over(Exception):
+class _OverLimit(Exception):
     pass
 
 
@@ -125,15 +120,14 @@ class _Bounded(BytesIO):
     def write(self, data: Any) -> int:
         written = super().write(data)
         if self.most is not None and self.tell() > self.most:
-            raise _Over
+            raise _OverLimit
         return written
 
 
 def _save(im: Image.Image, fmt: str, most: int | None, **options: Any) -> bytes | None:
-    """`im` encoded, or None as soon as the encoding passes `most` bytes (no limit with None)."""
     out = _Bounded(most)
     try:
         im.save(out, fmt, **options)
-    except _Over:
+    except _OverLimit:
         return None
     return out.getvalue()

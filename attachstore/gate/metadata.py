@@ -1,29 +1,14 @@
-"""Lossless removal of metadata (docs/normalization.md#strip_metadata), as pure functions of the bytes.
+"""Lossless removal of metadata, as pure functions of the bytes (docs/normalization.md, "strip_metadata").
 
-The container is edited and the compressed image data is left as it is, so the result decodes to exactly the
-same pixels, frame by frame. Each format's walk plans a list of edits (a byte range and what replaces it),
-and strip_metadata applies them in one pass:
-
-- JPEG: APP1 Exif and XMP (extended XMP too), APP13 (Photoshop, IPTC) and COM segments before the first scan
-  are cut out whole; APP0 JFIF, APP2 ICC profile, APP14 Adobe, every other segment and everything from the
-  first scan on stay. Of a JPEG with several pictures (MPO, an Ultra HDR photo and its gain map) only the
-  first picture is kept, cut after its EOI, without the APP2 MPF index that listed the others. The segments
-  are those of containers.jpeg_segments, the walk the gate uses to find the end of the picture.
-- PNG: tEXt, zTXt, iTXt, tIME and eXIf chunks are cut out whole; iCCP, sRGB, gAMA, cHRM, pHYs, the APNG
-  chunks and every other chunk stay, their CRCs untouched.
-- WebP: EXIF and XMP chunks are cut out (with their padding byte); the RIFF size shrinks by what was cut, and
-  the VP8X header's EXIF and XMP flags follow.
-- GIF: comment extensions and XMP application extensions are cut out with their sub-blocks; GIF has no EXIF.
-
-In every format an EXIF orientation other than 1 is put back as a minimal EXIF holding that tag alone (in
-the JPEG segment, PNG chunk or WebP chunk the EXIF came in), so the picture displays the same way; a later
-EXIF block goes, as readers take the first. Bytes after the end of the image are cut (the gate refuses them
-under trailing_data = "reject"). Deterministic: the same input always gives the same bytes.
+The container is edited and the compressed image data left as it is, so the result decodes to exactly the
+same pixels, frame by frame: each format's walk (containers.py) plans a list of edits (a byte range and what
+replaces it), and strip_metadata applies them in one pass. An EXIF orientation other than 1 is put back as
+a minimal EXIF, in the segment or chunk the EXIF came in; bytes after the end of the image are cut.
+Deterministic: the same input always gives the same bytes, which are then stored under their hash.
 """
 
 from __future__ import annotations
 
-import struct
 import warnings
 import zlib
 from collections.abc import Callable, Iterator
@@ -32,16 +17,31 @@ from dataclasses import dataclass
 
 from PIL import Image
 
-from .containers import Malformed, jpeg_segments
+from .containers import (
+    APP1,
+    APP2,
+    APP13,
+    COM,
+    EOI,
+    GIF_APPLICATION,
+    GIF_COMMENT,
+    GIF_EXTENSION,
+    GIF_TRAILER,
+    U16BE,
+    U32BE,
+    U32LE,
+    Malformed,
+    gif_blocks,
+    jpeg_segments,
+    png_chunks,
+)
 
 _ORIENTATION = 0x0112  # the EXIF tag
 _TURNED = frozenset(range(2, 9))  # the orientations that ask for a turn or a flip
 
 
 def strip_metadata(data: bytes, media_type: str) -> bytes:
-    """The image without its metadata, by editing the container as the module docstring describes: it
-    decodes to exactly the same pixels, frame by frame. `data` itself (the same object) when there is
-    nothing to remove."""
+    """`data` itself (the same object) when there is nothing to remove: the caller tells by identity."""
     edits = _EDITS[media_type](data)
     if not edits:
         return data
@@ -60,7 +60,6 @@ def has_metadata(data: bytes, media_type: str) -> bool:
 
 
 def exif_orientation(exif: Image.Exif) -> int:
-    """The orientation tag of `exif` when it asks for a turn or a flip (2-8), else 1."""
     value = exif.get(_ORIENTATION, 1)
     return value if value in _TURNED else 1
 
@@ -83,11 +82,6 @@ class _Edit:
     metadata: bool = True  # False: bytes after the end of the image, or a header field that follows the rest
 
 
-_U16BE = struct.Struct(">H")
-_U32BE = struct.Struct(">I")
-_U32LE = struct.Struct("<I")
-_PNG_CHUNK = struct.Struct(">I4s")
-_EOI, _APP1, _APP2, _APP13, _COM = 0xD9, 0xE1, 0xE2, 0xED, 0xFE
 _XMP = (b"http://ns.adobe.com/xap/1.0/\x00", b"http://ns.adobe.com/xmp/extension/\x00")
 _PNG_DROPPED = frozenset({b"tEXt", b"zTXt", b"iTXt", b"tIME"})
 _VP8X_EXIF, _VP8X_XMP = 0x08, 0x04
@@ -102,20 +96,20 @@ def _jpeg_edits(data: bytes) -> list[_Edit]:
     with suppress(Malformed):
         for marker, start, end, header in jpeg_segments(data, 0):
             body = start + 4  # past the marker and the length
-            if marker == _EOI:
+            if marker == EOI:
                 if end < len(data):
                     edits.append(_Edit(end, len(data), metadata=False))
             elif not header:  # segments after the first scan are left as they are
                 continue
-            elif marker == _APP1 and data.startswith(b"Exif\x00", body):
+            elif marker == APP1 and data.startswith(b"Exif\x00", body):
                 new = None if exif else _minimal_exif(data[body:end])  # the first Exif counts, as for Pillow
                 if new is None or new != data[body:end]:
-                    edits.append(_Edit(start, end, b"" if new is None else _jpeg_segment(_APP1, new)))
+                    edits.append(_Edit(start, end, b"" if new is None else _jpeg_segment(APP1, new)))
                 exif = True
             elif (
-                (marker == _APP1 and data.startswith(_XMP, body))
-                or marker in (_APP13, _COM)
-                or (marker == _APP2 and data.startswith(b"MPF\x00", body))  # lists the pictures that are cut
+                (marker == APP1 and data.startswith(_XMP, body))
+                or marker in (APP13, COM)
+                or (marker == APP2 and data.startswith(b"MPF\x00", body))  # lists the pictures that are cut
             ):
                 edits.append(_Edit(start, end))
     return edits
@@ -123,10 +117,8 @@ def _jpeg_edits(data: bytes) -> list[_Edit]:
 
 def _png_edits(data: bytes) -> list[_Edit]:
     edits: list[_Edit] = []
-    pos, exif = 8, False
-    while pos + 12 <= len(data):
-        length, kind = _PNG_CHUNK.unpack_from(data, pos)
-        end = pos + 12 + length
+    exif = False
+    for kind, pos, end in png_chunks(data):
         if kind in _PNG_DROPPED:
             edits.append(_Edit(pos, end))
         elif kind == b"eXIf":
@@ -134,25 +126,22 @@ def _png_edits(data: bytes) -> list[_Edit]:
             if new is None or new[6:] != data[pos + 8 : end - 4]:
                 edits.append(_Edit(pos, end, b"" if new is None else _png_chunk(b"eXIf", new[6:])))
             exif = True
-        elif kind == b"IEND":
-            if end < len(data):
-                edits.append(_Edit(end, len(data), metadata=False))
-            break
-        pos = end
+        elif kind == b"IEND" and end < len(data):
+            edits.append(_Edit(end, len(data), metadata=False))
     return edits
 
 
 def _webp_edits(data: bytes) -> list[_Edit]:
-    size = _U32LE.unpack_from(data, 4)[0]
+    size = U32LE.unpack_from(data, 4)[0]
     riff_end = 8 + size
     edits: list[_Edit] = []
-    pos, exif, kept = 12, False, False
+    pos, exif, exif_left = 12, False, False
     while pos + 8 <= riff_end:
-        fourcc, length = data[pos : pos + 4], _U32LE.unpack_from(data, pos + 4)[0]
+        fourcc, length = data[pos : pos + 4], U32LE.unpack_from(data, pos + 4)[0]
         end = min(pos + 8 + length + (length & 1), riff_end)  # a chunk is padded to an even size
         if fourcc == b"EXIF":
             new = None if exif else _minimal_exif(data[pos + 8 : pos + 8 + length])
-            kept = kept or new is not None
+            exif_left = exif_left or new is not None
             chunk = b"" if new is None else _riff_chunk(b"EXIF", new[6:])
             if chunk != data[pos:end]:
                 edits.append(_Edit(pos, end, chunk))
@@ -162,9 +151,9 @@ def _webp_edits(data: bytes) -> list[_Edit]:
         pos = end
     if edits:
         grown = sum(len(edit.new) - (edit.end - edit.start) for edit in edits)
-        edits.append(_Edit(4, 8, _U32LE.pack(size + grown), metadata=False))
+        edits.append(_Edit(4, 8, U32LE.pack(size + grown), metadata=False))
         if data.startswith(b"VP8X", 12):
-            flags = data[20] & ~(_VP8X_EXIF | _VP8X_XMP) | (_VP8X_EXIF if kept else 0)
+            flags = data[20] & ~(_VP8X_EXIF | _VP8X_XMP) | (_VP8X_EXIF if exif_left else 0)
             edits.append(_Edit(20, 21, bytes([flags]), metadata=False))
     if riff_end < len(data):
         edits.append(_Edit(riff_end, len(data), metadata=False))
@@ -172,32 +161,18 @@ def _webp_edits(data: bytes) -> list[_Edit]:
 
 
 def _gif_edits(data: bytes) -> list[_Edit]:
-    flags = data[10]
-    pos = 13 + (3 << ((flags & 7) + 1) if flags & 0x80 else 0)  # past the global colour table
     edits: list[_Edit] = []
-    while pos < len(data):
-        start, block = pos, data[pos]
-        if block == 0x3B:  # the trailer
-            if pos + 1 < len(data):
-                edits.append(_Edit(pos + 1, len(data), metadata=False))
-            break
-        if block == 0x21:  # an extension: a comment (FE), or an application (FF) named in 11 bytes
-            label = data[pos + 1]
-            dropped = label == 0xFE or (label == 0xFF and data.startswith(b"\x0bXMP DataXMP", pos + 2))
-            pos += 2
-        elif block == 0x2C:  # an image: descriptor, local colour table, LZW code size
-            flags = data[pos + 9]
-            pos += 11 + (3 << ((flags & 7) + 1) if flags & 0x80 else 0)
-            dropped = False
-        else:  # the gate's walk refuses this: leave the rest as it is
-            break
-        # Sub-blocks: a length byte, then that many bytes; 0 ends them. An XMP packet is stored raw, but a
-        # "magic trailer" after it makes this walk land on its terminator, as the format intends.
-        while pos < len(data) and data[pos]:
-            pos += data[pos] + 1
-        pos += 1
-        if dropped:
-            edits.append(_Edit(start, pos))
+    for block, start, end in gif_blocks(data):
+        if block == GIF_TRAILER and end < len(data):
+            edits.append(_Edit(end, len(data), metadata=False))
+        elif block == GIF_EXTENSION:  # a comment, or an application extension named in its first 11 bytes
+            label = data[start + 1 : start + 2]
+            if label == bytes([GIF_COMMENT]) or (
+                label == bytes([GIF_APPLICATION]) and data.startswith(b"\x0bXMP DataXMP", start + 2)
+            ):
+                # An XMP packet is stored raw, but a "magic trailer" after it makes the walk land on its
+                # terminator, as the format intends.
+                edits.append(_Edit(start, end))
     return edits
 
 
@@ -227,12 +202,12 @@ def _minimal_exif(exif: bytes) -> bytes | None:
 
 
 def _jpeg_segment(marker: int, body: bytes) -> bytes:
-    return bytes((0xFF, marker)) + _U16BE.pack(len(body) + 2) + body
+    return bytes((0xFF, marker)) + U16BE.pack(len(body) + 2) + body
 
 
 def _png_chunk(kind: bytes, body: bytes) -> bytes:
-    return _U32BE.pack(len(body)) + kind + body + _U32BE.pack(zlib.crc32(kind + body))
+    return U32BE.pack(len(body)) + kind + body + U32BE.pack(zlib.crc32(kind + body))
 
 
 def _riff_chunk(fourcc: bytes, payload: bytes) -> bytes:
-    return fourcc + _U32LE.pack(len(payload)) + payload + b"\x00" * (len(payload) & 1)
+    return fourcc + U32LE.pack(len(payload)) + payload + b"\x00" * (len(payload) & 1)

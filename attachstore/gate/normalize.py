@@ -1,15 +1,9 @@
 """Normalization at admission and route-sized request variants, as pure functions (docs/normalization.md).
 
-They run inside a decode worker process (worker.py): no asyncio and no I/O. The caller has already passed the
-input through gate.inspect, so it is a whole, decodable image of the media type it names, and it passes the
-output through the gate again, with the target's limits, before storing it.
-
-`fit` decodes once, applies the EXIF orientation, converts to sRGB, drops all metadata, resizes and encodes
-until the target is met, keeping the image's character: what reads as a screenshot (character.py) or has
-alpha stays a lossless PNG, a photo becomes a JPEG or stays a WebP (encode.py). Animations are animation.py's.
-(Removing metadata without touching the pixels is metadata.py's strip_metadata.) It is deterministic (no
-clock, no randomness, fixed encoder settings): outputs are content-addressed and cached, so the same input
-must always give the same bytes.
+They run inside a decode worker process (worker.py), on an input that has already passed checks.inspect, and
+the caller passes the output through the gate again before storing it. Deterministic (no clock, no
+randomness, fixed encoder settings): outputs are content-addressed and cached, so the same input must always
+give the same bytes.
 """
 
 from __future__ import annotations
@@ -36,21 +30,10 @@ _LOSSLESS = (
 
 
 def fit(data: bytes, media_type: str, target: Target, *, preview: bool = False) -> Normalized:
-    """The image upright, in sRGB, without metadata, resized (Lanczos, never up) within max_side and
-    max_pixels and encoded within max_bytes; raises Unfittable when a few shrink rounds do not get there.
-
-    A still image that reads as a screenshot (or line art, text, a diagram) or has alpha becomes a PNG: an
-    exact palette PNG for 256 colours or fewer, else full colour, reduced to a palette of 256 colours only
-    when that is over max_bytes (the "palette" step). A photo becomes a JPEG at the first quality of a ladder
-    that fits, or a lossy WebP if it was a WebP, unless a lossless PNG fits and is no larger. If nothing
-    fits, its sides shrink by a fifth and it is encoded again. An animation (GIF, APNG, animated WebP) keeps
-    its format, frames, durations, loop count and disposal, and only shrinks. Of a JPEG with several
-    pictures (MPO) only the first is used. The "metadata" step means the input held something
-    strip_metadata removes, or an ICC profile. Pillow's decompression-bomb check stays as the caller has set
-    it (Image.MAX_IMAGE_PIXELS and the warning filters).
-
-    A `preview` (for host UIs, docs/api.md) is always a still image: the first frame of an animation. A PNG
-    or GIF source (screenshots, diagrams) stays a PNG whatever its pixels, so that its text stays sharp."""
+    """The image upright, in sRGB, without metadata, within `target`, encoded as its character asks
+    (docs/normalization.md, "Encoding"); raises Unfittable when a few shrink rounds do not get there. A
+    `preview` is a still image, and a PNG for a PNG or GIF source. Pillow's decompression-bomb check stays
+    as the caller has set it."""
     # Pillow's warnings about metadata it cannot read are silenced: the gate has already decoded every frame.
     with quiet_pillow(), Image.open(BytesIO(data), formats=[_FORMATS[media_type]]) as im:
         orientation = exif_orientation(im.getexif())
@@ -99,8 +82,6 @@ def _fit_still(
 
 
 def _kind(source: Image.Image, source_format: str | None) -> encode.Kind:
-    """How a still image is encoded: lossless when it reads as a screenshot or has alpha, unless it is a
-    WebP photo, which stays a (lossy, alpha-keeping) WebP; other photos become JPEGs."""
     if screenshot_like(source):
         return "png"
     if source_format == "WEBP":

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Hashable
 from ..config import Limits
 from ..errors import AttachstoreError, Rejected, ServerBusy
 from ..metrics import Metrics
-from .batch import Batch, Unwanted
+from .batch import AlreadyDecided, Batch
 from .checks import READ_AGAIN, TRAILING_DATA
 from .shared import SharedBuffer
 from .slots import FairSlots
@@ -111,15 +111,13 @@ class DecodePool:
         batch: Batch | None = None,
         position: int = 0,
     ) -> Passed:
-        """The deep checks; raises `Rejected` with the gate's code, or INVALID_IMAGE past the time bound
-        (the pool's, or what is left of `batch`'s). `trailing_data` is gate.inspect's ("allow" or
-        "reject"). With `fit_limits`, an image over `limits` but within `fit_limits` is normalized to fit
-        `limits`; with `strip_metadata`, metadata is removed. `again` ends the hints that ask for the image
-        once more (checks.READ_AGAIN or ATTACH_AGAIN); with `check_key`, Passed.check is the keyed check
-        (refs.Checker) of the bytes to store, made in the worker beside their digest. Passed.data holds the
-        bytes to store when they are not `data`. A sealed `SharedBuffer` reaches the worker by its
-        descriptor, not through the pipe. The job waits for a worker in `tenant`'s turn; as the one at
-        `position` in `batch`, it raises Unwanted instead of starting once an earlier one failed."""
+        """checks.inspect in a worker; raises `Rejected` with the gate's code, or INVALID_IMAGE past the time
+        bound (the pool's, or what is left of `batch`'s). With `fit_limits`, an image over `limits` but
+        within them is normalized to fit `limits` (docs/normalization.md); with `check_key`, Passed.check is
+        the keyed check of the bytes to store (refs.Checker), made beside their digest; Passed.data holds
+        those bytes when they are not `data`. A sealed `SharedBuffer` reaches the worker by its descriptor,
+        not through the pipe. As the job at `position` in `batch`, it raises AlreadyDecided instead of
+        starting once an earlier one failed."""
         if trailing_data not in TRAILING_DATA:  # here, where a caller's mistake surfaces as its own error
             raise ValueError(f"trailing_data must be 'allow' or 'reject', not {trailing_data!r}")
         shared = data if isinstance(data, SharedBuffer) else None
@@ -207,8 +205,8 @@ class DecodePool:
             finally:
                 self.metrics.decodes_waiting.dec()
             try:
-                if batch is not None and not batch.wanted(position):
-                    raise Unwanted
+                if batch is not None and not batch.needed(position):
+                    raise AlreadyDecided
                 if load is not None:
                     job.data = await load()
                 outcome = await self._ask(job, granted, clock, too_slow, shared)

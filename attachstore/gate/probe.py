@@ -1,58 +1,38 @@
 """Media type and dimensions from the first bytes of an image, without decoding it (SPEC section 4).
 
-Runs in the gate and on every verified read, on the event loop, so it reads only fixed header fields,
-allocates next to nothing, and never raises: anything truncated or malformed gives None. Only a JPEG's
-frame header lies at no fixed place: the probe walks the marker segments before it, and bounded, it gives
-up past JPEG_HEADER_STEPS of them (HeaderTooDeep), which the gate refuses.
+It runs on every verified read, on the event loop (docs/design.md, "Verified reads"): it reads fixed header
+fields and, for a JPEG, walks the segments before the frame header (containers.jpeg_segments, bounded or
+not), and it answers None for anything truncated or malformed rather than raise.
 """
 
 from __future__ import annotations
 
-import mmap
-import re
 import struct
 from typing import NamedTuple
 
-Bytes = bytes | bytearray | mmap.mmap  # read by slices, indexes and struct: any buffer that reads like bytes
+from .containers import (
+    EOI,
+    FRAME_HEADERS,
+    JPEG_HEADER_STEPS,
+    PNG_MAX_LENGTH,
+    PNG_SIGNATURE,
+    SOS,
+    U16BE_PAIR,
+    U32LE,
+    Bytes,
+    Malformed,
+    jpeg_segments,
+)
+
 MEDIA_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
 
-_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _PNG_IHDR = b"\x00\x00\x00\x0dIHDR"  # IHDR must come first and is always 13 bytes long
-_U16BE = struct.Struct(">H")
-_U16BE_PAIR = struct.Struct(">HH")
 _U16LE_PAIR = struct.Struct("<HH")
 _U32BE_PAIR = struct.Struct(">II")
-_U32LE = struct.Struct("<I")
-
-# Start-of-frame markers carry the dimensions; C4 (DHT), C8 (JPG) and CC (DAC) share the range but don't.
-_JPEG_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
-# TEM and RST0-7 stand alone: no length field follows them.
-_JPEG_STANDALONE = frozenset({0x01, *range(0xD0, 0xD8)})
-# A stuffed zero, a second SOI, EOI or the start of a scan before any frame header: not a JPEG we can size.
-_JPEG_NO_FRAME = frozenset({0x00, 0xD8, 0xD9, 0xDA})
-# The 0xFF before a marker code and any fill bytes (more 0xFF) before it; nothing follows, so no backtracking.
-_JPEG_FILL = re.compile(rb"\xff+")
-
-# The steps (a marker, the frame header's included, or a fill byte) a bounded probe takes before it gives
-# up on a JPEG. Encoders write a few dozen segments before the frame header (APPn metadata, DQT, DHT, COM; an
-# ICC profile in at most 255 chunks), and 1,024 segments of the largest size hold 64 MiB; 917,000 empty
-# ones hold only 3.6 MB, and walking them costs 0.3 s. The gate refuses a JPEG that needs more steps, so
-# that the probe of every image it admits costs at most this many wherever it runs.
-JPEG_HEADER_STEPS = 1024
-
-
-class HeaderTooDeep(Exception):
-    """A bounded probe met a JPEG whose frame header comes after more than JPEG_HEADER_STEPS steps."""
-
-    def __init__(self) -> None:
-        super().__init__(
-            f"its frame header comes after more than {JPEG_HEADER_STEPS:,} markers and fill bytes, "
-            "which no encoder writes"
-        )
 
 
 class Header(NamedTuple):
-    """What the fixed header fields say. A named tuple: the audit probes every object of the store."""
+    """A named tuple, not a class: the audit probes every object of the store."""
 
     media_type: str
     width: int
@@ -60,8 +40,7 @@ class Header(NamedTuple):
 
 
 def sniff(data: Bytes) -> str | None:
-    """The media type the magic bytes name, if it is one of MEDIA_TYPES."""
-    if data[:8] == _PNG_SIGNATURE:
+    if data[:8] == PNG_SIGNATURE:
         return "image/png"
     if data[:3] == b"\xff\xd8\xff":
         return "image/jpeg"
@@ -80,8 +59,7 @@ def probe_header(data: Bytes, *, bounded: bool = False) -> Header | None:
     if media_type == "image/png":
         size = _png_size(data)
     elif media_type == "image/jpeg":
-        # Every step takes at least a byte: unbounded, the walk may take as many steps as there are bytes.
-        size = _jpeg_size(data, JPEG_HEADER_STEPS if bounded else len(data))
+        size = _jpeg_size(data, JPEG_HEADER_STEPS if bounded else None)
     elif media_type == "image/gif":
         size = _gif_size(data)
     elif media_type == "image/webp":
@@ -98,7 +76,7 @@ def _png_size(data: Bytes) -> tuple[int, int] | None:
     if len(data) < 29 or data[8:16] != _PNG_IHDR:
         return None
     width, height = _U32BE_PAIR.unpack_from(data, 16)
-    if width > 0x7FFFFFFF or height > 0x7FFFFFFF:  # PNG limits both to 2**31 - 1
+    if width > PNG_MAX_LENGTH or height > PNG_MAX_LENGTH:
         return None
     return width, height
 
@@ -111,44 +89,22 @@ def _gif_size(data: Bytes) -> tuple[int, int] | None:
     return width, height
 
 
-def _jpeg_size(data: Bytes, steps: int) -> tuple[int, int] | None:
-    end = len(data)
-    pos = 2  # past SOI
-    while True:
-        if pos >= end or data[pos] != 0xFF:
-            return None  # bytes where a marker must be
-        # Any number of 0xFF fill bytes may precede a marker code: a step each, and one for the marker. The
-        # match looks no further than the steps left; most markers have none (one 0xFF, then the code).
-        if pos + 1 < end and data[pos + 1] != 0xFF:
-            fill = 1
-        else:
-            found = _JPEG_FILL.match(data, pos, pos + steps + 1)
-            if found is None:  # pragma: no cover - data[pos] is 0xFF
-                return None
-            fill = found.end() - pos
-        steps -= fill
-        if steps < 0:
-            raise HeaderTooDeep
-        pos += fill
-        if pos >= end:
-            return None
-        marker = data[pos]
-        pos += 1
-        if marker in _JPEG_STANDALONE:
-            continue
-        if marker in _JPEG_NO_FRAME or pos + 2 > end:
-            return None
-        (length,) = _U16BE.unpack_from(data, pos)  # counts itself, not the marker
-        if length < 2:
-            return None
-        if marker in _JPEG_SOF:
-            # length, precision (1), height (2), width (2), component count (1), then 3 bytes a component;
-            # libjpeg rejects a frame header whose length disagrees with its component count, so do we.
-            if length < 8 or pos + length > end or data[pos + 7] == 0 or length != 8 + 3 * data[pos + 7]:
-                return None
-            height, width = _U16BE_PAIR.unpack_from(data, pos + 3)
-            return width, height
-        pos += length
+def _jpeg_size(data: Bytes, steps: int | None) -> tuple[int, int] | None:
+    try:
+        for marker, start, end, _ in jpeg_segments(data, 0, strict=True, steps=steps):
+            if marker in (SOS, EOI):
+                return None  # the picture's data, or its end, before any frame header
+            if marker in FRAME_HEADERS:
+                # Length (2), precision (1), height (2), width (2), component count (1), then 3 bytes a
+                # component; libjpeg rejects a frame header whose length disagrees with its component count.
+                length = end - start - 2
+                if length < 8 or data[start + 9] == 0 or length != 8 + 3 * data[start + 9]:
+                    return None
+                height, width = U16BE_PAIR.unpack_from(data, start + 5)
+                return width, height
+    except Malformed:
+        return None
+    return None  # pragma: no cover - the walk ends at EOI or raises
 
 
 def _webp_size(data: Bytes) -> tuple[int, int] | None:
@@ -164,7 +120,7 @@ def _webp_size(data: Bytes) -> tuple[int, int] | None:
         # Lossless: signature 0x2f, then width-1 and height-1 in 14 bits each, alpha bit, 3-bit version 0.
         if len(data) < 25 or data[20] != 0x2F:
             return None
-        (bits,) = _U32LE.unpack_from(data, 21)
+        (bits,) = U32LE.unpack_from(data, 21)
         if bits >> 29:
             return None
         return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1

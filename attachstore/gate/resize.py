@@ -63,7 +63,6 @@ def working_mode(im: Image.Image) -> Image.Image:
 
 
 def opaque(im: Image.Image) -> Image.Image:
-    """`im` without its alpha band when every pixel is fully opaque."""
     if im.mode in ("LA", "RGBA") and not has_alpha(im):
         return im.convert(im.mode[:-1])
     return im

@@ -38,7 +38,7 @@ class Job(msgspec.Struct, tag=True, array_like=True):
     declared: str | None
     limits: Limits
     algorithm: str
-    trailing_data: str = "allow"  # gate.inspect's: "reject" refuses bytes after the image's end
+    trailing_data: str = "allow"  # checks.inspect's: "reject" refuses bytes after the image's end
     # Set when oversize images are fitted: the limits an upload must meet to be fitted to `limits`.
     fit_limits: Limits | None = None
     strip_metadata: bool = False
@@ -66,8 +66,6 @@ class Derive(msgspec.Struct, tag=True, array_like=True):
 
 
 class Original(msgspec.Struct, array_like=True):
-    """The upload as it came, when what is stored differs from it."""
-
     media_type: str
     bytes: int
     width: int
@@ -137,9 +135,9 @@ def _admit(job: Job) -> Passed:
         stripped = strip_metadata(job.data, found.media_type)
         if stripped is not job.data:
             # Lossless surgery on the container, and still the stored bytes pass the whole gate.
-            kept = inspect(stripped, found.media_type, job.limits, trailing_data="reject")
+            stored = inspect(stripped, found.media_type, job.limits, trailing_data="reject")
             original = Original(found.media_type, len(job.data), found.width, found.height)
-            return _passed(kept, stripped, job.algorithm, original=original, steps=["metadata"])
+            return _passed(stored, stripped, job.algorithm, original=original, steps=["metadata"])
     return _passed(found, job.data, job.algorithm, new_bytes=False)
 
 
@@ -190,9 +188,9 @@ def _passed(
 ) -> Passed:
     """The answer for `data`; it carries the bytes back only when they are not the job's own."""
     digest = Ref.of(algorithm, data).digest
-    kept = data if new_bytes else None
+    sent_back = data if new_bytes else None
     return Passed(
-        found.media_type, found.width, found.height, found.frames, digest, kept, original, list(steps)
+        found.media_type, found.width, found.height, found.frames, digest, sent_back, original, list(steps)
     )
 
 

@@ -119,7 +119,7 @@ async def _settle(
                 e = job.exception()
                 if e is None:
                     outcomes[i] = job.result()
-                elif isinstance(e, gate.Unwanted):  # never started: a failure before it decided
+                elif isinstance(e, gate.AlreadyDecided):  # never started: a failure before it decided
                     continue
                 elif isinstance(e, Rejected):
                     outcomes[i] = e

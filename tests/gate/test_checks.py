@@ -17,16 +17,15 @@ from attachstore.errors import InvalidRequest, Rejected
 from attachstore.gate import (
     ATTACH_AGAIN,
     READ_AGAIN,
-    Inspection,
     base64_decoded_size,
     canonical_type,
     check_batch,
     checks,
     containers,
-    decode_base64,
-    inspect,
     precheck,
 )
+from attachstore.gate.base64text import decode_base64
+from attachstore.gate.checks import Inspection, inspect
 from attachstore.gate.probe import probe_header, sniff
 from tests.support import images
 
@@ -448,7 +447,7 @@ def test_jpeg_walk_is_linear_in_runs_of_0xff(monkeypatch: pytest.MonkeyPatch) ->
     # run took hours. Counted, not timed: the search has a fixed width, so each place it tries costs the
     # regex engine a fixed number of steps; and fill bytes, stuffing and restart markers by the megabyte add
     # no search to the walk, whose searches never pass over a byte twice.
-    marker = containers._MARKER
+    marker = containers.MARKER
     assert re._parser.parse(marker.pattern).getwidth() == (2, 2)  # no repetition: nothing to backtrack over
     searched: list[tuple[int, int]] = []  # (from, to) of each search of the walk
 
@@ -458,7 +457,7 @@ def test_jpeg_walk_is_linear_in_runs_of_0xff(monkeypatch: pytest.MonkeyPatch) ->
             searched.append((pos, len(data) if found is None else found.end()))
             return found
 
-    monkeypatch.setattr(containers, "_MARKER", Counted())
+    monkeypatch.setattr(containers, "MARKER", Counted())
     data = images.jpeg(16, 12)
     inspect(data, None, DEFAULTS, trailing_data="reject")
     undamaged = len(searched)

@@ -43,7 +43,7 @@ import pytest
 
 from attachstore.config import Limits
 from attachstore.errors import Rejected
-from attachstore.gate import inspect
+from attachstore.gate.checks import inspect
 from attachstore.gate.pool import DecodePool
 from attachstore.gate.probe import probe_header, sniff
 from attachstore.refs import Ref

@@ -7,7 +7,7 @@ import pytest
 from PIL import Image, PngImagePlugin
 
 from attachstore.config import Limits
-from attachstore.gate import inspect
+from attachstore.gate.checks import inspect
 from attachstore.gate.metadata import has_metadata, strip_metadata
 from attachstore.gate.normalize import Target, fit
 from tests.support import images

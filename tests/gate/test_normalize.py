@@ -11,8 +11,8 @@ import pytest
 from PIL import Image, ImageChops, ImageCms
 
 from attachstore.config import Limits
-from attachstore.gate import Inspection, inspect
 from attachstore.gate.character import Character, character, screenshot_like
+from attachstore.gate.checks import Inspection, inspect
 from attachstore.gate.normalize import Normalized, Target, Unfittable, fit
 from tests.support import images
 from tests.support.images import has_no_metadata, opened

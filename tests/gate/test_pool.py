@@ -12,7 +12,7 @@ import pytest
 
 from attachstore.config import Limits
 from attachstore.errors import Rejected
-from attachstore.gate import Batch, DecodePool, Unwanted
+from attachstore.gate import AlreadyDecided, Batch, DecodePool
 from attachstore.gate import pool as pool_module
 from attachstore.gate.shared import SharedBuffer
 from attachstore.refs import Checker
@@ -54,16 +54,16 @@ async def test_after_a_failure_that_decides_the_jobs_after_it_are_unwanted() -> 
     waiting = [await batch.reserve(5.0, 0), await batch.reserve(5.0, 1)]
     late = asyncio.ensure_future(batch.reserve(5.0, 3))  # waits for a return
     batch.failed(2)
-    assert [batch.wanted(p) for p in range(4)] == [True, True, False, False]
+    assert [batch.needed(p) for p in range(4)] == [True, True, False, False]
     batch.give_back(waiting[0], 0.1)
-    with pytest.raises(Unwanted):
+    with pytest.raises(AlreadyDecided):
         await late
     batch.failed(3)  # a later failure changes nothing
-    assert batch.wanted(1)
-    assert not batch.wanted(2)
+    assert batch.needed(1)
+    assert not batch.needed(2)
     every = Batch(10.0)  # every image wanted: a failure decides nothing
     every.failed(0)
-    assert every.wanted(1)
+    assert every.needed(1)
 
 
 async def test_the_jobs_of_one_batch_decode_no_longer_than_its_budget_in_all() -> None:
@@ -101,7 +101,7 @@ async def test_a_job_queued_behind_a_failure_that_decides_is_never_started() -> 
     finally:
         await pool.close()
     assert isinstance(results[0], Rejected)
-    assert isinstance(results[1], Unwanted)
+    assert isinstance(results[1], AlreadyDecided)
     assert _decodes(pool) == 1  # the worker was handed on after the failure was marked
 
 

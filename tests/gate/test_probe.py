@@ -8,7 +8,8 @@ from collections.abc import Callable
 import pytest
 from PIL import Image
 
-from attachstore.gate.probe import JPEG_HEADER_STEPS, MEDIA_TYPES, Header, HeaderTooDeep, probe_header, sniff
+from attachstore.gate.containers import JPEG_HEADER_STEPS, HeaderTooDeep
+from attachstore.gate.probe import MEDIA_TYPES, Header, probe_header, sniff
 from tests.support import images
 
 # (name, factory) pairs: every format and variant the gate admits, small and large.

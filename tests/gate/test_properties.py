@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 
 from attachstore.config import Limits
 from attachstore.errors import Rejected
-from attachstore.gate import Inspection, containers, inspect
+from attachstore.gate import containers
+from attachstore.gate.checks import Inspection, inspect
 from attachstore.gate.probe import probe_header
 from tests.support import images
 

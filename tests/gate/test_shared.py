@@ -18,7 +18,8 @@ import pytest
 
 from attachstore.config import Limits
 from attachstore.errors import Rejected, ServerBusy
-from attachstore.gate import DecodePool, Passed, SharedBuffer, decode_base64, decode_base64_shared, shared
+from attachstore.gate import DecodePool, Passed, SharedBuffer, decode_base64_shared, shared
+from attachstore.gate.base64text import decode_base64
 from tests.support import images
 from tests.support.waiting import eventually, let_run
 
