@@ -3,14 +3,13 @@ in SQLite (the embedded default) or PostgreSQL (many nodes). Knows nothing of by
 
 from .rows import COLUMNS, Hold, Link, LinkRow, NodeRow, ObjectRow, PolicyRecord, SessionKey, SessionRow
 from .schema import SCHEMA_VERSION, IndexUnusable
-from .sqlite import BUSY_TIMEOUT_MS, Index, rows_in
+from .sqlite import BUSY_TIMEOUT_MS, SqliteIndex, rows_in
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
     "COLUMNS",
     "SCHEMA_VERSION",
     "Hold",
-    "Index",
     "IndexUnusable",
     "Link",
     "LinkRow",
@@ -19,5 +18,6 @@ __all__ = [
     "PolicyRecord",
     "SessionKey",
     "SessionRow",
+    "SqliteIndex",
     "rows_in",
 ]

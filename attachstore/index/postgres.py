@@ -1,6 +1,6 @@
 """The index in PostgreSQL, for many stateless daemons sharing one database.
 
-`PgIndex` runs the operations of protocol.py, as `Index` does on SQLite; one suite checks both
+`PgIndex` runs the operations of protocol.py, as `SqliteIndex` does on SQLite; one suite checks both
 (tests/index/test_conformance.py). The schema is the same, version for version (`pgschema.MIGRATIONS`, twin of
 `schema.MIGRATIONS`), tracked in the one-row table `attachstore_schema` instead of PRAGMA user_version.
 

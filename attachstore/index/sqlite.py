@@ -119,7 +119,7 @@ async def _wal(db: aiosqlite.Connection) -> None:
     await db.execute("PRAGMA journal_mode = WAL")
 
 
-class Index(Operations):
+class SqliteIndex(Operations):
     """Two connections: one writer behind an asyncio lock (a transaction at a time), one reader (WAL)."""
 
     def __init__(self, path: Path, writer: aiosqlite.Connection, reader: aiosqlite.Connection) -> None:
@@ -132,7 +132,7 @@ class Index(Operations):
         self._committer: asyncio.Task[None] | None = None
 
     @classmethod
-    async def open(cls, path: Path) -> Index:
+    async def open(cls, path: Path) -> SqliteIndex:
         writer = await _connect(path)
         try:
             await migrate(writer)

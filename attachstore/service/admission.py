@@ -13,7 +13,7 @@ from .. import gate
 from ..config import Config
 from ..errors import AttachstoreError, InvalidRequest, Rejected
 from ..gate import DecodePool, Passed, SharedBuffer
-from ..index import Hold, Index, ObjectRow
+from ..index import Hold, ObjectRow, SqliteIndex
 from ..metrics import Metrics
 from ..refs import Checker, Ref
 from ..storage import Put
@@ -137,7 +137,7 @@ class Admissions:
     def __init__(
         self,
         config: Config,
-        index: Index | PgIndex,
+        index: SqliteIndex | PgIndex,
         pool: DecodePool,
         sessions: Sessions,
         publisher: Publisher,

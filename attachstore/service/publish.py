@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from ..errors import AttachstoreError
-from ..index import Index, ObjectRow
+from ..index import ObjectRow, SqliteIndex
 from ..refs import Ref
 from ..storage import BlobStore, Put
 
@@ -33,7 +33,7 @@ class FileGone(Exception):
 
 
 class Publisher:
-    def __init__(self, blobs: BlobStore, index: Index | PgIndex) -> None:
+    def __init__(self, blobs: BlobStore, index: SqliteIndex | PgIndex) -> None:
         self.blobs = blobs
         self.index = index
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Literal, NamedTuple, overload
 from ..config import Config
 from ..errors import AttachstoreError, Corrupt, Missing, NotFound, StorageUnavailable
 from ..gate import Header, HeaderTooDeep, probe_header
-from ..index import Index, ObjectRow
+from ..index import ObjectRow, SqliteIndex
 from ..metrics import Metrics
 from ..refs import Buffer, Checker, Ref
 from ..storage import BlobStore, LocalBlobStore, Mapped, Resident, Verify
@@ -33,7 +33,7 @@ class Reads:
         self,
         config: Config,
         blobs: BlobStore,
-        index: Index | PgIndex,
+        index: SqliteIndex | PgIndex,
         local: LocalBlobStore | None,
         metrics: Metrics,
         checker: Checker,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from ..config import Config
 from ..errors import InvalidRequest, SessionNotFound
-from ..index import Hold, Index, SessionKey, SessionRow
+from ..index import Hold, SessionKey, SessionRow, SqliteIndex
 from ..refs import Ref
 from . import policy
 from .policy import RouteTable
@@ -33,7 +33,7 @@ def check_session_id(text: str) -> str:
 
 
 class Sessions:
-    def __init__(self, config: Config, index: Index | PgIndex, routes: RouteTable) -> None:
+    def __init__(self, config: Config, index: SqliteIndex | PgIndex, routes: RouteTable) -> None:
         self.config = config
         self.index = index
         self.routes = routes

@@ -13,7 +13,7 @@ import msgspec
 from ..config import Config
 from ..errors import ConfigError
 from ..gate import DecodePool
-from ..index import Index
+from ..index import SqliteIndex
 from ..metrics import Metrics
 from ..refs import Checker
 from ..storage import BlobStore, FileOps, LocalBackend, LocalBlobStore, ReadCache
@@ -37,7 +37,7 @@ class Store:
         self,
         config: Config,
         blobs: BlobStore,
-        index: Index | PgIndex,
+        index: SqliteIndex | PgIndex,
         pool: DecodePool,
         catalog: Catalog | None = None,
         checker: Checker | None = None,
@@ -181,11 +181,11 @@ def _blob_store(config: Config, ops: FileOps | None) -> BlobStore:
     )
 
 
-async def _open_index(config: Config) -> Index | PgIndex:
+async def _open_index(config: Config) -> SqliteIndex | PgIndex:
     if config.index.backend == "sqlite":
         # With the bytes on S3 nothing else has made the data dir.
         await asyncio.to_thread(config.data_path.mkdir, 0o700, True, True)
-        return await Index.open(config.data_path / "index.sqlite3")
+        return await SqliteIndex.open(config.data_path / "index.sqlite3")
     try:
         from ..index.postgres import PgIndex
     except ImportError as e:  # the postgresql extra is not installed

@@ -32,7 +32,7 @@ import msgspec
 
 from ..config import Admission, Config, Limits, Route
 from ..errors import AttachstoreError, ConfigError, StorageUnavailable
-from ..index import Index, NodeRow, PolicyRecord
+from ..index import NodeRow, PolicyRecord, SqliteIndex
 from ..progress import rfc3339
 from . import liveness
 from .catalog import Catalog, CatalogError, builtin
@@ -117,7 +117,9 @@ def own_policy(config: Config) -> Applied:
     return Applied(config, builtin(), fingerprint(encode(document(config, builtin()))))
 
 
-async def settle(config: Config, index: Index | PgIndex, role: Role, *, replace: bool = False) -> Applied:
+async def settle(
+    config: Config, index: SqliteIndex | PgIndex, role: Role, *, replace: bool = False
+) -> Applied:
     if role == "none":
         return own_policy(config)
     if role == "serve":
@@ -305,7 +307,7 @@ class Node:
     """This daemon process as a node of the store: joins at start (recording its policy or refusing), beats
     every BEAT_SECONDS, leaves at close; `check()` fails once the record is no longer its policy."""
 
-    def __init__(self, index: Index | PgIndex, row: NodeRow) -> None:
+    def __init__(self, index: SqliteIndex | PgIndex, row: NodeRow) -> None:
         self.index = index
         self.row = row
         self._own = json.loads(row.document)

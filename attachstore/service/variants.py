@@ -16,7 +16,7 @@ import msgspec
 from ..config import Config
 from ..errors import AttachstoreError, Corrupt, Missing, NotFound, Rejected, ServerBusy, StorageUnavailable
 from ..gate import DecodePool
-from ..index import Index, Link, ObjectRow
+from ..index import Link, ObjectRow, SqliteIndex
 from ..metrics import Metrics
 from ..refs import Checker, Ref
 from ..storage import Put
@@ -66,7 +66,7 @@ class Variants:
     def __init__(
         self,
         config: Config,
-        index: Index | PgIndex,
+        index: SqliteIndex | PgIndex,
         pool: DecodePool,
         verified: Verified,
         publisher: Publisher,

@@ -26,13 +26,23 @@ import asyncpg
 import pytest
 
 from attachstore.errors import NotFound, SessionConflict, SessionNotFound, StorageFull, StorageUnavailable
-from attachstore.index import Hold, Index, Link, LinkRow, NodeRow, ObjectRow, PolicyRecord, SessionRow, schema
+from attachstore.index import (
+    Hold,
+    Link,
+    LinkRow,
+    NodeRow,
+    ObjectRow,
+    PolicyRecord,
+    SessionRow,
+    SqliteIndex,
+    schema,
+)
 from attachstore.index import postgres as pgindex
 from attachstore.index.postgres import PgIndex
 from attachstore.index.schema import SCHEMA_VERSION, IndexUnusable
 from tests.support.fixtures import database, drop_database, fresh_database
 
-AnyIndex = Index | PgIndex
+AnyIndex = SqliteIndex | PgIndex
 HANG = 60.0  # seconds: a guard against a hang, not a measure
 
 
@@ -93,10 +103,10 @@ class SqliteStore:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.opened: list[Index] = []
+        self.opened: list[SqliteIndex] = []
 
-    async def open(self) -> Index:
-        index = await Index.open(self.path)
+    async def open(self) -> SqliteIndex:
+        index = await SqliteIndex.open(self.path)
         self.opened.append(index)
         return index
 
@@ -278,13 +288,16 @@ async def index(store: Store) -> AnyIndex:
 
 
 def test_pgindex_has_the_interface_of_index() -> None:
-    public = {n for n in dir(Index) if not n.startswith("_")} - {"write", "open"}
+    public = {n for n in dir(SqliteIndex) if not n.startswith("_")} - {"write", "open"}
     assert public <= set(dir(PgIndex))
     for name in public:
-        mine, theirs = inspect.signature(getattr(PgIndex, name)), inspect.signature(getattr(Index, name))
+        mine, theirs = (
+            inspect.signature(getattr(PgIndex, name)),
+            inspect.signature(getattr(SqliteIndex, name)),
+        )
         assert mine == theirs, name
         assert inspect.iscoroutinefunction(getattr(PgIndex, name)) == inspect.iscoroutinefunction(
-            getattr(Index, name)
+            getattr(SqliteIndex, name)
         ), name
 
 

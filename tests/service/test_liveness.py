@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from attachstore.index import Index, NodeRow
+from attachstore.index import NodeRow, SqliteIndex
 from attachstore.service import liveness, storepolicy
 from attachstore.service.catalog import builtin
 from attachstore.service.liveness import Process
@@ -33,7 +33,7 @@ def sleeper() -> Iterator[subprocess.Popen[bytes]]:
         proc.wait()
 
 
-async def planted(index: Index, pid: int, seen_at: float, limits: dict[str, int]) -> NodeRow:
+async def planted(index: SqliteIndex, pid: int, seen_at: float, limits: dict[str, int]) -> NodeRow:
     """A node of this host with process `pid`, enforcing a policy of these limits."""
     own = storepolicy.encode(document(config(limits=limits), builtin()))
     row = NodeRow(
@@ -76,7 +76,7 @@ def zombie() -> Iterator[int]:
         dead.wait()
 
 
-async def test_a_zombie_of_this_host_serves_nothing(index: Index, zombie: int) -> None:
+async def test_a_zombie_of_this_host_serves_nothing(index: SqliteIndex, zombie: int) -> None:
     await planted(index, zombie, time.time(), {"max_side": 3000})
     applied = await settle(config(), index, "serve")
     assert applied.node is not None
@@ -84,7 +84,7 @@ async def test_a_zombie_of_this_host_serves_nothing(index: Index, zombie: int) -
     await applied.node.close()
 
 
-async def test_a_node_that_stops_is_waited_for(index: Index, sleeper: subprocess.Popen[bytes]) -> None:
+async def test_a_node_that_stops_is_waited_for(index: SqliteIndex, sleeper: subprocess.Popen[bytes]) -> None:
     stopping = await planted(index, sleeper.pid, -time.time(), {"max_side": 3000})
     node = storepolicy.Node(index, storepolicy._node_row(storepolicy.encode(document(config(), builtin()))))
     joining = asyncio.create_task(node.join(replace=False))
@@ -98,7 +98,7 @@ async def test_a_node_that_stops_is_waited_for(index: Index, sleeper: subprocess
 
 
 async def test_a_node_still_stopping_after_the_wait_is_named_as_stopping(
-    index: Index, sleeper: subprocess.Popen[bytes], monkeypatch: pytest.MonkeyPatch
+    index: SqliteIndex, sleeper: subprocess.Popen[bytes], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(storepolicy, "STOPPING_WAIT", 3 * storepolicy.STOPPING_POLL)
     await planted(index, sleeper.pid, -time.time(), {"max_side": 3000})
@@ -109,14 +109,14 @@ async def test_a_node_still_stopping_after_the_wait_is_named_as_stopping(
 
 
 async def test_a_running_node_of_another_policy_is_refused_at_once(
-    index: Index, sleeper: subprocess.Popen[bytes]
+    index: SqliteIndex, sleeper: subprocess.Popen[bytes]
 ) -> None:
     await planted(index, sleeper.pid, time.time(), {"max_side": 3000})
     with pytest.raises(PolicyMismatch, match="serves this store with another policy"):
         await settle(config(), index, "serve")
 
 
-async def test_a_daemon_that_stops_says_so_in_the_store(index: Index) -> None:
+async def test_a_daemon_that_stops_says_so_in_the_store(index: SqliteIndex) -> None:
     applied = await settle(config(), index, "serve")
     assert applied.node is not None
     applied.node.start()

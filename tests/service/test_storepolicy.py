@@ -13,7 +13,7 @@ import pytest
 
 from attachstore.config import Config
 from attachstore.errors import StorageUnavailable
-from attachstore.index import Index, NodeRow
+from attachstore.index import NodeRow, SqliteIndex
 from attachstore.service import storepolicy
 from attachstore.service.catalog import Catalog, Entry, builtin
 from attachstore.service.storepolicy import NODE_TTL, Applied, PolicyMismatch, differences, document, settle
@@ -23,20 +23,20 @@ from tests.support.waiting import eventually
 VISION = {"gpt-4o": {"input_modalities": ["text", "image"]}, "local-llm": {"input_modalities": ["text"]}}
 
 
-async def serve(index: Index, c: Config, *, replace: bool = False) -> Applied:
+async def serve(index: SqliteIndex, c: Config, *, replace: bool = False) -> Applied:
     applied = await settle(c, index, "serve", replace=replace)
     assert applied.node is not None
     return applied
 
 
-async def test_without_a_daemon_a_command_applies_its_own_policy(index: Index) -> None:
+async def test_without_a_daemon_a_command_applies_its_own_policy(index: SqliteIndex) -> None:
     applied = await settle(config(routes=VISION), index, "apply")
     assert applied.record is None
     assert set(applied.config.routes) == {"gpt-4o", "local-llm"}
     assert await index.policy() is None  # a command records nothing
 
 
-async def test_a_command_without_a_policy_of_its_own_applies_the_daemons(index: Index) -> None:
+async def test_a_command_without_a_policy_of_its_own_applies_the_daemons(index: SqliteIndex) -> None:
     daemon = config(
         routes=VISION, limits={"max_side": 4000}, admission={"oversize": "fit", "max_concurrent": 8}
     )
@@ -51,13 +51,13 @@ async def test_a_command_without_a_policy_of_its_own_applies_the_daemons(index: 
     assert applied.config.data_dir == "/unused"
 
 
-async def test_a_command_with_the_daemons_policy_applies_it(index: Index) -> None:
+async def test_a_command_with_the_daemons_policy_applies_it(index: SqliteIndex) -> None:
     served = await serve(index, config(routes=VISION))
     applied = await settle(config(routes=VISION, admission={"decode_workers": 1}), index, "apply")
     assert applied.fingerprint == served.fingerprint
 
 
-async def test_a_command_with_another_policy_refuses_naming_each_key(index: Index) -> None:
+async def test_a_command_with_another_policy_refuses_naming_each_key(index: SqliteIndex) -> None:
     await serve(index, config(routes=VISION, limits={"max_side": 4000}))
     mine = config(
         routes={"gpt-4o": {"input_modalities": ["text"]}, "extra": {}}, admission={"oversize": "reject"}
@@ -75,13 +75,13 @@ async def test_a_command_with_another_policy_refuses_naming_each_key(index: Inde
         assert said in message
 
 
-async def test_a_command_that_applies_no_policy_opens_any_store(index: Index) -> None:
+async def test_a_command_that_applies_no_policy_opens_any_store(index: SqliteIndex) -> None:
     await serve(index, config(routes=VISION))
     applied = await settle(config(limits={"max_side": 10}), index, "none")
     assert applied.config.limits.max_side == 10
 
 
-async def test_a_second_daemon_with_another_policy_refuses_while_the_first_lives(index: Index) -> None:
+async def test_a_second_daemon_with_another_policy_refuses_while_the_first_lives(index: SqliteIndex) -> None:
     first = await serve(index, config(routes=VISION))
     with pytest.raises(PolicyMismatch) as e:
         await serve(index, config(routes={"gpt-4o": {"input_modalities": ["text", "image"]}}))
@@ -94,7 +94,7 @@ async def test_a_second_daemon_with_another_policy_refuses_while_the_first_lives
     assert [n.node for n in await index.nodes()] == [first.node.row.node]  # type: ignore[union-attr]
 
 
-async def test_the_same_policy_joins_and_a_replacement_makes_the_other_node_stale(index: Index) -> None:
+async def test_the_same_policy_joins_and_a_replacement_makes_the_other_node_stale(index: SqliteIndex) -> None:
     first = await serve(index, config(routes=VISION))
     twin = await serve(index, config(routes=VISION, admission={"max_concurrent": 3}))
     assert twin.fingerprint == first.fingerprint
@@ -111,7 +111,7 @@ async def test_the_same_policy_joins_and_a_replacement_makes_the_other_node_stal
 
 
 async def test_a_restart_with_a_new_configuration_replaces_the_policy(
-    index: Index, caplog: pytest.LogCaptureFixture
+    index: SqliteIndex, caplog: pytest.LogCaptureFixture
 ) -> None:
     old = await serve(index, config(routes=VISION))
     assert old.node is not None
@@ -123,7 +123,7 @@ async def test_a_restart_with_a_new_configuration_replaces_the_policy(
     assert 'routes."local-llm": declared before' in caplog.text
 
 
-async def test_a_killed_daemon_of_this_host_is_gone_at_once(index: Index) -> None:
+async def test_a_killed_daemon_of_this_host_is_gone_at_once(index: SqliteIndex) -> None:
     await serve(index, config(routes=VISION))
     dead = await asyncio.create_subprocess_exec(sys.executable, "-c", "pass")
     await dead.wait()
@@ -134,7 +134,7 @@ async def test_a_killed_daemon_of_this_host_is_gone_at_once(index: Index) -> Non
 
 
 async def test_a_node_of_another_host_is_gone_when_not_seen_for_the_ttl(
-    index: Index, monkeypatch: pytest.MonkeyPatch
+    index: SqliteIndex, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     own = storepolicy.encode(document(config(routes=VISION), builtin()))
     now = time.time()
@@ -156,7 +156,7 @@ async def test_a_node_of_another_host_is_gone_when_not_seen_for_the_ttl(
     assert "live" not in [n.node for n in await index.nodes()]
 
 
-async def test_a_heartbeat_brings_back_a_forgotten_node(index: Index) -> None:
+async def test_a_heartbeat_brings_back_a_forgotten_node(index: SqliteIndex) -> None:
     applied = await serve(index, config(routes=VISION))
     assert applied.node is not None
     await index.leave(applied.node.row.node)
@@ -171,7 +171,7 @@ def _old_catalog() -> Catalog:
 
 
 async def test_a_command_applies_the_daemons_catalog_not_its_own(
-    index: Index, monkeypatch: pytest.MonkeyPatch
+    index: SqliteIndex, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(storepolicy, "builtin", _old_catalog)
     await serve(index, config(routes={"local-llm": {}}))  # a daemon of an older attachstore
@@ -184,7 +184,9 @@ async def test_a_command_applies_the_daemons_catalog_not_its_own(
         assert found.entry.input_modalities == ["text"]
 
 
-async def test_a_daemon_with_another_catalog_says_so(index: Index, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_daemon_with_another_catalog_says_so(
+    index: SqliteIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(storepolicy, "builtin", _old_catalog)
     await serve(index, config())
     monkeypatch.undo()
@@ -193,7 +195,7 @@ async def test_a_daemon_with_another_catalog_says_so(index: Index, monkeypatch: 
     assert f"catalog: version 2025-01-01 on that node, {builtin().version} here" in str(e.value)
 
 
-async def test_a_policy_recorded_by_a_newer_attachstore_is_not_guessed_at(index: Index) -> None:
+async def test_a_policy_recorded_by_a_newer_attachstore_is_not_guessed_at(index: SqliteIndex) -> None:
     applied = await serve(index, config(routes=VISION))
     newer = json.loads(applied.node.row.document)  # type: ignore[union-attr]
     newer["limits"]["max_depth"] = 3
@@ -222,7 +224,7 @@ def test_only_policy_keys_are_policy() -> None:
 
 
 async def test_a_node_whose_policy_was_replaced_says_so_at_its_next_beat(
-    index: Index, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    index: SqliteIndex, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(storepolicy, "BEAT_SECONDS", 0.01)
     first = await serve(index, config(routes=VISION))
@@ -240,7 +242,7 @@ async def test_a_node_whose_policy_was_replaced_says_so_at_its_next_beat(
 
 
 async def test_a_daemon_warns_of_a_route_that_hides_what_the_catalog_says(
-    index: Index, caplog: pytest.LogCaptureFixture
+    index: SqliteIndex, caplog: pytest.LogCaptureFixture
 ) -> None:
     with caplog.at_level(logging.WARNING, "attachstore.policy"):
         await serve(index, config(routes={"gpt-4o": {"provider": "openai-chat"}, "deepseek-chat": {}}))
