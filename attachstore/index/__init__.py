@@ -1,7 +1,8 @@
 """The index: a row per published object, sessions and their holds, grants, variants and maintenance runs;
 in SQLite (the embedded default) or PostgreSQL (many nodes). Knows nothing of bytes, images or HTTP."""
 
-from .rows import COLUMNS, Hold, Link, LinkRow, NodeRow, ObjectRow, PolicyRecord, SessionKey, SessionRow
+from .protocol import Index
+from .rows import COLUMNS, Hold, Link, NodeRow, ObjectRow, PolicyRecord, SessionKey, SessionRow
 from .schema import SCHEMA_VERSION, IndexUnusable
 from .sqlite import BUSY_TIMEOUT_MS, SqliteIndex, rows_in
 
@@ -10,9 +11,9 @@ __all__ = [
     "COLUMNS",
     "SCHEMA_VERSION",
     "Hold",
+    "Index",
     "IndexUnusable",
     "Link",
-    "LinkRow",
     "NodeRow",
     "ObjectRow",
     "PolicyRecord",

@@ -1,5 +1,5 @@
 """The store's policy and the nodes that serve it: the statements, and the transactions that change them
-(`Operations` runs each one). The record is one row, locked by the transaction that may replace it, so that
+(`Index` runs each one). The record is one row, locked by the transaction that may replace it, so that
 two daemons starting together decide one after the other; what a node's policy is, and when one differs, is
 the service's to decide (service/storepolicy.py)."""
 

@@ -44,6 +44,7 @@ import json
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import TypeVar
 
 from . import policy, sessions
@@ -85,7 +86,7 @@ def _object_values(r: ObjectRow) -> tuple[object, ...]:
     )
 
 
-class Operations(ABC):
+class Index(ABC):
     """The index's interface and semantics, on a backend's reads and transactions: every method that writes
     is one transaction; those that only read run their statements on `Reads`, outside any transaction."""
 
@@ -102,6 +103,13 @@ class Operations(ABC):
             return await self._transaction(work)
         except CallbackFailed as e:
             raise e.error from None
+
+    @abstractmethod
+    async def close(self) -> None: ...
+
+    @abstractmethod
+    def sweeping(self) -> AbstractAsyncContextManager[None]:
+        """Held for a whole gc run (PostgreSQL: one sweep at a time across every node)."""
 
     async def ping(self) -> None:
         await self._reads.fetch("SELECT 1")

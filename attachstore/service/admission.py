@@ -7,13 +7,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from .. import gate
 from ..config import Config
 from ..errors import AttachstoreError, InvalidRequest, Rejected
 from ..gate import DecodePool, Passed, SharedBuffer
-from ..index import Hold, ObjectRow, SqliteIndex
+from ..index import Hold, Index, ObjectRow
 from ..metrics import Metrics
 from ..refs import Checker, Ref
 from ..storage import Put
@@ -24,9 +23,6 @@ from .policy import Diagnostic
 from .publish import Check, Publisher
 from .sessions import Sessions
 from .slots import Slot, Slots
-
-if TYPE_CHECKING:
-    from ..index.postgres import PgIndex
 
 SOURCES = ("user", "tool", "mcp", "command")
 
@@ -137,7 +133,7 @@ class Admissions:
     def __init__(
         self,
         config: Config,
-        index: SqliteIndex | PgIndex,
+        index: Index,
         pool: DecodePool,
         sessions: Sessions,
         publisher: Publisher,

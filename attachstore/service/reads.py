@@ -7,19 +7,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Literal, NamedTuple, overload
+from typing import Literal, NamedTuple, overload
 
 from ..config import Config
 from ..errors import AttachstoreError, Corrupt, Missing, NotFound, StorageUnavailable
 from ..gate import Header, HeaderTooDeep, probe_header
-from ..index import ObjectRow, SqliteIndex
+from ..index import Index, ObjectRow
 from ..metrics import Metrics
 from ..refs import Buffer, Checker, Ref
 from ..storage import BlobStore, LocalBlobStore, Mapped, Resident, Verify
 from .model import ImageRef, image_ref
-
-if TYPE_CHECKING:
-    from ..index.postgres import PgIndex
 
 log = logging.getLogger("attachstore.reads")
 
@@ -33,7 +30,7 @@ class Reads:
         self,
         config: Config,
         blobs: BlobStore,
-        index: SqliteIndex | PgIndex,
+        index: Index,
         local: LocalBlobStore | None,
         metrics: Metrics,
         checker: Checker,

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import msgspec
 
 from ..config import Config
 from ..errors import ConfigError
 from ..gate import DecodePool
-from ..index import SqliteIndex
+from ..index import Index, SqliteIndex
 from ..metrics import Metrics
 from ..refs import Checker
 from ..storage import BlobStore, FileOps, LocalBackend, LocalBlobStore, ReadCache
@@ -28,16 +27,13 @@ from .sessions import Sessions
 from .storepolicy import Applied, Role, settle
 from .variants import Variants
 
-if TYPE_CHECKING:
-    from ..index.postgres import PgIndex
-
 
 class Store:
     def __init__(
         self,
         config: Config,
         blobs: BlobStore,
-        index: SqliteIndex | PgIndex,
+        index: Index,
         pool: DecodePool,
         catalog: Catalog | None = None,
         checker: Checker | None = None,
@@ -181,7 +177,7 @@ def _blob_store(config: Config, ops: FileOps | None) -> BlobStore:
     )
 
 
-async def _open_index(config: Config) -> SqliteIndex | PgIndex:
+async def _open_index(config: Config) -> Index:
     if config.index.backend == "sqlite":
         # With the bytes on S3 nothing else has made the data dir.
         await asyncio.to_thread(config.data_path.mkdir, 0o700, True, True)

@@ -26,20 +26,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import msgspec
 
 from ..config import Admission, Config, Limits, Route
 from ..errors import AttachstoreError, ConfigError, StorageUnavailable
-from ..index import NodeRow, PolicyRecord, SqliteIndex
+from ..index import Index, NodeRow, PolicyRecord
 from ..progress import rfc3339
 from . import liveness
 from .catalog import Catalog, CatalogError, builtin
 from .liveness import Process
-
-if TYPE_CHECKING:
-    from ..index.postgres import PgIndex
 
 log = logging.getLogger("attachstore.policy")
 
@@ -117,9 +114,7 @@ def own_policy(config: Config) -> Applied:
     return Applied(config, builtin(), fingerprint(encode(document(config, builtin()))))
 
 
-async def settle(
-    config: Config, index: SqliteIndex | PgIndex, role: Role, *, replace: bool = False
-) -> Applied:
+async def settle(config: Config, index: Index, role: Role, *, replace: bool = False) -> Applied:
     if role == "none":
         return own_policy(config)
     if role == "serve":
@@ -307,7 +302,7 @@ class Node:
     """This daemon process as a node of the store: joins at start (recording its policy or refusing), beats
     every BEAT_SECONDS, leaves at close; `check()` fails once the record is no longer its policy."""
 
-    def __init__(self, index: SqliteIndex | PgIndex, row: NodeRow) -> None:
+    def __init__(self, index: Index, row: NodeRow) -> None:
         self.index = index
         self.row = row
         self._own = json.loads(row.document)

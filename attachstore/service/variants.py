@@ -9,22 +9,18 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import msgspec
 
 from ..config import Config
 from ..errors import AttachstoreError, Corrupt, Missing, NotFound, Rejected, ServerBusy, StorageUnavailable
 from ..gate import DecodePool
-from ..index import Link, ObjectRow, SqliteIndex
+from ..index import Index, Link, ObjectRow
 from ..metrics import Metrics
 from ..refs import Checker, Ref
 from ..storage import Put
 from .model import ImageRef
 from .publish import Check, Publisher
-
-if TYPE_CHECKING:
-    from ..index.postgres import PgIndex
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +62,7 @@ class Variants:
     def __init__(
         self,
         config: Config,
-        index: SqliteIndex | PgIndex,
+        index: Index,
         pool: DecodePool,
         verified: Verified,
         publisher: Publisher,

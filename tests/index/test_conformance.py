@@ -28,8 +28,8 @@ import pytest
 from attachstore.errors import NotFound, SessionConflict, SessionNotFound, StorageFull, StorageUnavailable
 from attachstore.index import (
     Hold,
+    Index,
     Link,
-    LinkRow,
     NodeRow,
     ObjectRow,
     PolicyRecord,
@@ -39,10 +39,11 @@ from attachstore.index import (
 )
 from attachstore.index import postgres as pgindex
 from attachstore.index.postgres import PgIndex
+from attachstore.index.rows import LinkRow
 from attachstore.index.schema import SCHEMA_VERSION, IndexUnusable
 from tests.support.fixtures import database, drop_database, fresh_database
 
-AnyIndex = SqliteIndex | PgIndex
+AnyIndex = Index
 HANG = 60.0  # seconds: a guard against a hang, not a measure
 
 
