@@ -68,7 +68,7 @@ class Reads:
         _, row = await self.row(text, tenant)
         return image_ref(row)
 
-    def recalled(
+    def read_remembered(
         self, text: str, tenant: str | None = None, mapped: bool = False
     ) -> tuple[ImageRef, bytearray | Mapped] | None:
         """What `read` answers, when this process served the same file to the same scope a moment ago: the
@@ -114,13 +114,13 @@ class Reads:
         """Verified bytes: the whole object re-hashed, its header checked against the index. Given `claim`,
         the object's size is claimed with it once its row is found and before its bytes are read (a refusal,
         ServerBusy, reads nothing): what reads in progress hold is then within the caller's budget, however
-        many of them wait for a thread or for the loop. A recalled read is on the caller's stack and does
+        many of them wait for a thread or for the loop. A remembered read is on the caller's stack and does
         not claim: the caller claims what it sends. `mapped`: an object in the page cache may come as a
         `Mapped` (storage/mapped.py), its bytes where they lie, which the caller must release."""
         ref = Ref.parse(text)
-        recalled = self.recalled(text, tenant, mapped)
-        if recalled is not None:
-            return recalled
+        remembered = self.read_remembered(text, tenant, mapped)
+        if remembered is not None:
+            return remembered
         scope = self.scope(tenant)
         resident = self.resident
         try:

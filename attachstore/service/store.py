@@ -139,10 +139,10 @@ class Store:
     ) -> tuple[ImageRef, bytes | bytearray | Mapped]:
         return await self.reads.read(text, tenant, claim, mapped)
 
-    def recalled(
+    def read_remembered(
         self, text: str, tenant: str | None = None, mapped: bool = False
     ) -> tuple[ImageRef, bytearray | Mapped] | None:
-        return self.reads.recalled(text, tenant, mapped)
+        return self.reads.read_remembered(text, tenant, mapped)
 
     async def rows(self, refs: Sequence[str], scope: str | None) -> dict[str, ObjectRow]:
         """The index rows of those of `refs` that `scope` may see, by ref (a render's or a session's plan)."""
