@@ -29,7 +29,7 @@ from .publish import Publisher
 from .reads import Reads
 from .sessions import Sessions
 from .slots import Slot
-from .storepolicy import Applied, Role, settle
+from .storepolicy import Applied, Role, take_policy
 from .variants import Variants, VariantSpec
 
 
@@ -219,7 +219,7 @@ class Store:
             await blobs.close()
             raise
         try:
-            applied = await settle(config, index, policy, replace=replace_policy)
+            applied = await take_policy(config, index, policy, replace=replace_policy)
         except BaseException:
             await index.close()
             await blobs.close()

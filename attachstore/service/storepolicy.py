@@ -114,7 +114,7 @@ def own_policy(config: Config) -> Applied:
     return Applied(config, builtin(), fingerprint(encode(document(config, builtin()))))
 
 
-async def settle(config: Config, index: Index, role: Role, *, replace: bool = False) -> Applied:
+async def take_policy(config: Config, index: Index, role: Role, *, replace: bool = False) -> Applied:
     if role == "none":
         return own_policy(config)
     if role == "serve":

@@ -16,7 +16,7 @@ from attachstore.index import NodeRow, SqliteIndex
 from attachstore.service import liveness, storepolicy
 from attachstore.service.catalog import builtin
 from attachstore.service.liveness import Process
-from attachstore.service.storepolicy import PolicyMismatch, document, settle
+from attachstore.service.storepolicy import PolicyMismatch, document, take_policy
 from tests.service.conftest import config
 from tests.support.daemon import state
 from tests.support.waiting import eventually, until
@@ -78,7 +78,7 @@ def zombie() -> Iterator[int]:
 
 async def test_a_zombie_of_this_host_serves_nothing(index: SqliteIndex, zombie: int) -> None:
     await planted(index, zombie, time.time(), {"max_side": 3000})
-    applied = await settle(config(), index, "serve")
+    applied = await take_policy(config(), index, "serve")
     assert applied.node is not None
     assert [n.node for n in await index.nodes()] == [applied.node.row.node]  # the zombie's is forgotten
     await applied.node.close()
@@ -103,7 +103,7 @@ async def test_a_node_still_stopping_after_the_wait_is_named_as_stopping(
     monkeypatch.setattr(storepolicy, "STOPPING_WAIT", 3 * storepolicy.STOPPING_POLL)
     await planted(index, sleeper.pid, -time.time(), {"max_side": 3000})
     with pytest.raises(PolicyMismatch) as refused:
-        await settle(config(), index, "serve")
+        await take_policy(config(), index, "serve")
     assert "is still stopping" in str(refused.value)
     assert "serves" not in str(refused.value)
 
@@ -113,11 +113,11 @@ async def test_a_running_node_of_another_policy_is_refused_at_once(
 ) -> None:
     await planted(index, sleeper.pid, time.time(), {"max_side": 3000})
     with pytest.raises(PolicyMismatch, match="serves this store with another policy"):
-        await settle(config(), index, "serve")
+        await take_policy(config(), index, "serve")
 
 
 async def test_a_daemon_that_stops_says_so_in_the_store(index: SqliteIndex) -> None:
-    applied = await settle(config(), index, "serve")
+    applied = await take_policy(config(), index, "serve")
     assert applied.node is not None
     applied.node.start()
     await applied.node.stopping()

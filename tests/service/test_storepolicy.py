@@ -16,7 +16,14 @@ from attachstore.errors import StorageUnavailable
 from attachstore.index import NodeRow, SqliteIndex
 from attachstore.service import storepolicy
 from attachstore.service.catalog import Catalog, Entry, builtin
-from attachstore.service.storepolicy import NODE_TTL, Applied, PolicyMismatch, differences, document, settle
+from attachstore.service.storepolicy import (
+    NODE_TTL,
+    Applied,
+    PolicyMismatch,
+    differences,
+    document,
+    take_policy,
+)
 from tests.service.conftest import config
 from tests.support.waiting import eventually
 
@@ -24,13 +31,13 @@ VISION = {"gpt-4o": {"input_modalities": ["text", "image"]}, "local-llm": {"inpu
 
 
 async def serve(index: SqliteIndex, c: Config, *, replace: bool = False) -> Applied:
-    applied = await settle(c, index, "serve", replace=replace)
+    applied = await take_policy(c, index, "serve", replace=replace)
     assert applied.node is not None
     return applied
 
 
 async def test_without_a_daemon_a_command_applies_its_own_policy(index: SqliteIndex) -> None:
-    applied = await settle(config(routes=VISION), index, "apply")
+    applied = await take_policy(config(routes=VISION), index, "apply")
     assert applied.record is None
     assert set(applied.config.routes) == {"gpt-4o", "local-llm"}
     assert await index.policy() is None  # a command records nothing
@@ -41,7 +48,7 @@ async def test_a_command_without_a_policy_of_its_own_applies_the_daemons(index: 
         routes=VISION, limits={"max_side": 4000}, admission={"oversize": "fit", "max_concurrent": 8}
     )
     served = await serve(index, daemon)
-    applied = await settle(config(admission={"max_concurrent": 2}), index, "apply")
+    applied = await take_policy(config(admission={"max_concurrent": 2}), index, "apply")
     assert applied.fingerprint == served.fingerprint
     assert applied.record is not None
     assert applied.config.routes == daemon.routes
@@ -53,7 +60,7 @@ async def test_a_command_without_a_policy_of_its_own_applies_the_daemons(index: 
 
 async def test_a_command_with_the_daemons_policy_applies_it(index: SqliteIndex) -> None:
     served = await serve(index, config(routes=VISION))
-    applied = await settle(config(routes=VISION, admission={"decode_workers": 1}), index, "apply")
+    applied = await take_policy(config(routes=VISION, admission={"decode_workers": 1}), index, "apply")
     assert applied.fingerprint == served.fingerprint
 
 
@@ -63,7 +70,7 @@ async def test_a_command_with_another_policy_refuses_naming_each_key(index: Sqli
         routes={"gpt-4o": {"input_modalities": ["text"]}, "extra": {}}, admission={"oversize": "reject"}
     )
     with pytest.raises(PolicyMismatch) as e:
-        await settle(mine, index, "apply")
+        await take_policy(mine, index, "apply")
     message = str(e.value)
     for said in (
         'routes."extra": declared here, not in the store\'s policy',
@@ -77,7 +84,7 @@ async def test_a_command_with_another_policy_refuses_naming_each_key(index: Sqli
 
 async def test_a_command_that_applies_no_policy_opens_any_store(index: SqliteIndex) -> None:
     await serve(index, config(routes=VISION))
-    applied = await settle(config(limits={"max_side": 10}), index, "none")
+    applied = await take_policy(config(limits={"max_side": 10}), index, "none")
     assert applied.config.limits.max_side == 10
 
 
@@ -177,7 +184,7 @@ async def test_a_command_applies_the_daemons_catalog_not_its_own(
     await serve(index, config(routes={"local-llm": {}}))  # a daemon of an older attachstore
     monkeypatch.undo()
     for mine in (config(), config(routes={"local-llm": {}})):  # no policy of its own, or the daemon's
-        applied = await settle(mine, index, "apply")
+        applied = await take_policy(mine, index, "apply")
         assert applied.catalog.version == "2025-01-01"
         found = applied.catalog.lookup("gpt-4o")
         assert found is not None
@@ -202,7 +209,7 @@ async def test_a_policy_recorded_by_a_newer_attachstore_is_not_guessed_at(index:
     async with index.write() as db:
         await db.execute("UPDATE policy SET document = ?", (json.dumps(newer),))
     with pytest.raises(PolicyMismatch, match=r"cannot be applied by this attachstore .*upgrade"):
-        await settle(config(), index, "apply")
+        await take_policy(config(), index, "apply")
 
 
 def test_differences_name_every_key() -> None:
