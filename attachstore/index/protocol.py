@@ -255,7 +255,7 @@ class Index(ABC):
         sql = f"SELECT {COLUMNS} FROM objects WHERE lease_at < $1 AND {_UNHELD} ORDER BY ref"
         return [object_row(r) for r in await self._reads.fetch(sql, cutoff)]
 
-    async def kept(self, cutoff: float) -> tuple[int, int]:
+    async def held_and_recent(self, cutoff: float) -> tuple[int, int]:
         """What GC keeps whatever the roots say: how many objects are held (by a session, or as a variant a
         source links to), and how many others are within the grace period (lease at `cutoff` or later)."""
         sql = f"""SELECT CAST(coalesce(sum(CASE WHEN {_UNHELD} THEN 0 ELSE 1 END), 0) AS bigint),

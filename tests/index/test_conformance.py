@@ -598,9 +598,9 @@ async def test_collect_takes_variants_with_their_source_unless_kept(index: AnyIn
     assert await index.publish_variant(row(B, None), E, "other", nothing, "l")
     assert await index.variant(A, "fit") == Link(A, "fit", row(B, None), "l")
     assert [r.ref for r in await index.collectible(200.0)] == [A, E]  # linked variants are not candidates
-    assert await index.kept(200.0) == (3, 0)  # B, C and D: linked (and D held)
+    assert await index.held_and_recent(200.0) == (3, 0)  # B, C and D: linked (and D held)
     await index.renew([E], now=250.0)
-    assert await index.kept(200.0) == (3, 1)  # E: within the grace period
+    assert await index.held_and_recent(200.0) == (3, 1)  # E: within the grace period
     await index.renew([E], now=100.0)
 
     assert await index.collect([A], 200.0, files.remove) == [(A, 10)]
