@@ -427,9 +427,9 @@ class Index(ABC):
         whether its policy replaces the record and which nodes are gone. Returns the record as it was."""
         return await self._write(lambda tx: policy.join(tx, node, decide))
 
-    async def beat(self, node: NodeRow, now: float) -> PolicyRecord | None:
+    async def heartbeat(self, node: NodeRow, now: float) -> PolicyRecord | None:
         """`node` is alive at `now`; returns the record, which another node may have replaced."""
-        return await self._write(lambda tx: policy.beat(tx, node, now))
+        return await self._write(lambda tx: policy.heartbeat(tx, node, now))
 
     async def stopping(self, node: str, now: float) -> None:
         """`node` stops from `now` on (it finishes its requests, then leaves): its `seen_at` becomes -now."""

@@ -2,7 +2,7 @@
 
 A process's policy is the routes of its configuration over the catalog and the keys that decide what is
 admitted ([limits] and [admission] but for how the process runs): one JSON document with a fingerprint. A
-daemon records its own in the index as it starts, and keeps beating there as a node, so that:
+daemon records its own in the index as it starts, and sends a heartbeat there as a node, so that:
 
 - a daemon that finds a live node enforcing another policy refuses to start, naming the keys that differ,
   unless told to replace it; with no such node its policy replaces the record (a restart with a new
@@ -41,7 +41,7 @@ from .liveness import Process
 log = logging.getLogger("attachstore.policy")
 
 Role = Literal["serve", "apply", "none"]  # a daemon, a command that applies the policy, one that applies none
-BEAT_SECONDS = 5.0
+HEARTBEAT_SECONDS = 5.0
 NODE_TTL = 30.0  # a node of another host not seen for this long is gone
 LOCAL_TTL = 600.0  # one of this host is gone when its process is, or (a reused pid) not seen for this long
 STOPPING_TTL = 60.0  # a node of another host that began to stop this long ago is gone (a shutdown is 30 s)
@@ -299,8 +299,9 @@ def _who(record: PolicyRecord) -> str:
 
 
 class Node:
-    """This daemon process as a node of the store: joins at start (recording its policy or refusing), beats
-    every BEAT_SECONDS, leaves at close; `check()` fails once the record is no longer its policy."""
+    """This daemon process as a node of the store: joins at start (recording its policy or refusing), sends a
+    heartbeat every HEARTBEAT_SECONDS, leaves at close; `check()` fails once the record is no longer its
+    policy."""
 
     def __init__(self, index: Index, row: NodeRow) -> None:
         self.index = index
@@ -369,21 +370,21 @@ class Node:
         )
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._beats())
+        self._task = asyncio.create_task(self._heartbeats())
 
     async def stopping(self) -> None:
         """Say in the store that this node stops: a daemon starting meanwhile with another policy waits for
-        it to be gone instead of refusing. It beats no more."""
-        await self._stop_beating()
+        it to be gone instead of refusing. It sends no more heartbeats."""
+        await self._stop_heartbeats()
         with contextlib.suppress(AttachstoreError):
             await self.index.stopping(self.row.node, time.time())
 
-    async def _beats(self) -> None:
+    async def _heartbeats(self) -> None:
         while True:
-            await asyncio.sleep(BEAT_SECONDS)
+            await asyncio.sleep(HEARTBEAT_SECONDS)
             try:
-                record = await self.index.beat(self.row, time.time())
-            except Exception as e:  # the index is down, the disk full: beat again later
+                record = await self.index.heartbeat(self.row, time.time())
+            except Exception as e:  # the index is down, the disk full: the next heartbeat tries again
                 log.warning("policy heartbeat failed: %s", e)
                 continue
             if (why := self._stale(record)) and self._warned != (record.fingerprint if record else ""):
@@ -406,7 +407,7 @@ class Node:
         if why := self._stale(await self.index.policy()):
             raise StorageUnavailable(why)
 
-    async def _stop_beating(self) -> None:
+    async def _stop_heartbeats(self) -> None:
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -414,6 +415,6 @@ class Node:
             self._task = None
 
     async def close(self) -> None:
-        await self._stop_beating()
+        await self._stop_heartbeats()
         with contextlib.suppress(AttachstoreError):
             await self.index.leave(self.row.node)

@@ -839,11 +839,11 @@ async def test_a_refusing_node_changes_nothing(index: AnyIndex) -> None:
 async def test_beats_and_leaving(index: AnyIndex) -> None:
     a = node("a")
     await index.join(a, deciding(True))
-    assert (await index.beat(a, 99.0)) == await index.policy()
+    assert (await index.heartbeat(a, 99.0)) == await index.policy()
     assert [n.seen_at for n in await index.nodes()] == [99.0]
     await index.leave("a")
     assert await index.nodes() == []
-    await index.beat(a, 100.0)  # forgotten by another node meanwhile: back
+    await index.heartbeat(a, 100.0)  # forgotten by another node meanwhile: back
     assert [(n.node, n.seen_at, n.document) for n in await index.nodes()] == [("a", 100.0, a.document)]
 
 

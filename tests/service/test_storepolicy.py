@@ -167,7 +167,7 @@ async def test_a_heartbeat_brings_back_a_forgotten_node(index: SqliteIndex) -> N
     applied = await serve(index, config(routes=VISION))
     assert applied.node is not None
     await index.leave(applied.node.row.node)
-    record = await index.beat(applied.node.row, time.time())
+    record = await index.heartbeat(applied.node.row, time.time())
     assert record is not None
     assert record.fingerprint == applied.fingerprint
     assert [n.node for n in await index.nodes()] == [applied.node.row.node]
@@ -233,7 +233,7 @@ def test_only_policy_keys_are_policy() -> None:
 async def test_a_node_whose_policy_was_replaced_says_so_at_its_next_beat(
     index: SqliteIndex, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(storepolicy, "BEAT_SECONDS", 0.01)
+    monkeypatch.setattr(storepolicy, "HEARTBEAT_SECONDS", 0.01)
     first = await serve(index, config(routes=VISION))
     assert first.node is not None
     with caplog.at_level(logging.ERROR, "attachstore.policy"):
