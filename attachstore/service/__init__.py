@@ -6,11 +6,12 @@ from .catalog import Catalog
 from .model import ImageRef, Normalization
 from .names import display_name
 from .policy import Declaration, Diagnostic, RouteTable, accepts_images, model_text
+from .policydoc import PolicyMismatch
 from .previews import SIZES as PREVIEW_SIZES
 from .previews import SIZES_HINT as PREVIEW_SIZES_HINT
 from .sessions import SESSION_ID_PATTERN
 from .store import Store
-from .storepolicy import Applied, PolicyMismatch, own_policy
+from .storepolicy import Applied, own_policy
 from .variants import VariantSpec
 
 __all__ = [

@@ -14,16 +14,11 @@ import pytest
 from attachstore.config import Config
 from attachstore.errors import StorageUnavailable
 from attachstore.index import NodeRow, SqliteIndex
-from attachstore.service import storepolicy
+from attachstore.service import node, policydoc, storepolicy
 from attachstore.service.catalog import Catalog, Entry, builtin
-from attachstore.service.storepolicy import (
-    NODE_TTL,
-    Applied,
-    PolicyMismatch,
-    differences,
-    document,
-    take_policy,
-)
+from attachstore.service.node import NODE_TTL
+from attachstore.service.policydoc import PolicyMismatch, differences, document
+from attachstore.service.storepolicy import Applied, take_policy
 from tests.service.conftest import config
 from tests.support.waiting import eventually
 
@@ -143,13 +138,13 @@ async def test_a_killed_daemon_of_this_host_is_gone_at_once(index: SqliteIndex) 
 async def test_a_node_of_another_host_is_gone_when_not_seen_for_the_ttl(
     index: SqliteIndex, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    own = storepolicy.encode(document(config(routes=VISION), builtin()))
+    own = policydoc.encode(document(config(routes=VISION), builtin()))
     now = time.time()
     # The daemon's clock stands at `now`: 5 s short of the TTL stays 5 s short, however long the test takes.
-    monkeypatch.setattr(storepolicy, "time", types.SimpleNamespace(time=lambda: now))
+    monkeypatch.setattr(node, "time", types.SimpleNamespace(time=lambda: now))
 
     def remote(name: str, seen: float) -> NodeRow:
-        return NodeRow(name, "elsewhere/x/1", 1, storepolicy.fingerprint(own), own, now - 100, seen)
+        return NodeRow(name, "elsewhere/x/1", 1, policydoc.fingerprint(own), own, now - 100, seen)
 
     async def nothing(*_: object) -> tuple[bool, list[str]]:
         return True, []
@@ -224,16 +219,16 @@ def test_differences_name_every_key() -> None:
 
 
 def test_only_policy_keys_are_policy() -> None:
-    assert not storepolicy.declares_policy(config(admission={"decode_workers": 2, "max_concurrent": 3}))
-    assert storepolicy.declares_policy(config(admission={"strip_metadata": True}))
-    assert storepolicy.declares_policy(config(routes={"m": {}}))
-    assert storepolicy.declares_policy(config(limits={"max_side": 10}))
+    assert not policydoc.declares_policy(config(admission={"decode_workers": 2, "max_concurrent": 3}))
+    assert policydoc.declares_policy(config(admission={"strip_metadata": True}))
+    assert policydoc.declares_policy(config(routes={"m": {}}))
+    assert policydoc.declares_policy(config(limits={"max_side": 10}))
 
 
 async def test_a_node_whose_policy_was_replaced_says_so_at_its_next_beat(
     index: SqliteIndex, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(storepolicy, "HEARTBEAT_SECONDS", 0.01)
+    monkeypatch.setattr(node, "HEARTBEAT_SECONDS", 0.01)
     first = await serve(index, config(routes=VISION))
     assert first.node is not None
     with caplog.at_level(logging.ERROR, "attachstore.policy"):
