@@ -47,43 +47,13 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import TypeVar
 
-from . import policy, sessions
+from . import policy, sessions, sweep
 from .dialect import CallbackFailed, Reads, Tx, call, guard
-from .objects import OBJECT_COLUMNS, object_row, renew, rows_of
+from .objects import OBJECT_COLUMNS, PUBLISHED, UPSERT_OBJECT, object_row, object_values, renew, rows_of
 from .policy import Decide
 from .rows import COLUMNS, Hold, Link, LinkRow, NodeRow, ObjectRow, PolicyRecord, SessionKey, SessionRow
 
 T = TypeVar("T")
-
-# Not held by a session and not a variant some source still links to: what GC may consider.
-_UNHELD = """NOT EXISTS (SELECT 1 FROM holds WHERE holds.ref = objects.ref)
-    AND NOT EXISTS (SELECT 1 FROM variants WHERE variants.variant = objects.ref)"""
-_UPSERT_OBJECT = f"""INSERT INTO objects ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'ok', $10)
-    ON CONFLICT (ref) DO UPDATE SET
-        media_type = excluded.media_type, bytes = excluded.bytes, width = excluded.width,
-        height = excluded.height, frames = excluded.frames, name = COALESCE(objects.name, excluded.name),
-        lease_at = excluded.lease_at, state = 'ok',
-        keyed_check = COALESCE(excluded.keyed_check, objects.keyed_check)"""
-_PUBLISHED = "SELECT 1 FROM objects WHERE ref = $1"
-_COLLECTIBLE = f"SELECT bytes FROM objects WHERE ref = $1 AND lease_at < $2 AND {_UNHELD}"
-# A variant that only its source kept: no hold, no other source, no grant from an admission of its bytes.
-_ORPHANED = f"{_COLLECTIBLE} AND NOT EXISTS (SELECT 1 FROM grants WHERE grants.ref = objects.ref)"
-_DELETE = "DELETE FROM objects WHERE ref = $1"
-
-
-def _object_values(r: ObjectRow) -> tuple[object, ...]:
-    return (
-        r.ref,
-        r.media_type,
-        r.bytes,
-        r.width,
-        r.height,
-        r.frames,
-        r.name,
-        r.created_at,
-        r.lease_at,
-        r.keyed_check,
-    )
 
 
 class Index(ABC):
@@ -162,7 +132,7 @@ class Index(ABC):
             await tx.lock_refs(r.ref for r in rows)
             await call(check)
             if ordered:
-                await tx.executemany(_UPSERT_OBJECT, [_object_values(r) for r in ordered])
+                await tx.executemany(UPSERT_OBJECT, [object_values(r) for r in ordered])
             if tenant is not None and ordered:
                 await tx.executemany(
                     """INSERT INTO grants (tenant, ref, name) VALUES ($1, $2, $3)
@@ -208,7 +178,7 @@ class Index(ABC):
 
         async def work(tx: Tx) -> bool:
             await tx.lock_refs([ref])
-            return bool(await tx.fetch(_PUBLISHED, ref))
+            return bool(await tx.fetch(PUBLISHED, ref))
 
         return await self._write(work)
 
@@ -252,17 +222,12 @@ class Index(ABC):
 
     async def collectible(self, cutoff: float) -> list[ObjectRow]:
         """Rows with no hold whose lease is older than `cutoff`: the GC's candidates, to be re-checked."""
-        sql = f"SELECT {COLUMNS} FROM objects WHERE lease_at < $1 AND {_UNHELD} ORDER BY ref"
-        return [object_row(r) for r in await self._reads.fetch(sql, cutoff)]
+        return await sweep.collectible(self._reads, cutoff)
 
     async def held_and_recent(self, cutoff: float) -> tuple[int, int]:
         """What GC keeps whatever the roots say: how many objects are held (by a session, or as a variant a
         source links to), and how many others are within the grace period (lease at `cutoff` or later)."""
-        sql = f"""SELECT CAST(coalesce(sum(CASE WHEN {_UNHELD} THEN 0 ELSE 1 END), 0) AS bigint),
-            CAST(coalesce(sum(CASE WHEN {_UNHELD} AND lease_at >= $1 THEN 1 ELSE 0 END), 0) AS bigint)
-            FROM objects"""
-        [found] = await self._reads.fetch(sql, cutoff)
-        return int(found[0]), int(found[1])
+        return await sweep.held_and_recent(self._reads, cutoff)
 
     async def refs(self) -> set[str]:
         return {r[0] for r in await self._reads.fetch("SELECT ref FROM objects")}
@@ -282,31 +247,7 @@ class Index(ABC):
         if not refs:
             return []
         candidates = list(refs)
-
-        async def work(tx: Tx) -> list[tuple[str, int]]:
-            await _lock_with_variants(tx, candidates)
-            collected: list[tuple[str, int]] = []
-            for ref in candidates:
-                found = await tx.fetch(_COLLECTIBLE, ref, cutoff)
-                if not found:
-                    continue
-                variants = [
-                    r[0] for r in await tx.fetch("SELECT variant FROM variants WHERE source = $1", ref)
-                ]
-                await call(remove, ref)
-                await tx.execute(_DELETE, ref)  # its variant links cascade
-                collected.append((ref, int(found[0][0])))
-                for v in variants:
-                    # A variant renewed since the cutoff is being derived again for another source that
-                    # yields the same bytes: it stays, and goes later as an unheld object if nothing links it.
-                    orphan = await tx.fetch(_ORPHANED, v, cutoff)
-                    if orphan:
-                        await call(remove, v)
-                        await tx.execute(_DELETE, v)
-                        collected.append((v, int(orphan[0][0])))
-            return collected
-
-        return await self._write(work)
+        return await self._write(lambda tx: sweep.collect(tx, candidates, cutoff, remove))
 
     # -- variants --------------------------------------------------------------------------------------------
 
@@ -366,10 +307,10 @@ class Index(ABC):
 
         async def work(tx: Tx) -> bool:
             await tx.lock_refs([source, row.ref])
-            if not await tx.fetch(_PUBLISHED, source):
+            if not await tx.fetch(PUBLISHED, source):
                 return False
             await call(check)
-            await tx.execute(_UPSERT_OBJECT, *_object_values(row))
+            await tx.execute(UPSERT_OBJECT, *object_values(row))
             await tx.execute(
                 """INSERT INTO variants (source, spec, variant, created_at, link_check)
                 VALUES ($1, $2, $3, $4, $5)
@@ -471,21 +412,3 @@ class Index(ABC):
     async def delete_session(self, key: SessionKey, now: float) -> int:
         """Release every hold of the session, then forget it. Returns how many holds were released."""
         return await self._write(lambda tx: sessions.delete(tx, key, now))
-
-
-async def _lock_with_variants(tx: Tx, sources: Sequence[str]) -> None:
-    """The locks of `sources` and of the variants linked to them, every one before any removal: the variants
-    as seen before locking, then any linked since (a link needs its source's lock, so once the sources are
-    locked the set stands still)."""
-    if tx.exclusive:
-        return
-
-    async def linked() -> set[str]:
-        found: set[str] = set()
-        for where, values in tx.refs_in("source", sources, 1):
-            found |= {r[0] for r in await tx.fetch(f"SELECT variant FROM variants WHERE {where}", *values)}
-        return found
-
-    first = set(sources) | await linked()
-    await tx.lock_refs(first)
-    await tx.lock_refs(await linked() - first)
