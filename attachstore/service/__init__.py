@@ -1,9 +1,9 @@
 """The service: the one place that owns the order of operations. Edges (HTTP, CLI) call it; it calls the
 gate (through the decode pool), the blob store and the index."""
 
-from .admission import SOURCES, Admission, Upload
+from .admission import SOURCES, Admission
 from .catalog import Catalog
-from .model import ImageRef, Normalization
+from .model import ImageRef, Normalization, Upload
 from .names import display_name
 from .policy import Declaration, Diagnostic, RouteTable, accepts_images, model_text
 from .policydoc import PolicyMismatch

@@ -20,9 +20,9 @@ from ..metrics import Metrics
 from ..refs import Checker, Ref
 from ..storage import BlobStore, FileOps, LocalBackend, LocalBlobStore, Mapped, ReadCache
 from . import checkkey
-from .admission import Admission, Admissions, Upload
+from .admission import Admission, Admissions
 from .catalog import Catalog, builtin
-from .model import ImageRef
+from .model import ImageRef, Upload
 from .policy import RouteTable
 from .previews import Previews
 from .publish import Publisher
