@@ -58,6 +58,27 @@ def _degraded(
     return Admission([], diagnostics, policy.model_text(diagnostics))
 
 
+def _refused(
+    uploads: Sequence[Upload],
+    names: Sequence[str | None],
+    batch_error: Rejected | None,
+    verdicts: Sequence[Admitted | Rejected],
+    soft: bool,
+) -> Admission:
+    """A refused admission: degraded into diagnostics for a soft source, else the first failure raised."""
+    if soft:
+        return _degraded(uploads, names, batch_error, verdicts)
+    if batch_error is not None:
+        raise batch_error
+    i, first = next((i, v) for i, v in enumerate(verdicts) if isinstance(v, Rejected))
+    raise first.at(i)
+
+
+def _answer(a: Admitted, name: str | None) -> ImageRef:
+    i = a.inspection
+    return ImageRef(str(a.ref), i.media_type, len(a.data), i.width, i.height, i.frames, name, a.normalized)
+
+
 class Admissions:
     def __init__(
         self,
@@ -180,12 +201,7 @@ class Admissions:
             exact=exact,
         )
         if batch_error is not None or any(isinstance(v, Rejected) for v in verdicts):
-            if soft:
-                return _degraded(uploads, names, batch_error, verdicts)
-            if batch_error is not None:
-                raise batch_error
-            i, first = next((i, v) for i, v in enumerate(verdicts) if isinstance(v, Rejected))
-            raise first.at(i)
+            return _refused(uploads, names, batch_error, verdicts, soft)
         admitted = [v for v in verdicts if isinstance(v, Admitted)]
         # A normalized image's name takes the extension of its new type: 'photo.png' stored as a JPEG is
         # 'photo.jpg'.
@@ -193,11 +209,20 @@ class Admissions:
             renamed(n, a.inspection.media_type) if a.normalized else n
             for n, a in zip(names, admitted, strict=True)
         ]
-        # From here the admission finishes even when it is cancelled (its client left): its files are
-        # written in threads that cannot be stopped, and cut off there it would leave unindexed objects
-        # behind for gc and the audit. Cancelled, it waits for the store (keeping its place among
-        # max_concurrent) and leaves published, like one whose answer was lost; cancelled again (shutdown),
-        # it leaves at once and Store.close waits for the store.
+        try:
+            await self._store_to_the_end(admitted, names, hold, tenant)
+        except Rejected as e:  # the session's route turned text-only meanwhile (checked under the lock)
+            return _refused(uploads, names, e, [], soft)
+        return Admission([_answer(a, name) for a, name in zip(admitted, names, strict=True)])
+
+    async def _store_to_the_end(
+        self, admitted: Sequence[Admitted], names: Sequence[str | None], hold: Hold | None, tenant: str
+    ) -> None:
+        """`_store`, finished even when the admission is cancelled (its client left): its files are written
+        in threads that cannot be stopped, and cut off there it would leave unindexed objects behind for gc
+        and the audit. Cancelled, it waits for the store (keeping its place among max_concurrent) and leaves
+        published, like one whose answer was lost; cancelled again (shutdown), it leaves at once and
+        Store.close waits for the store."""
         storing = asyncio.create_task(self._store(admitted, names, hold, tenant))
         self._storing.add(storing)
         storing.add_done_callback(self._stored)
@@ -206,25 +231,6 @@ class Admissions:
         except asyncio.CancelledError:
             await asyncio.wait([storing])
             raise
-        except Rejected as e:  # the session's route turned text-only meanwhile (checked under the lock)
-            if soft:
-                return _degraded(uploads, names, e, [])
-            raise
-        return Admission(
-            [
-                ImageRef(
-                    str(a.ref),
-                    a.inspection.media_type,
-                    len(a.data),
-                    a.inspection.width,
-                    a.inspection.height,
-                    a.inspection.frames,
-                    name,
-                    a.normalized,
-                )
-                for a, name in zip(admitted, names, strict=True)
-            ]
-        )
 
     async def _store(
         self, admitted: Sequence[Admitted], names: Sequence[str | None], hold: Hold | None, tenant: str
