@@ -2,11 +2,8 @@
 gate (through the decode pool), the blob store and the index."""
 
 from .admission import SOURCES, Admission
-from .catalog import Catalog
-from .model import ImageRef, Normalization, Upload
-from .names import display_name
+from .model import ImageRef, Upload
 from .policy import Declaration, Diagnostic, RouteTable, accepts_images, model_text
-from .policydoc import PolicyMismatch
 from .previews import SIZES as PREVIEW_SIZES
 from .previews import SIZES_HINT as PREVIEW_SIZES_HINT
 from .sessions import SESSION_ID_PATTERN
@@ -21,18 +18,14 @@ __all__ = [
     "SOURCES",
     "Admission",
     "Applied",
-    "Catalog",
     "Declaration",
     "Diagnostic",
     "ImageRef",
-    "Normalization",
-    "PolicyMismatch",
     "RouteTable",
     "Store",
     "Upload",
     "VariantSpec",
     "accepts_images",
-    "display_name",
     "model_text",
     "own_policy",
 ]
