@@ -78,8 +78,7 @@ class Index(ABC):
     async def close(self) -> None: ...
 
     @abstractmethod
-    def sweeping(self) -> AbstractAsyncContextManager[None]:
-        """Held for a whole gc run (PostgreSQL: one sweep at a time across every node)."""
+    def sweeping(self) -> AbstractAsyncContextManager[None]: ...
 
     async def ping(self) -> None:
         await self._reads.fetch("SELECT 1")
@@ -149,11 +148,9 @@ class Index(ABC):
     async def record_check(self, ref: str, check: str) -> None:
         """Record the keyed check of an object's bytes, just verified by their address (a row older than
         checks, or one made with another key)."""
-
-        async def work(tx: Tx) -> None:
-            await tx.execute("UPDATE objects SET keyed_check = $2 WHERE ref = $1", ref, check)
-
-        await self._write(work)
+        await self._write(
+            lambda tx: tx.execute("UPDATE objects SET keyed_check = $2 WHERE ref = $1", ref, check)
+        )
 
     async def discard_unpublished(
         self, refs: Iterable[str], remove: Callable[[str], Awaitable[object]]
@@ -190,9 +187,7 @@ class Index(ABC):
         and returns the state the row is to have and what to answer. None, without calling `decide`, when
         `scope` sees no row: gc collected it meanwhile (it removes the file, then the row, under this lock).
 
-        Under the lock nobody publishes the ref (a publish sets the state back to 'ok') nor collects it, so
-        what `decide` finds is what the row records: a finding made before an admission healed the file is
-        not recorded after that admission published (docs/design.md, "Verified reads")."""
+        Under the lock nobody publishes nor collects the ref (docs/design.md, "Verified reads")."""
 
         async def work(tx: Tx) -> T | None:
             await tx.lock_refs([ref])
@@ -241,9 +236,8 @@ class Index(ABC):
         """Under the locks of the candidates and of their variants, re-check each candidate (still no hold,
         not a live variant, lease still older than `cutoff`), call `remove(ref)` (which removes the file and
         makes that durable), then delete its row. The variants derived from it go with it, unless something
-        else keeps them (a hold, a grant from an admission of the same bytes, another source). An admission
-        that renewed the lease first keeps its object; one that comes after finds no row and writes the bytes
-        again. Returns (ref, bytes) of every object collected, variants included."""
+        else keeps them (a hold, a grant from an admission of the same bytes, another source). Returns (ref,
+        bytes) of every object collected, variants included."""
         if not refs:
             return []
         candidates = list(refs)
@@ -268,7 +262,6 @@ class Index(ABC):
         return Link(source, spec, ObjectRow(*row), check)
 
     async def links(self) -> list[LinkRow]:
-        """Every variant link, in the order of source and spec (for the audit)."""
         found = await self._reads.fetch(
             "SELECT source, spec, variant, link_check FROM variants ORDER BY source, spec"
         )
@@ -374,17 +367,10 @@ class Index(ABC):
 
     async def stopping(self, node: str, now: float) -> None:
         """`node` stops from `now` on (it finishes its requests, then leaves): its `seen_at` becomes -now."""
-
-        async def work(tx: Tx) -> None:
-            await tx.execute("UPDATE nodes SET seen_at = $1 WHERE node = $2", -now, node)
-
-        await self._write(work)
+        await self._write(lambda tx: tx.execute("UPDATE nodes SET seen_at = $1 WHERE node = $2", -now, node))
 
     async def leave(self, node: str) -> None:
-        async def work(tx: Tx) -> None:
-            await tx.execute("DELETE FROM nodes WHERE node = $1", node)
-
-        await self._write(work)
+        await self._write(lambda tx: tx.execute("DELETE FROM nodes WHERE node = $1", node))
 
     # -- sessions and holds ----------------------------------------------------------------------------------
 
