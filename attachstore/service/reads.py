@@ -217,8 +217,8 @@ class Reads:
                 if data is not None and await self.headers.fit(row, data):
                     await self._record_check(ref, row, data)
                     found[i] = data
-            # Counted at once: an increment of a multiprocess counter takes a lock and a look at the pid,
-            # about 10 µs on the loop here; one per image was 3 % of a render's loop time.
+            # Counted at once: one increment per image was a measurable share of a render's loop time
+            # (docs/performance.md, "The render's reads, this round").
             self.metrics.reads_ok.inc(sum(found[i] is not None for i in warm))
         cold = [i for i, data in enumerate(found) if data is None]
 
