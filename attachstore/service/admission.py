@@ -116,13 +116,10 @@ class Admissions:
         slot: Slot | None = None,
         exact: bool = False,
     ) -> Admission:
-        """Validate every member, then store every member, then publish all rows (and the session's holds)
-        in one transaction. A rejection raises for `user`/`command` and degrades for `tool`/`mcp`.
-
-        `slot` is the place an edge took before it read the uploads; without one, the admission takes its
-        own. `exact` stores every image byte for byte as it came, whatever `[admission] oversize` and
-        `strip_metadata` say: what the stored limits refuse is refused (`attachstore transcript`, whose
-        restore must give back the very bytes)."""
+        """docs/design.md, "Admission, step by step". `slot`: the place an edge took before it read the
+        uploads (else the admission takes its own). `exact`: every image stored byte for byte as it came,
+        whatever `[admission] oversize` and `strip_metadata` say (`attachstore transcript`'s restore must give
+        back the very bytes)."""
         if not source:  # the same words whether JSON or a form left it out
             raise InvalidRequest(
                 f"source: missing; say where the images come from: one of {', '.join(SOURCES)}"

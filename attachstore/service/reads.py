@@ -108,12 +108,9 @@ class Reads:
         claim: Callable[[int], None] | None = None,
         mapped: bool = False,
     ) -> tuple[ImageRef, bytes | bytearray | Mapped]:
-        """Verified bytes: the whole object re-hashed, its header checked against the index. Given `claim`,
-        the object's size is claimed with it once its row is found and before its bytes are read (a refusal,
-        ServerBusy, reads nothing): what reads in progress hold is then within the caller's budget, however
-        many of them wait for a thread or for the loop. A remembered read is on the caller's stack and does
-        not claim: the caller claims what it sends. `mapped`: an object in the page cache may come as a
-        `Mapped` (storage/mapped.py), its bytes where they lie, which the caller must release."""
+        """Verified bytes (docs/design.md, "Verified reads"). `claim` takes the object's size from the
+        caller's budget before its bytes are read; a remembered read does not claim, the caller claims what it
+        sends. `mapped`: the bytes may come as a `Mapped`, which the caller must release."""
         ref = Ref.parse(text)
         remembered = self.read_remembered(text, tenant, mapped)
         if remembered is not None:
@@ -150,12 +147,9 @@ class Reads:
         return await self.verified(ref, row, scope)
 
     def _verify(self, ref: Ref, row: ObjectRow) -> Verify:
-        """What the bytes of `row` must pass: its keyed check when this key made it, else their address
-        (blake3 addresses, rows older than checks, checks made with another key). The check binds the ref,
-        the size and the media type the row records: one copied from another row fits no bytes here, and
-        the read falls back to the address, which other bytes fail. A check that fails over bytes that
-        still hash to their address is the row's fault, not the bytes': they are served, and the mismatch
-        counted and logged (the audit reports it, and --repair records the right check)."""
+        """What the bytes of `row` must pass: its keyed check when this key made it, else their address. A
+        check that fails over bytes that still hash to their address is the row's fault: they are served, and
+        the mismatch counted and logged (docs/security.md, "The keyed check of reads")."""
         check = row.keyed_check
         if ref.algorithm != "sha256" or check is None or not self.checker.mine(check):
             return ref.matches
@@ -204,10 +198,8 @@ class Reads:
     async def verified_many(
         self, wanted: Sequence[tuple[Ref, ObjectRow]], scope: str | None
     ) -> list[bytes | bytearray | None]:
-        """`verified` of many objects at once (a render's), each bytes or None where it cannot be served: not
-        found, damaged, missing. Those that are in the page cache (their last page is) are read in a few
-        threads (Resident.read_all); each of the others, and any doubt, takes `verified`, which decides what
-        a failure means and counts it."""
+        """`verified` of a render's objects, each bytes or None where it cannot be served. Those in the page
+        cache are read in a few threads (Resident.read_all); the others, and any doubt, take `verified`."""
         found: list[bytes | bytearray | None] = [None] * len(wanted)
         warm = [i for i, (_, row) in enumerate(wanted) if row.state == "ok"]
         if self.resident is not None and warm:

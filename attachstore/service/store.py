@@ -177,11 +177,9 @@ class Store:
     # -- figures and maintenance -----------------------------------------------------------------------------
 
     async def stats(self) -> tuple[int, int]:
-        """How many objects the index holds, and their bytes (for /metrics)."""
         return await self.index.stats()
 
     async def runs(self) -> dict[str, tuple[float, dict[str, float]]]:
-        """The last run of each maintenance command: when it finished, and its figures (for /metrics)."""
         return await self.index.runs()
 
     async def discard_object(self, ref: str) -> None:
@@ -199,13 +197,9 @@ class Store:
         replace_policy: bool = False,
     ) -> Store:
         """The configured backends, opened. Commands pass `read_cache=False`: a read cache directory belongs
-        to one daemon process, and a command has nothing to gain from one.
-
-        `policy` says how the store's policy is taken (storepolicy.py): "serve" for a daemon (records its own,
-        or refuses while a live node enforces another unless `replace_policy`), "apply" for a command that
-        applies the routes or limits (adopts the record, or refuses if its own differs), "none" for one that
-        applies neither. The store is opened with the configuration's policy keys replaced by the record's
-        where it adopts them."""
+        to one daemon process. `policy` says how the store's policy is taken (storepolicy.take_policy):
+        "serve" for a daemon, "apply" for a command that applies the routes or limits, "none" for one that
+        applies neither."""
         if not read_cache and config.storage.cache_dir:
             config = msgspec.structs.replace(
                 config, storage=msgspec.structs.replace(config.storage, cache_dir=None)

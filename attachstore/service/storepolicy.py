@@ -1,15 +1,6 @@
-"""One policy per store (SPEC section 6, docs/configuration.md#one-policy-per-store).
-
-A process's policy is the routes of its configuration over the catalog and the keys that decide what is
-admitted ([limits] and [admission] but for how the process runs): one JSON document with a fingerprint. A
-daemon records its own in the index as it starts, and sends a heartbeat there as a node, so that:
-
-- a daemon that finds a live node enforcing another policy refuses to start, naming the keys that differ,
-  unless told to replace it; with no such node its policy replaces the record (a restart with a new
-  configuration is the operator's act). A node whose policy is no longer the record reports not ready.
-- a command (the CLI's local commands) applies the record: exactly, when its configuration declares no
-  policy of its own; and when it does, only if that is the record's, else it refuses, naming the keys.
-"""
+"""One policy per store (SPEC section 6, docs/configuration.md#one-policy-per-store): what a process
+applies as it opens the store. A daemon records its own (or refuses while a live node enforces another); a
+command adopts the record, or refuses when its own configuration declares another."""
 
 from __future__ import annotations
 
