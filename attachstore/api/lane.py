@@ -3,7 +3,7 @@
 A verified read of a 300 KB object costs about 100 µs of open, read and keyed check here; aiohttp's request
 object, router, middleware chain and response preparation cost about as much again, on every read. The
 lane is a protocol in front of aiohttp's: every connection starts in it, and a request head that is exactly
-a plain read of an object's bytes is answered here, by the same service calls (`Store.recalled` on the
+a plain read of an object's bytes is answered here, by the same service calls (`Store.read_remembered` on the
 caller's stack when this process served the same file a moment ago, else `Store.read` or, for a matching
 If-None-Match, `Store.meta`), with the same headers, error envelopes, log line, latency sample, budget of
 bytes in flight (`[http] max_sending_bytes`), write-stall bound and keep-alive timeout as the aiohttp path.
@@ -464,7 +464,7 @@ class Lane(asyncio.Protocol):
             return
         revalidate = bool(get.if_none_match) and etag_matches(get.if_none_match or "", f'"{get.ref}"')
         if not revalidate:
-            hit = lanes.store.recalled(get.ref, tenant, lanes.mapped)
+            hit = lanes.store.read_remembered(get.ref, tenant, lanes.mapped)
             if hit is not None and self._send(get, rid, started, tenant, *hit):
                 return
         self._task = self._loop.create_task(self._answer_later(get, rid, started, tenant, revalidate))

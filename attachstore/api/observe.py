@@ -121,10 +121,10 @@ def record(
 async def metrics(request: web.Request) -> web.Response:
     store = request.app[STORE]
     m = store.metrics
-    objects, size = await store.index.stats()
+    objects, size = await store.stats()
     m.objects.set(objects)
     m.stored_bytes.set(size)
-    for command, (finished_at, figures) in (await store.index.runs()).items():
+    for command, (finished_at, figures) in (await store.runs()).items():
         m.last_run.labels(command).set(finished_at)
         for figure, value in figures.items():
             m.last_run_result.labels(command, figure).set(value)

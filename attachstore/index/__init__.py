@@ -1,9 +1,10 @@
 """The index: a row per published object, sessions and their holds, grants, variants and maintenance runs;
 in SQLite (the embedded default) or PostgreSQL (many nodes). Knows nothing of bytes, images or HTTP."""
 
-from .rows import COLUMNS, Hold, Link, LinkRow, NodeRow, ObjectRow, PolicyRecord, SessionKey, SessionRow
+from .protocol import Index
+from .rows import COLUMNS, Hold, Link, NodeRow, ObjectRow, PolicyRecord, SessionKey, SessionRow
 from .schema import SCHEMA_VERSION, IndexUnusable
-from .sqlite import BUSY_TIMEOUT_MS, Index, rows_in
+from .sqlite import BUSY_TIMEOUT_MS, SqliteIndex, rows_in
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
@@ -13,11 +14,11 @@ __all__ = [
     "Index",
     "IndexUnusable",
     "Link",
-    "LinkRow",
     "NodeRow",
     "ObjectRow",
     "PolicyRecord",
     "SessionKey",
     "SessionRow",
+    "SqliteIndex",
     "rows_in",
 ]

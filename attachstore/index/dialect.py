@@ -53,7 +53,7 @@ def locked(tx: Tx, strength: str) -> str:
 
 class CallbackFailed(Exception):
     """Carries an exception raised by a caller's callback past a backend's handling of driver errors (an
-    OSError from a check is no lost connection), unchanged: `Operations._write` raises it again."""
+    OSError from a check is no lost connection), unchanged: `Index._write` raises it again."""
 
     def __init__(self, error: Exception) -> None:
         super().__init__(str(error))

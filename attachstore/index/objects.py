@@ -1,5 +1,5 @@
-"""Statements on object rows that the operations on objects and on sessions share: the columns, the reads
-and the renewals of a list of refs."""
+"""Statements on object rows that the operations on objects and on sessions share: the columns, the reads,
+the renewals of a list of refs, and the upsert that publishes a row."""
 
 from __future__ import annotations
 
@@ -10,10 +10,33 @@ from .rows import COLUMNS, ObjectRow
 
 OBJECT_COLUMNS = ", ".join(f"objects.{c}" for c in COLUMNS.split(", "))
 TENANT_COLUMNS = OBJECT_COLUMNS.replace("objects.name", "grants.name")
+UPSERT_OBJECT = f"""INSERT INTO objects ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'ok', $10)
+    ON CONFLICT (ref) DO UPDATE SET
+        media_type = excluded.media_type, bytes = excluded.bytes, width = excluded.width,
+        height = excluded.height, frames = excluded.frames, name = COALESCE(objects.name, excluded.name),
+        lease_at = excluded.lease_at, state = 'ok',
+        keyed_check = COALESCE(excluded.keyed_check, objects.keyed_check)"""
+PUBLISHED = "SELECT 1 FROM objects WHERE ref = $1"
 
 
 def object_row(r: Row) -> ObjectRow:
     return ObjectRow(*r)
+
+
+def object_values(r: ObjectRow) -> tuple[object, ...]:
+    """The values of UPSERT_OBJECT's placeholders."""
+    return (
+        r.ref,
+        r.media_type,
+        r.bytes,
+        r.width,
+        r.height,
+        r.frames,
+        r.name,
+        r.created_at,
+        r.lease_at,
+        r.keyed_check,
+    )
 
 
 async def rows_of(db: Reads, refs: Sequence[str], tenant: str | None) -> list[ObjectRow]:

@@ -1,5 +1,5 @@
 """The store's policy and the nodes that serve it: the statements, and the transactions that change them
-(`Operations` runs each one). The record is one row, locked by the transaction that may replace it, so that
+(`Index` runs each one). The record is one row, locked by the transaction that may replace it, so that
 two daemons starting together decide one after the other; what a node's policy is, and when one differs, is
 the service's to decide (service/storepolicy.py)."""
 
@@ -50,7 +50,7 @@ async def join(tx: Tx, node: NodeRow, decide: Decide) -> PolicyRecord | None:
     return before
 
 
-async def beat(tx: Tx, node: NodeRow, now: float) -> PolicyRecord | None:
+async def heartbeat(tx: Tx, node: NodeRow, now: float) -> PolicyRecord | None:
     """The node is seen now (its row made again if another node forgot it); returns the record."""
     if await tx.fetch("SELECT 1 FROM nodes WHERE node = $1", node.node):
         await tx.execute("UPDATE nodes SET seen_at = $1 WHERE node = $2", now, node.node)

@@ -1,6 +1,6 @@
 """The index in PostgreSQL, for many stateless daemons sharing one database.
 
-`PgIndex` runs the operations of protocol.py, as `Index` does on SQLite; one suite checks both
+`PgIndex` runs the operations of protocol.py, as `SqliteIndex` does on SQLite; one suite checks both
 (tests/index/test_conformance.py). The schema is the same, version for version (`pgschema.MIGRATIONS`, twin of
 `schema.MIGRATIONS`), tracked in the one-row table `attachstore_schema` instead of PRAGMA user_version.
 
@@ -47,7 +47,7 @@ from .pgdriver import (
 )
 from .pgschema import LOCK_SPACE, SWEEP_LOCK, migrate
 from .pgschema import MIGRATIONS as MIGRATIONS  # re-exported: pgindex.MIGRATIONS is read by the tests
-from .protocol import Operations
+from .protocol import Index
 from .rows import SessionKey, SessionRow
 
 CONNECT_TIMEOUT = 10.0
@@ -119,7 +119,7 @@ async def _keep_session_state(db: object) -> None:
     restores it."""
 
 
-class PgIndex(Operations):
+class PgIndex(Index):
     """A pool of connections; every method is one transaction (or one statement for reads)."""
 
     def __init__(self, pool: Pool) -> None:

@@ -44,48 +44,19 @@ import json
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import TypeVar
 
-from . import policy, sessions
+from . import policy, sessions, sweep
 from .dialect import CallbackFailed, Reads, Tx, call, guard
-from .objects import OBJECT_COLUMNS, object_row, renew, rows_of
+from .objects import OBJECT_COLUMNS, PUBLISHED, UPSERT_OBJECT, object_row, object_values, renew, rows_of
 from .policy import Decide
 from .rows import COLUMNS, Hold, Link, LinkRow, NodeRow, ObjectRow, PolicyRecord, SessionKey, SessionRow
 
 T = TypeVar("T")
 
-# Not held by a session and not a variant some source still links to: what GC may consider.
-_UNHELD = """NOT EXISTS (SELECT 1 FROM holds WHERE holds.ref = objects.ref)
-    AND NOT EXISTS (SELECT 1 FROM variants WHERE variants.variant = objects.ref)"""
-_UPSERT_OBJECT = f"""INSERT INTO objects ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'ok', $10)
-    ON CONFLICT (ref) DO UPDATE SET
-        media_type = excluded.media_type, bytes = excluded.bytes, width = excluded.width,
-        height = excluded.height, frames = excluded.frames, name = COALESCE(objects.name, excluded.name),
-        lease_at = excluded.lease_at, state = 'ok',
-        keyed_check = COALESCE(excluded.keyed_check, objects.keyed_check)"""
-_PUBLISHED = "SELECT 1 FROM objects WHERE ref = $1"
-_COLLECTIBLE = f"SELECT bytes FROM objects WHERE ref = $1 AND lease_at < $2 AND {_UNHELD}"
-# A variant that only its source kept: no hold, no other source, no grant from an admission of its bytes.
-_ORPHANED = f"{_COLLECTIBLE} AND NOT EXISTS (SELECT 1 FROM grants WHERE grants.ref = objects.ref)"
-_DELETE = "DELETE FROM objects WHERE ref = $1"
 
-
-def _object_values(r: ObjectRow) -> tuple[object, ...]:
-    return (
-        r.ref,
-        r.media_type,
-        r.bytes,
-        r.width,
-        r.height,
-        r.frames,
-        r.name,
-        r.created_at,
-        r.lease_at,
-        r.keyed_check,
-    )
-
-
-class Operations(ABC):
+class Index(ABC):
     """The index's interface and semantics, on a backend's reads and transactions: every method that writes
     is one transaction; those that only read run their statements on `Reads`, outside any transaction."""
 
@@ -102,6 +73,12 @@ class Operations(ABC):
             return await self._transaction(work)
         except CallbackFailed as e:
             raise e.error from None
+
+    @abstractmethod
+    async def close(self) -> None: ...
+
+    @abstractmethod
+    def sweeping(self) -> AbstractAsyncContextManager[None]: ...
 
     async def ping(self) -> None:
         await self._reads.fetch("SELECT 1")
@@ -154,7 +131,7 @@ class Operations(ABC):
             await tx.lock_refs(r.ref for r in rows)
             await call(check)
             if ordered:
-                await tx.executemany(_UPSERT_OBJECT, [_object_values(r) for r in ordered])
+                await tx.executemany(UPSERT_OBJECT, [object_values(r) for r in ordered])
             if tenant is not None and ordered:
                 await tx.executemany(
                     """INSERT INTO grants (tenant, ref, name) VALUES ($1, $2, $3)
@@ -171,11 +148,9 @@ class Operations(ABC):
     async def record_check(self, ref: str, check: str) -> None:
         """Record the keyed check of an object's bytes, just verified by their address (a row older than
         checks, or one made with another key)."""
-
-        async def work(tx: Tx) -> None:
-            await tx.execute("UPDATE objects SET keyed_check = $2 WHERE ref = $1", ref, check)
-
-        await self._write(work)
+        await self._write(
+            lambda tx: tx.execute("UPDATE objects SET keyed_check = $2 WHERE ref = $1", ref, check)
+        )
 
     async def discard_unpublished(
         self, refs: Iterable[str], remove: Callable[[str], Awaitable[object]]
@@ -200,7 +175,7 @@ class Operations(ABC):
 
         async def work(tx: Tx) -> bool:
             await tx.lock_refs([ref])
-            return bool(await tx.fetch(_PUBLISHED, ref))
+            return bool(await tx.fetch(PUBLISHED, ref))
 
         return await self._write(work)
 
@@ -212,9 +187,7 @@ class Operations(ABC):
         and returns the state the row is to have and what to answer. None, without calling `decide`, when
         `scope` sees no row: gc collected it meanwhile (it removes the file, then the row, under this lock).
 
-        Under the lock nobody publishes the ref (a publish sets the state back to 'ok') nor collects it, so
-        what `decide` finds is what the row records: a finding made before an admission healed the file is
-        not recorded after that admission published (docs/design.md, "Verified reads")."""
+        Under the lock nobody publishes nor collects the ref (docs/design.md, "Verified reads")."""
 
         async def work(tx: Tx) -> T | None:
             await tx.lock_refs([ref])
@@ -244,17 +217,12 @@ class Operations(ABC):
 
     async def collectible(self, cutoff: float) -> list[ObjectRow]:
         """Rows with no hold whose lease is older than `cutoff`: the GC's candidates, to be re-checked."""
-        sql = f"SELECT {COLUMNS} FROM objects WHERE lease_at < $1 AND {_UNHELD} ORDER BY ref"
-        return [object_row(r) for r in await self._reads.fetch(sql, cutoff)]
+        return await sweep.collectible(self._reads, cutoff)
 
-    async def kept(self, cutoff: float) -> tuple[int, int]:
+    async def held_and_recent(self, cutoff: float) -> tuple[int, int]:
         """What GC keeps whatever the roots say: how many objects are held (by a session, or as a variant a
         source links to), and how many others are within the grace period (lease at `cutoff` or later)."""
-        sql = f"""SELECT CAST(coalesce(sum(CASE WHEN {_UNHELD} THEN 0 ELSE 1 END), 0) AS bigint),
-            CAST(coalesce(sum(CASE WHEN {_UNHELD} AND lease_at >= $1 THEN 1 ELSE 0 END), 0) AS bigint)
-            FROM objects"""
-        [found] = await self._reads.fetch(sql, cutoff)
-        return int(found[0]), int(found[1])
+        return await sweep.held_and_recent(self._reads, cutoff)
 
     async def refs(self) -> set[str]:
         return {r[0] for r in await self._reads.fetch("SELECT ref FROM objects")}
@@ -268,37 +236,12 @@ class Operations(ABC):
         """Under the locks of the candidates and of their variants, re-check each candidate (still no hold,
         not a live variant, lease still older than `cutoff`), call `remove(ref)` (which removes the file and
         makes that durable), then delete its row. The variants derived from it go with it, unless something
-        else keeps them (a hold, a grant from an admission of the same bytes, another source). An admission
-        that renewed the lease first keeps its object; one that comes after finds no row and writes the bytes
-        again. Returns (ref, bytes) of every object collected, variants included."""
+        else keeps them (a hold, a grant from an admission of the same bytes, another source). Returns (ref,
+        bytes) of every object collected, variants included."""
         if not refs:
             return []
         candidates = list(refs)
-
-        async def work(tx: Tx) -> list[tuple[str, int]]:
-            await _lock_with_variants(tx, candidates)
-            collected: list[tuple[str, int]] = []
-            for ref in candidates:
-                found = await tx.fetch(_COLLECTIBLE, ref, cutoff)
-                if not found:
-                    continue
-                variants = [
-                    r[0] for r in await tx.fetch("SELECT variant FROM variants WHERE source = $1", ref)
-                ]
-                await call(remove, ref)
-                await tx.execute(_DELETE, ref)  # its variant links cascade
-                collected.append((ref, int(found[0][0])))
-                for v in variants:
-                    # A variant renewed since the cutoff is being derived again for another source that
-                    # yields the same bytes: it stays, and goes later as an unheld object if nothing links it.
-                    orphan = await tx.fetch(_ORPHANED, v, cutoff)
-                    if orphan:
-                        await call(remove, v)
-                        await tx.execute(_DELETE, v)
-                        collected.append((v, int(orphan[0][0])))
-            return collected
-
-        return await self._write(work)
+        return await self._write(lambda tx: sweep.collect(tx, candidates, cutoff, remove))
 
     # -- variants --------------------------------------------------------------------------------------------
 
@@ -319,7 +262,6 @@ class Operations(ABC):
         return Link(source, spec, ObjectRow(*row), check)
 
     async def links(self) -> list[LinkRow]:
-        """Every variant link, in the order of source and spec (for the audit)."""
         found = await self._reads.fetch(
             "SELECT source, spec, variant, link_check FROM variants ORDER BY source, spec"
         )
@@ -358,10 +300,10 @@ class Operations(ABC):
 
         async def work(tx: Tx) -> bool:
             await tx.lock_refs([source, row.ref])
-            if not await tx.fetch(_PUBLISHED, source):
+            if not await tx.fetch(PUBLISHED, source):
                 return False
             await call(check)
-            await tx.execute(_UPSERT_OBJECT, *_object_values(row))
+            await tx.execute(UPSERT_OBJECT, *object_values(row))
             await tx.execute(
                 """INSERT INTO variants (source, spec, variant, created_at, link_check)
                 VALUES ($1, $2, $3, $4, $5)
@@ -419,23 +361,16 @@ class Operations(ABC):
         whether its policy replaces the record and which nodes are gone. Returns the record as it was."""
         return await self._write(lambda tx: policy.join(tx, node, decide))
 
-    async def beat(self, node: NodeRow, now: float) -> PolicyRecord | None:
+    async def heartbeat(self, node: NodeRow, now: float) -> PolicyRecord | None:
         """`node` is alive at `now`; returns the record, which another node may have replaced."""
-        return await self._write(lambda tx: policy.beat(tx, node, now))
+        return await self._write(lambda tx: policy.heartbeat(tx, node, now))
 
     async def stopping(self, node: str, now: float) -> None:
         """`node` stops from `now` on (it finishes its requests, then leaves): its `seen_at` becomes -now."""
-
-        async def work(tx: Tx) -> None:
-            await tx.execute("UPDATE nodes SET seen_at = $1 WHERE node = $2", -now, node)
-
-        await self._write(work)
+        await self._write(lambda tx: tx.execute("UPDATE nodes SET seen_at = $1 WHERE node = $2", -now, node))
 
     async def leave(self, node: str) -> None:
-        async def work(tx: Tx) -> None:
-            await tx.execute("DELETE FROM nodes WHERE node = $1", node)
-
-        await self._write(work)
+        await self._write(lambda tx: tx.execute("DELETE FROM nodes WHERE node = $1", node))
 
     # -- sessions and holds ----------------------------------------------------------------------------------
 
@@ -463,21 +398,3 @@ class Operations(ABC):
     async def delete_session(self, key: SessionKey, now: float) -> int:
         """Release every hold of the session, then forget it. Returns how many holds were released."""
         return await self._write(lambda tx: sessions.delete(tx, key, now))
-
-
-async def _lock_with_variants(tx: Tx, sources: Sequence[str]) -> None:
-    """The locks of `sources` and of the variants linked to them, every one before any removal: the variants
-    as seen before locking, then any linked since (a link needs its source's lock, so once the sources are
-    locked the set stands still)."""
-    if tx.exclusive:
-        return
-
-    async def linked() -> set[str]:
-        found: set[str] = set()
-        for where, values in tx.refs_in("source", sources, 1):
-            found |= {r[0] for r in await tx.fetch(f"SELECT variant FROM variants WHERE {where}", *values)}
-        return found
-
-    first = set(sources) | await linked()
-    await tx.lock_refs(first)
-    await tx.lock_refs(await linked() - first)

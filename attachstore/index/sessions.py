@@ -1,4 +1,4 @@
-"""Sessions and their holds: the statements, and the transactions that change them (`Operations` runs each
+"""Sessions and their holds: the statements, and the transactions that change them (`Index` runs each
 one). Each locks the session's row before it reads the holds and runs a guard; adding holds also takes the
 locks of the refs held (protocol.py tells why)."""
 

@@ -24,7 +24,7 @@ import aiosqlite
 from ..errors import AttachstoreError, StorageFull, StorageUnavailable
 from ..text import human_bytes
 from .dialect import Row, Tx
-from .protocol import Operations
+from .protocol import Index
 from .rows import COLUMNS, ObjectRow
 from .schema import migrate
 
@@ -119,7 +119,7 @@ async def _wal(db: aiosqlite.Connection) -> None:
     await db.execute("PRAGMA journal_mode = WAL")
 
 
-class Index(Operations):
+class SqliteIndex(Index):
     """Two connections: one writer behind an asyncio lock (a transaction at a time), one reader (WAL)."""
 
     def __init__(self, path: Path, writer: aiosqlite.Connection, reader: aiosqlite.Connection) -> None:
@@ -132,7 +132,7 @@ class Index(Operations):
         self._committer: asyncio.Task[None] | None = None
 
     @classmethod
-    async def open(cls, path: Path) -> Index:
+    async def open(cls, path: Path) -> SqliteIndex:
         writer = await _connect(path)
         try:
             await migrate(writer)

@@ -27,7 +27,7 @@ from pathlib import Path
 from ..config import Limits
 from ..errors import Rejected, StorageUnavailable
 from ..gate import probe_header
-from ..index import Index, ObjectRow
+from ..index import ObjectRow, SqliteIndex
 from ..progress import Progress
 from ..refs import Ref
 from ..service import Store
@@ -148,7 +148,7 @@ class Audit:
         # The walk is listed as it goes, on the audit's thread, a trip at a time: nothing is listed ahead.
         trips = filepass.trips(self._parts(local), per_trip)
         index = self.store.index
-        database = str(index.path) if isinstance(index, Index) else None
+        database = str(index.path) if isinstance(index, SqliteIndex) else None
         # --max-rate asks to spare the machine: one thread then, never every core in bursts.
         processes = filepass.processes(len(run.rows)) if database and not self.max_rate else 1
         lister = ThreadPoolExecutor(1, thread_name_prefix="audit")

@@ -83,7 +83,7 @@ async def plan(
     named = await asyncio.to_thread(scan_roots, roots) if roots else set()
     candidates = await store.index.collectible(cutoff)
     garbage = [r for r in candidates if r.ref not in named]
-    held, young = await store.index.kept(cutoff)
+    held, young = await store.index.held_and_recent(cutoff)
     indexed = await store.index.refs()
     bar = progress(*await store.index.stats()) if progress else None
 

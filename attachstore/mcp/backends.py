@@ -191,7 +191,7 @@ class Local:
             session = await store.sessions.get((self.tenant, self.session.id))
         except SessionNotFound:
             return []
-        rows = await store.index.get_many(session.holds, store.scope(self.tenant)) if session.holds else {}
+        rows = await store.rows(session.holds, store.scope(self.tenant)) if session.holds else {}
         return [
             Stored(r.ref, r.media_type, r.bytes, r.width, r.height, r.name)
             for ref in session.holds

@@ -103,7 +103,7 @@ async def render(
 
     scope = store.scope(tenant)  # an image the caller may not see is unavailable, like a missing one
     unique = list(dict.fromkeys(o.ref for o in occurrences))
-    found = await store.index.get_many(unique, scope) if unique else {}
+    found = await store.rows(unique, scope) if unique else {}
     rows: dict[str, ObjectRow | None] = {ref: found.get(ref) for ref in unique}
     # Known unavailable without a read: no row (or not visible), or quarantined. A row marked missing is
     # tried, since its file may be back.
@@ -202,7 +202,7 @@ async def _variants(
     """The variants of `rows` (each as _variant), derived in `tenant`'s turn, at most the tenant's cap of
     derivations at a time, so that a render alone never meets the cap. Raises ServerBusy when the tenant's
     other requests hold the cap."""
-    room = asyncio.Semaphore(store.variants.per_tenant)
+    room = asyncio.Semaphore(store.config.admission.max_derivations_per_tenant)
 
     async def one(row: ObjectRow | None) -> ObjectRow | Fate:
         async with room:

@@ -1,16 +1,14 @@
 """The service: the one place that owns the order of operations. Edges (HTTP, CLI) call it; it calls the
 gate (through the decode pool), the blob store and the index."""
 
-from .admission import SOURCES, Admission, Upload
-from .catalog import Catalog
-from .model import ImageRef, Normalization
-from .names import display_name
+from .admission import SOURCES, Admission
+from .model import ImageRef, Upload
 from .policy import Declaration, Diagnostic, RouteTable, accepts_images, model_text
 from .previews import SIZES as PREVIEW_SIZES
 from .previews import SIZES_HINT as PREVIEW_SIZES_HINT
 from .sessions import SESSION_ID_PATTERN
 from .store import Store
-from .storepolicy import Applied, PolicyMismatch, own_policy
+from .storepolicy import Applied, own_policy
 from .variants import VariantSpec
 
 __all__ = [
@@ -20,18 +18,14 @@ __all__ = [
     "SOURCES",
     "Admission",
     "Applied",
-    "Catalog",
     "Declaration",
     "Diagnostic",
     "ImageRef",
-    "Normalization",
-    "PolicyMismatch",
     "RouteTable",
     "Store",
     "Upload",
     "VariantSpec",
     "accepts_images",
-    "display_name",
     "model_text",
     "own_policy",
 ]

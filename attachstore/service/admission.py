@@ -5,51 +5,27 @@ into a diagnostic per image and a text for the model for `tool`/`mcp`."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from .. import gate
 from ..config import Config
 from ..errors import AttachstoreError, InvalidRequest, Rejected
-from ..gate import DecodePool, Passed, SharedBuffer
+from ..gate import DecodePool
 from ..index import Hold, Index, ObjectRow
 from ..metrics import Metrics
 from ..refs import Checker, Ref
 from ..storage import Put
 from . import policy
-from .model import ImageRef, Normalization
+from .model import ImageRef, Upload
 from .names import display_name, renamed
 from .policy import Diagnostic
 from .publish import Check, Publisher
 from .sessions import Sessions
 from .slots import Slot, Slots
-
-if TYPE_CHECKING:
-    from ..index.postgres import PgIndex
+from .validation import Admitted, Validator
 
 SOURCES = ("user", "tool", "mcp", "command")
-
-
-@dataclass(frozen=True, slots=True)
-class Upload:
-    """One image handed to admission: base64 text (JSON), raw bytes (CLI), or raw bytes the edge wrote into
-    shared memory as they arrived (multipart), which reach the decode worker without a copy.
-
-    `size` is the decoded size; an edge that stopped buffering an oversized part passes its full size here."""
-
-    payload: str | bytes | SharedBuffer
-    size: int
-    media_type: str | None = None
-    name: str | None = None
-
-    @classmethod
-    def of_bytes(cls, data: bytes, media_type: str | None = None, name: str | None = None) -> Upload:
-        return cls(data, len(data), media_type, name)
-
-    @classmethod
-    def of_base64(cls, text: str, media_type: str | None = None, name: str | None = None) -> Upload:
-        return cls(text, gate.base64_decoded_size(text), media_type, name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,28 +41,16 @@ class Admission:
         return bool(self.diagnostics)
 
 
-@dataclass(frozen=True, slots=True)
-class _Admitted:
-    ref: Ref
-    data: bytes | memoryview  # what is stored: the upload (perhaps in shared memory), or its normalization
-    inspection: Passed
-
-    @property
-    def normalized(self) -> Normalization | None:
-        original = self.inspection.original
-        return None if original is None else Normalization(original, tuple(self.inspection.steps))
-
-
 def _degraded(
     uploads: Sequence[Upload],
     names: Sequence[str | None],
     batch_error: Rejected | None,
-    verdicts: Sequence[_Admitted | Rejected],
+    verdicts: Sequence[Admitted | Rejected],
 ) -> Admission:
     diagnostics = []
     for i, (u, name) in enumerate(zip(uploads, names, strict=True)):
-        verdict: _Admitted | Rejected | None = batch_error or (verdicts[i] if i < len(verdicts) else None)
-        if isinstance(verdict, _Admitted):
+        verdict: Admitted | Rejected | None = batch_error or (verdicts[i] if i < len(verdicts) else None)
+        if isinstance(verdict, Admitted):
             diagnostics.append(Diagnostic(i, verdict.inspection.media_type, name, None, "valid"))
         elif isinstance(verdict, Rejected):
             declared = None if u.media_type is None else gate.canonical_type(u.media_type)
@@ -94,50 +58,32 @@ def _degraded(
     return Admission([], diagnostics, policy.model_text(diagnostics))
 
 
-async def _settle(
-    jobs: Mapping[int, asyncio.Future[Passed]], every_image: bool, decided: int | None
-) -> dict[int, Passed | Rejected]:
-    """The outcome of each deep check, by input position; every job has ended when this returns, also when
-    the caller is cancelled. Without `every_image`, the first failure in input order decides (`decided`:
-    the position of one already known): a check after a failure is cancelled as soon as the failure is
-    known, since it cannot change the verdict, and the wait ends when every check before it has ended.
-    Anything but a rejection is raised at once, and the other checks are cancelled."""
-    outcomes: dict[int, Passed | Rejected] = {}
-    try:
-        while True:
-            if decided is not None:
-                for i, job in jobs.items():
-                    if i > decided:
-                        job.cancel()
-            waiting = [j for i, j in jobs.items() if not j.done() and (decided is None or i < decided)]
-            if not waiting:
-                return outcomes
-            done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-            for i, job in jobs.items():
-                if job not in done or job.cancelled():
-                    continue
-                e = job.exception()
-                if e is None:
-                    outcomes[i] = job.result()
-                elif isinstance(e, gate.AlreadyDecided):  # never started: a failure before it decided
-                    continue
-                elif isinstance(e, Rejected):
-                    outcomes[i] = e
-                    if not every_image and (decided is None or i < decided):
-                        decided = i
-                else:
-                    raise e
-    finally:
-        for job in jobs.values():
-            job.cancel()
-        await asyncio.gather(*jobs.values(), return_exceptions=True)
+def _refused(
+    uploads: Sequence[Upload],
+    names: Sequence[str | None],
+    batch_error: Rejected | None,
+    verdicts: Sequence[Admitted | Rejected],
+    soft: bool,
+) -> Admission:
+    """A refused admission: degraded into diagnostics for a soft source, else the first failure raised."""
+    if soft:
+        return _degraded(uploads, names, batch_error, verdicts)
+    if batch_error is not None:
+        raise batch_error
+    i, first = next((i, v) for i, v in enumerate(verdicts) if isinstance(v, Rejected))
+    raise first.at(i)
+
+
+def _answer(a: Admitted, name: str | None) -> ImageRef:
+    i = a.inspection
+    return ImageRef(str(a.ref), i.media_type, len(a.data), i.width, i.height, i.frames, name, a.normalized)
 
 
 class Admissions:
     def __init__(
         self,
         config: Config,
-        index: Index | PgIndex,
+        index: Index,
         pool: DecodePool,
         sessions: Sessions,
         publisher: Publisher,
@@ -152,6 +98,7 @@ class Admissions:
         self.publisher = publisher
         self.metrics = metrics
         self.slots = Slots(config, metrics)
+        self.validator = Validator(config, sessions.routes, pool, checker)
         self._storing: set[asyncio.Task[None]] = set()
 
     async def close(self) -> None:
@@ -169,13 +116,10 @@ class Admissions:
         slot: Slot | None = None,
         exact: bool = False,
     ) -> Admission:
-        """Validate every member, then store every member, then publish all rows (and the session's holds)
-        in one transaction. A rejection raises for `user`/`command` and degrades for `tool`/`mcp`.
-
-        `slot` is the place an edge took before it read the uploads; without one, the admission takes its
-        own. `exact` stores every image byte for byte as it came, whatever `[admission] oversize` and
-        `strip_metadata` say: what the stored limits refuse is refused (`attachstore transcript`, whose
-        restore must give back the very bytes)."""
+        """docs/design.md, "Admission, step by step". `slot`: the place an edge took before it read the
+        uploads (else the admission takes its own). `exact`: every image stored byte for byte as it came,
+        whatever `[admission] oversize` and `strip_metadata` say (`attachstore transcript`'s restore must give
+        back the very bytes)."""
         if not source:  # the same words whether JSON or a form left it out
             raise InvalidRequest(
                 f"source: missing; say where the images come from: one of {', '.join(SOURCES)}"
@@ -220,7 +164,7 @@ class Admissions:
         if not uploads:
             raise InvalidRequest("images: at least one image is required")
         with self.slots.take(tenant, source):
-            batch_error, verdicts = await self._validate(
+            batch_error, verdicts = await self.validator.validate(
                 uploads, source, route, every_image=True, tenant=tenant, exact=exact
             )
         if batch_error is not None:
@@ -244,7 +188,7 @@ class Admissions:
             hold = Hold((tenant, session), self.sessions.guard_images, everything=self.config.is_open)
         names = [display_name(u.name) for u in uploads]
         soft = source in policy.SOFT_SOURCES
-        batch_error, verdicts = await self._validate(
+        batch_error, verdicts = await self.validator.validate(
             uploads,
             source,
             route,
@@ -254,24 +198,28 @@ class Admissions:
             exact=exact,
         )
         if batch_error is not None or any(isinstance(v, Rejected) for v in verdicts):
-            if soft:
-                return _degraded(uploads, names, batch_error, verdicts)
-            if batch_error is not None:
-                raise batch_error
-            i, first = next((i, v) for i, v in enumerate(verdicts) if isinstance(v, Rejected))
-            raise first.at(i)
-        admitted = [v for v in verdicts if isinstance(v, _Admitted)]
+            return _refused(uploads, names, batch_error, verdicts, soft)
+        admitted = [v for v in verdicts if isinstance(v, Admitted)]
         # A normalized image's name takes the extension of its new type: 'photo.png' stored as a JPEG is
         # 'photo.jpg'.
         names = [
             renamed(n, a.inspection.media_type) if a.normalized else n
             for n, a in zip(names, admitted, strict=True)
         ]
-        # From here the admission finishes even when it is cancelled (its client left): its files are
-        # written in threads that cannot be stopped, and cut off there it would leave unindexed objects
-        # behind for gc and the audit. Cancelled, it waits for the store (keeping its place among
-        # max_concurrent) and leaves published, like one whose answer was lost; cancelled again (shutdown),
-        # it leaves at once and Store.close waits for the store.
+        try:
+            await self._store_to_the_end(admitted, names, hold, tenant)
+        except Rejected as e:  # the session's route turned text-only meanwhile (checked under the lock)
+            return _refused(uploads, names, e, [], soft)
+        return Admission([_answer(a, name) for a, name in zip(admitted, names, strict=True)])
+
+    async def _store_to_the_end(
+        self, admitted: Sequence[Admitted], names: Sequence[str | None], hold: Hold | None, tenant: str
+    ) -> None:
+        """`_store`, finished even when the admission is cancelled (its client left): its files are written
+        in threads that cannot be stopped, and cut off there it would leave unindexed objects behind for gc
+        and the audit. Cancelled, it waits for the store (keeping its place among max_concurrent) and leaves
+        published, like one whose answer was lost; cancelled again (shutdown), it leaves at once and
+        Store.close waits for the store."""
         storing = asyncio.create_task(self._store(admitted, names, hold, tenant))
         self._storing.add(storing)
         storing.add_done_callback(self._stored)
@@ -280,124 +228,11 @@ class Admissions:
         except asyncio.CancelledError:
             await asyncio.wait([storing])
             raise
-        except Rejected as e:  # the session's route turned text-only meanwhile (checked under the lock)
-            if soft:
-                return _degraded(uploads, names, e, [])
-            raise
-        return Admission(
-            [
-                ImageRef(
-                    str(a.ref),
-                    a.inspection.media_type,
-                    len(a.data),
-                    a.inspection.width,
-                    a.inspection.height,
-                    a.inspection.frames,
-                    name,
-                    a.normalized,
-                )
-                for a, name in zip(admitted, names, strict=True)
-            ]
-        )
-
-    async def _validate(
-        self,
-        uploads: Sequence[Upload],
-        source: str,
-        route: str | None,
-        *,
-        every_image: bool,
-        session: tuple[str | None, str | None] = (None, None),
-        tenant: str = "",
-        exact: bool = False,
-    ) -> tuple[Rejected | None, list[_Admitted | Rejected]]:
-        """The gate of SPEC section 4: a batch-level failure, or a verdict per image.
-
-        Without `every_image`, the first failure in input order decides, exactly as if the images were
-        checked one after another, while the expensive checks of the images before it run concurrently:
-        images after a failure are not looked at, and their checks are cancelled as soon as it is known.
-        The deep checks wait for a decode worker in `tenant`'s turn and share one budget of decoder time
-        (`[admission] request_decode_timeout`); cancelling the admission (its client left) stops them."""
-        limits = self.config.limits
-        admission = self.config.admission
-        fit_limits = admission.fit_limits(limits) if admission.oversize == "fit" and not exact else None
-        # A tool can read its file again; a person attaches the image again.
-        again = gate.READ_AGAIN if source in policy.SOFT_SOURCES else gate.ATTACH_AGAIN
-        try:
-            policy.check_modality(self.sessions.routes, route, source)
-            if session[0] is not None:
-                policy.check_session(self.sessions.routes, session[0], session[1])
-            gate.check_batch([u.size for u in uploads], limits)
-        except Rejected as e:
-            return e, []
-        # The decoded uploads' descriptors are closed when the checks are done; what is stored keeps a view
-        # of their memory, freed with the admission.
-        decoded: list[SharedBuffer] = []
-        try:
-            cheap: list[bytes | SharedBuffer | Rejected] = []
-            for u in uploads:
-                try:
-                    if isinstance(u.payload, str):
-                        decoded.append(gate.decode_base64_shared(u.payload))
-                    data = decoded[-1] if isinstance(u.payload, str) else u.payload
-                    head = data.head(64) if isinstance(data, SharedBuffer) else data[:64]
-                    gate.precheck(u.size, head, u.media_type, fit_limits or limits, again=again)
-                    cheap.append(data)
-                except Rejected as e:
-                    cheap.append(e)
-                    if not every_image:
-                        break
-            batch = gate.Batch(
-                admission.request_decode_timeout_seconds, first_failure_decides=not every_image
-            )
-            jobs = {
-                i: asyncio.create_task(
-                    self.pool.inspect(
-                        c,
-                        u.media_type,
-                        limits,
-                        self.config.hash,
-                        trailing_data=admission.trailing_data,
-                        fit_limits=fit_limits,
-                        strip_metadata=admission.strip_metadata and not exact,
-                        again=again,
-                        check_key=self.checker.key,
-                        tenant=tenant,
-                        batch=batch,
-                        position=i,
-                    )
-                )
-                for i, (c, u) in enumerate(zip(cheap, uploads, strict=False))
-                if not isinstance(c, Rejected)
-            }
-            # Without every_image, a cheap failure ended the list: it decides, unless one before it fails.
-            cheap_failure = len(cheap) - 1 if isinstance(cheap[-1], Rejected) and not every_image else None
-            deep = await _settle(jobs, every_image, cheap_failure)
-            verdicts: list[_Admitted | Rejected] = []
-            for i, c in enumerate(cheap):
-                found = c if isinstance(c, Rejected) else deep[i]
-                if isinstance(found, Passed) and not isinstance(c, Rejected):
-                    if (
-                        exact and found.data is not None
-                    ):  # pragma: no cover - nothing asked the worker to change it
-                        raise AttachstoreError("an exact admission came back with other bytes")
-                    kept = c.seal() if isinstance(c, SharedBuffer) else c
-                    stored = kept if found.data is None else found.data
-                    verdicts.append(_Admitted(Ref(self.config.hash, found.digest), stored, found))
-                    continue
-                if isinstance(found, Rejected):
-                    verdicts.append(found)
-                if not every_image:
-                    break  # the first failure decides; the checks after it were cancelled
-            return None, verdicts
-        finally:
-            for buf in decoded:
-                buf.close()
 
     async def _store(
-        self, admitted: Sequence[_Admitted], names: Sequence[str | None], hold: Hold | None, tenant: str
+        self, admitted: Sequence[Admitted], names: Sequence[str | None], hold: Hold | None, tenant: str
     ) -> None:
-        unique: dict[Ref, _Admitted] = {}
+        unique: dict[Ref, Admitted] = {}
         first_name: dict[Ref, str | None] = {}
         for a, name in zip(admitted, names, strict=True):
             unique.setdefault(a.ref, a)

@@ -1,10 +1,12 @@
-"""What the service answers with about an attachment (`ImageRef`), for admissions and reads alike."""
+"""The service's value objects: what an admission is handed (`Upload`), and what the service answers with
+about an attachment (`ImageRef`), for admissions and reads alike."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..gate import Original
+from .. import gate
+from ..gate import Original, SharedBuffer
 from ..index import ObjectRow
 
 
@@ -30,3 +32,24 @@ class ImageRef:
 
 def image_ref(row: ObjectRow, name: str | None = None) -> ImageRef:
     return ImageRef(row.ref, row.media_type, row.bytes, row.width, row.height, row.frames, name or row.name)
+
+
+@dataclass(frozen=True, slots=True)
+class Upload:
+    """One image handed to admission: base64 text (JSON), raw bytes (CLI), or raw bytes the edge wrote into
+    shared memory as they arrived (multipart), which reach the decode worker without a copy.
+
+    `size` is the decoded size; an edge that stopped buffering an oversized part passes its full size here."""
+
+    payload: str | bytes | SharedBuffer
+    size: int
+    media_type: str | None = None
+    name: str | None = None
+
+    @classmethod
+    def of_bytes(cls, data: bytes, media_type: str | None = None, name: str | None = None) -> Upload:
+        return cls(data, len(data), media_type, name)
+
+    @classmethod
+    def of_base64(cls, text: str, media_type: str | None = None, name: str | None = None) -> Upload:
+        return cls(text, gate.base64_decoded_size(text), media_type, name)

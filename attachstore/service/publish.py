@@ -9,15 +9,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from ..errors import AttachstoreError
 from ..index import Index, ObjectRow
 from ..refs import Ref
 from ..storage import BlobStore, Put
-
-if TYPE_CHECKING:
-    from ..index.postgres import PgIndex
 
 _PUBLISH_ATTEMPTS = 3
 
@@ -33,7 +30,7 @@ class FileGone(Exception):
 
 
 class Publisher:
-    def __init__(self, blobs: BlobStore, index: Index | PgIndex) -> None:
+    def __init__(self, blobs: BlobStore, index: Index) -> None:
         self.blobs = blobs
         self.index = index
 

@@ -7,19 +7,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Literal, NamedTuple, overload
+from typing import Literal, NamedTuple, overload
 
 from ..config import Config
 from ..errors import AttachstoreError, Corrupt, Missing, NotFound, StorageUnavailable
-from ..gate import Header, HeaderTooDeep, probe_header
 from ..index import Index, ObjectRow
 from ..metrics import Metrics
 from ..refs import Buffer, Checker, Ref
 from ..storage import BlobStore, LocalBlobStore, Mapped, Resident, Verify
+from .headers import Headers
 from .model import ImageRef, image_ref
-
-if TYPE_CHECKING:
-    from ..index.postgres import PgIndex
 
 log = logging.getLogger("attachstore.reads")
 
@@ -33,7 +30,7 @@ class Reads:
         self,
         config: Config,
         blobs: BlobStore,
-        index: Index | PgIndex,
+        index: Index,
         local: LocalBlobStore | None,
         metrics: Metrics,
         checker: Checker,
@@ -44,10 +41,7 @@ class Reads:
         self.index = index
         self.metrics = metrics
         self.resident: Resident[_Known] | None = Resident(local) if local is not None else None
-        # The headers walked in full off the loop (objects admitted before the gate bounded them), by ref.
-        self._deep: dict[str, Header | None] = {}
-        self._walks: dict[str, asyncio.Task[Header | None]] = {}
-        self._walking = asyncio.Lock()
+        self.headers = Headers(metrics)
 
     def scope(self, tenant: str | None) -> str | None:
         """Whose grants bound what a caller sees: None (everything) for the operator, and for everyone
@@ -71,7 +65,7 @@ class Reads:
         _, row = await self.row(text, tenant)
         return image_ref(row)
 
-    def recalled(
+    def read_remembered(
         self, text: str, tenant: str | None = None, mapped: bool = False
     ) -> tuple[ImageRef, bytearray | Mapped] | None:
         """What `read` answers, when this process served the same file to the same scope a moment ago: the
@@ -86,7 +80,7 @@ class Reads:
             return None
         known, data = hit
         # None: a header not walked in full yet, which `read` walks off the loop.
-        if not self._fits_now(known.row, data):
+        if not self.headers.fit_now(known.row, data):
             _let_go(data)
             resident.forget(text)
             return None
@@ -114,16 +108,13 @@ class Reads:
         claim: Callable[[int], None] | None = None,
         mapped: bool = False,
     ) -> tuple[ImageRef, bytes | bytearray | Mapped]:
-        """Verified bytes: the whole object re-hashed, its header checked against the index. Given `claim`,
-        the object's size is claimed with it once its row is found and before its bytes are read (a refusal,
-        ServerBusy, reads nothing): what reads in progress hold is then within the caller's budget, however
-        many of them wait for a thread or for the loop. A recalled read is on the caller's stack and does
-        not claim: the caller claims what it sends. `mapped`: an object in the page cache may come as a
-        `Mapped` (storage/mapped.py), its bytes where they lie, which the caller must release."""
+        """Verified bytes (docs/design.md, "Verified reads"). `claim` takes the object's size from the
+        caller's budget before its bytes are read; a remembered read does not claim, the caller claims what it
+        sends. `mapped`: the bytes may come as a `Mapped`, which the caller must release."""
         ref = Ref.parse(text)
-        recalled = self.recalled(text, tenant, mapped)
-        if recalled is not None:
-            return recalled
+        remembered = self.read_remembered(text, tenant, mapped)
+        if remembered is not None:
+            return remembered
         scope = self.scope(tenant)
         resident = self.resident
         try:
@@ -138,7 +129,7 @@ class Reads:
             found = resident.read(ref, row.bytes, verify, mapped)
             if found is not None:
                 data: bytes | bytearray | Mapped = found[0]
-                fits = self._fits_now(row, data)
+                fits = self.headers.fit_now(row, data)
                 if isinstance(data, Mapped) and (fits is None or self._unchecked(ref, row)):
                     # What follows waits (a header walked off the loop, a check written to the index): no
                     # mapping is held across a wait, where its lease would keep a writer waiting out of the
@@ -146,7 +137,7 @@ class Reads:
                     data = _copied(data)
                 if fits is None:
                     assert not isinstance(data, Mapped)
-                    fits = _fits(row, await self._deep_header(row.ref, data))
+                    fits = await self.headers.walked(row, data)
                 if fits:
                     await self._record_check(ref, row, data)
                     resident.remember(_Known(row, image_ref(row), verify), scope, found[1])
@@ -156,12 +147,9 @@ class Reads:
         return await self.verified(ref, row, scope)
 
     def _verify(self, ref: Ref, row: ObjectRow) -> Verify:
-        """What the bytes of `row` must pass: its keyed check when this key made it, else their address
-        (blake3 addresses, rows older than checks, checks made with another key). The check binds the ref,
-        the size and the media type the row records: one copied from another row fits no bytes here, and
-        the read falls back to the address, which other bytes fail. A check that fails over bytes that
-        still hash to their address is the row's fault, not the bytes': they are served, and the mismatch
-        counted and logged (the audit reports it, and --repair records the right check)."""
+        """What the bytes of `row` must pass: its keyed check when this key made it, else their address. A
+        check that fails over bytes that still hash to their address is the row's fault: they are served, and
+        the mismatch counted and logged (docs/security.md, "The keyed check of reads")."""
         check = row.keyed_check
         if ref.algorithm != "sha256" or check is None or not self.checker.mine(check):
             return ref.matches
@@ -210,21 +198,19 @@ class Reads:
     async def verified_many(
         self, wanted: Sequence[tuple[Ref, ObjectRow]], scope: str | None
     ) -> list[bytes | bytearray | None]:
-        """`verified` of many objects at once (a render's), each bytes or None where it cannot be served: not
-        found, damaged, missing. Those that are in the page cache (their last page is) are read in a few
-        threads (Resident.read_all); each of the others, and any doubt, takes `verified`, which decides what
-        a failure means and counts it."""
+        """`verified` of a render's objects, each bytes or None where it cannot be served. Those in the page
+        cache are read in a few threads (Resident.read_all); the others, and any doubt, take `verified`."""
         found: list[bytes | bytearray | None] = [None] * len(wanted)
         warm = [i for i, (_, row) in enumerate(wanted) if row.state == "ok"]
         if self.resident is not None and warm:
             checks = [(ref, row.bytes, self._verify(ref, row)) for ref, row in (wanted[i] for i in warm)]
             for i, data in zip(warm, await self.resident.read_all(checks), strict=True):
                 ref, row = wanted[i]
-                if data is not None and await self._header_fits(row, data):
+                if data is not None and await self.headers.fit(row, data):
                     await self._record_check(ref, row, data)
                     found[i] = data
-            # Counted at once: an increment of a multiprocess counter takes a lock and a look at the pid,
-            # about 10 µs on the loop here; one per image was 3 % of a render's loop time.
+            # Counted at once: one increment per image was a measurable share of a render's loop time
+            # (docs/performance.md, "The render's reads, this round").
             self.metrics.reads_ok.inc(sum(found[i] is not None for i in warm))
         cold = [i for i, data in enumerate(found) if data is None]
 
@@ -253,7 +239,7 @@ class Reads:
             else:
                 if row.state != "ok":  # the file is back (restored, or healed by another process)
                     await self._settle(ref, scope, self._back(ref))
-                if not await self._header_fits(row, data):
+                if not await self.headers.fit(row, data):
                     # The bytes are the admitted ones (the hash matched), so the row is what is wrong: do not
                     # serve, do not quarantine good bytes; admitting them again rewrites the row.
                     raise Corrupt(f"the index entry of {ref} does not match its bytes")
@@ -314,45 +300,6 @@ class Reads:
 
         return decide
 
-    async def _header_fits(self, row: ObjectRow, data: bytes | bytearray) -> bool:
-        """The verified bytes' header says what the row says: type and dimensions. Probed on the loop, at
-        most JPEG_HEADER_STEPS steps; a JPEG that needs more was admitted before the gate refused those, and
-        is walked off the loop."""
-        fits = self._fits_now(row, data)
-        return _fits(row, await self._deep_header(row.ref, data)) if fits is None else fits
-
-    def _fits_now(self, row: ObjectRow, data: bytes | bytearray | Mapped) -> bool | None:
-        """`_header_fits` where it needs no wait: the header probed on the loop, or walked in full before;
-        None where the walk is still to make."""
-        try:
-            return _fits(row, probe_header(data, bounded=True))
-        except HeaderTooDeep:
-            return _fits(row, self._deep[row.ref]) if row.ref in self._deep else None
-
-    async def _deep_header(self, ref: str, data: bytes | bytearray) -> Header | None:
-        """The header walked in full, in a thread and one object at a time, so that the loop keeps serving.
-        Remembered: the bytes hashed to `ref`, so their header is the same on every read of it. One walk
-        an object, shared by its concurrent readers and run to its end when they leave (a reader that
-        disconnects is cancelled): leaving and asking again cannot start another."""
-        if ref in self._deep:
-            return self._deep[ref]
-        walk = self._walks.get(ref)
-        if walk is None:
-            walk = self._walks[ref] = asyncio.create_task(self._walk(ref, data))
-        return await asyncio.shield(walk)
-
-    async def _walk(self, ref: str, data: bytes | bytearray) -> Header | None:
-        try:
-            async with self._walking:
-                self.metrics.header_probes_deferred.inc()
-                header = await asyncio.to_thread(probe_header, data)
-            if len(self._deep) >= _DEEP_KEPT:
-                del self._deep[next(iter(self._deep))]
-            self._deep[ref] = header
-            return header
-        finally:
-            del self._walks[ref]
-
 
 class _Known(NamedTuple):
     """A row a verified read was served under, remembered with what every read of it makes of the row: the
@@ -388,7 +335,6 @@ def _let_go(data: Buffer) -> None:
         data.release()
 
 
-_DEEP_KEPT = 1024
 _QUARANTINED = "the stored bytes of {} failed verification and were quarantined"
 _MISSING = "the bytes of {} are missing from the store"
 # What a decision gives Index.settle: the row's new state, and what was found with the row as it now is.
@@ -402,11 +348,3 @@ def _finding(row: ObjectRow, found: str) -> tuple[str, tuple[str, ObjectRow]]:
         found = "quarantined"
     state = row.state if found == "intact" else found
     return state, (found, row._replace(state=state))
-
-
-def _fits(row: ObjectRow, header: Header | None) -> bool:
-    return header is not None and (header.media_type, header.width, header.height) == (
-        row.media_type,
-        row.width,
-        row.height,
-    )

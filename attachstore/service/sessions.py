@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from ..config import Config
 from ..errors import InvalidRequest, SessionNotFound
@@ -13,9 +12,6 @@ from ..index import Hold, Index, SessionKey, SessionRow
 from ..refs import Ref
 from . import policy
 from .policy import RouteTable
-
-if TYPE_CHECKING:
-    from ..index.postgres import PgIndex
 
 # "." and ".." are excluded: URL handling everywhere drops them as dot segments, so no client could name them.
 SESSION_ID_PATTERN = r"^(?!\.\.?$)[A-Za-z0-9._:-]{1,128}$"
@@ -33,7 +29,7 @@ def check_session_id(text: str) -> str:
 
 
 class Sessions:
-    def __init__(self, config: Config, index: Index | PgIndex, routes: RouteTable) -> None:
+    def __init__(self, config: Config, index: Index, routes: RouteTable) -> None:
         self.config = config
         self.index = index
         self.routes = routes

@@ -5,39 +5,44 @@ parts, each in a module of its own: admissions, verified reads, request variants
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Literal, overload
 
 import msgspec
 
 from ..config import Config
-from ..errors import ConfigError
+from ..errors import ConfigError, Rejected
 from ..gate import DecodePool
-from ..index import Index
+from ..index import Index, ObjectRow, SqliteIndex
 from ..metrics import Metrics
-from ..refs import Checker
-from ..storage import BlobStore, FileOps, LocalBackend, LocalBlobStore, ReadCache
+from ..refs import Checker, Ref
+from ..storage import BlobStore, FileOps, LocalBackend, LocalBlobStore, Mapped, ReadCache
 from . import checkkey
-from .admission import Admissions
+from .admission import Admission, Admissions
 from .catalog import Catalog, builtin
+from .model import ImageRef, Upload
 from .policy import RouteTable
 from .previews import Previews
 from .publish import Publisher
 from .reads import Reads
 from .sessions import Sessions
-from .storepolicy import Applied, Role, settle
-from .variants import Variants
-
-if TYPE_CHECKING:
-    from ..index.postgres import PgIndex
+from .slots import Slot
+from .storepolicy import Applied, Role, take_policy
+from .variants import Variants, VariantSpec
 
 
 class Store:
+    """The face of the service: what the edges call is a method here. The parts stay reachable for what
+    works beside the service by design (docs/design.md, "The map"): gc, the audit and migrate use `index`,
+    `blobs` and `local` directly, under the same index locks as admissions."""
+
     def __init__(
         self,
         config: Config,
         blobs: BlobStore,
-        index: Index | PgIndex,
+        index: Index,
         pool: DecodePool,
         catalog: Catalog | None = None,
         checker: Checker | None = None,
@@ -45,43 +50,140 @@ class Store:
         self.config = config
         # The keyed check recorded at admission and verified by reads (docs/security.md).
         self.checker = checker or checkkey.checker(config)
-        self.blobs = blobs
+        self.blobs = blobs  # for maintenance, which works on the blob store directly
         # The file-system store behind the local backend, for what only it has (staging files, the audit's
         # direct walk); None on S3.
         self.local = blobs.blobs if isinstance(blobs, LocalBackend) else None
-        self.index = index
+        self.index = index  # for maintenance, which works on the index directly
         self.pool = pool
         self.metrics = pool.metrics  # the decode pool counts its jobs in the store's registry
         # The model declarations every check reads: the configured routes over the catalog.
         self.routes = RouteTable(config.routes, catalog or builtin())
         self.policy: Applied | None = None  # set by open(): the policy applied, and the daemon's node
-        self.sessions = Sessions(config, index, self.routes)
+        self.sessions = Sessions(config, index, self.routes)  # sessions and their holds, for the edges too
         self.reads = Reads(config, blobs, index, self.local, self.metrics, self.checker)
         self.resident = self.reads.resident
-        publisher = Publisher(blobs, index)
+        self.publisher = Publisher(blobs, index)
         self.admissions = Admissions(
-            config, index, pool, self.sessions, publisher, self.metrics, self.checker
+            config, index, pool, self.sessions, self.publisher, self.metrics, self.checker
         )
         self.variants = Variants(
-            config, index, pool, self.reads.verified, publisher, self.metrics, self.checker
+            config, index, pool, self.reads.verified, self.publisher, self.metrics, self.checker
         )
-        previews = Previews(self.reads, self.variants)
-        # What the edges call.
-        self.admit = self.admissions.admit
-        self.check = self.admissions.check
-        self.admission_slot = self.admissions.slots.take
-        self.body_slot = self.admissions.slots.body
-        self.scope = self.reads.scope
-        self.meta = self.reads.meta
-        self.read = self.reads.read
-        self.recalled = self.reads.recalled
-        self.verified = self.reads.verified
-        self.verified_many = self.reads.verified_many
-        self.variant = self.variants.variant
-        self.read_variant = self.variants.read
-        self.preview = previews.preview
-        self.preview_ref = previews.current
-        self.discard_object = publisher.discard
+        self.previews = Previews(self.reads, self.variants)
+
+    # -- admissions ------------------------------------------------------------------------------------------
+
+    async def admit(
+        self,
+        uploads: Sequence[Upload],
+        source: str | None,
+        *,
+        route: str | None = None,
+        session: str | None = None,
+        tenant: str = "",
+        slot: Slot | None = None,
+        exact: bool = False,
+    ) -> Admission:
+        return await self.admissions.admit(
+            uploads, source, route=route, session=session, tenant=tenant, slot=slot, exact=exact
+        )
+
+    async def check(
+        self,
+        uploads: Sequence[Upload],
+        source: str,
+        *,
+        route: str | None = None,
+        tenant: str = "",
+        exact: bool = False,
+    ) -> list[Rejected | None]:
+        return await self.admissions.check(uploads, source, route=route, tenant=tenant, exact=exact)
+
+    def admission_slot(self, tenant: str = "", source: str = "") -> AbstractContextManager[Slot]:
+        """A place for one admission, taken before its body is read (ServerBusy when none is free)."""
+        return self.admissions.slots.take(tenant, source)
+
+    def body_slot(self, tenant: str = "", source: str = "") -> AbstractContextManager[Slot]:
+        """A share of the byte budget for a request body that is not an admission (a render's)."""
+        return self.admissions.slots.body(tenant, source)
+
+    # -- reads -----------------------------------------------------------------------------------------------
+
+    def scope(self, tenant: str | None) -> str | None:
+        return self.reads.scope(tenant)
+
+    async def meta(self, text: str, tenant: str | None = None) -> ImageRef:
+        return await self.reads.meta(text, tenant)
+
+    @overload
+    async def read(
+        self,
+        text: str,
+        tenant: str | None = None,
+        claim: Callable[[int], None] | None = None,
+        mapped: Literal[False] = False,
+    ) -> tuple[ImageRef, bytes | bytearray]: ...
+
+    @overload
+    async def read(
+        self, text: str, tenant: str | None, claim: Callable[[int], None] | None, mapped: bool
+    ) -> tuple[ImageRef, bytes | bytearray | Mapped]: ...
+
+    async def read(
+        self,
+        text: str,
+        tenant: str | None = None,
+        claim: Callable[[int], None] | None = None,
+        mapped: bool = False,
+    ) -> tuple[ImageRef, bytes | bytearray | Mapped]:
+        return await self.reads.read(text, tenant, claim, mapped)
+
+    def read_remembered(
+        self, text: str, tenant: str | None = None, mapped: bool = False
+    ) -> tuple[ImageRef, bytearray | Mapped] | None:
+        return self.reads.read_remembered(text, tenant, mapped)
+
+    async def rows(self, refs: Sequence[str], scope: str | None) -> dict[str, ObjectRow]:
+        """The index rows of those of `refs` that `scope` may see, by ref (a render's or a session's plan)."""
+        return await self.index.get_many(refs, scope)
+
+    async def verified(self, ref: Ref, row: ObjectRow, scope: str | None) -> tuple[ImageRef, bytes]:
+        return await self.reads.verified(ref, row, scope)
+
+    async def verified_many(
+        self, wanted: Sequence[tuple[Ref, ObjectRow]], scope: str | None
+    ) -> list[bytes | bytearray | None]:
+        return await self.reads.verified_many(wanted, scope)
+
+    # -- variants and previews -------------------------------------------------------------------------------
+
+    async def variant(
+        self, source: ObjectRow, spec: VariantSpec, tenant: str | None = "", *, again: bool = False
+    ) -> ObjectRow:
+        return await self.variants.variant(source, spec, tenant, again=again)
+
+    async def read_variant(
+        self, source: ObjectRow, variant: ObjectRow, spec: VariantSpec, tenant: str | None = ""
+    ) -> tuple[ImageRef, bytes]:
+        return await self.variants.read(source, variant, spec, tenant)
+
+    async def preview(self, text: str, size: int, tenant: str | None) -> tuple[ImageRef, bytes | bytearray]:
+        return await self.previews.preview(text, size, tenant)
+
+    async def preview_ref(self, text: str, size: int, tenant: str | None) -> str | None:
+        return await self.previews.current(text, size, tenant)
+
+    # -- figures and maintenance -----------------------------------------------------------------------------
+
+    async def stats(self) -> tuple[int, int]:
+        return await self.index.stats()
+
+    async def runs(self) -> dict[str, tuple[float, dict[str, float]]]:
+        return await self.index.runs()
+
+    async def discard_object(self, ref: str) -> None:
+        await self.publisher.discard(ref)
 
     @classmethod
     async def open(
@@ -95,13 +197,9 @@ class Store:
         replace_policy: bool = False,
     ) -> Store:
         """The configured backends, opened. Commands pass `read_cache=False`: a read cache directory belongs
-        to one daemon process, and a command has nothing to gain from one.
-
-        `policy` says how the store's policy is taken (storepolicy.py): "serve" for a daemon (records its own,
-        or refuses while a live node enforces another unless `replace_policy`), "apply" for a command that
-        applies the routes or limits (adopts the record, or refuses if its own differs), "none" for one that
-        applies neither. The store is opened with the configuration's policy keys replaced by the record's
-        where it adopts them."""
+        to one daemon process. `policy` says how the store's policy is taken (storepolicy.take_policy):
+        "serve" for a daemon, "apply" for a command that applies the routes or limits, "none" for one that
+        applies neither."""
         if not read_cache and config.storage.cache_dir:
             config = msgspec.structs.replace(
                 config, storage=msgspec.structs.replace(config.storage, cache_dir=None)
@@ -115,7 +213,7 @@ class Store:
             await blobs.close()
             raise
         try:
-            applied = await settle(config, index, policy, replace=replace_policy)
+            applied = await take_policy(config, index, policy, replace=replace_policy)
         except BaseException:
             await index.close()
             await blobs.close()
@@ -181,11 +279,11 @@ def _blob_store(config: Config, ops: FileOps | None) -> BlobStore:
     )
 
 
-async def _open_index(config: Config) -> Index | PgIndex:
+async def _open_index(config: Config) -> Index:
     if config.index.backend == "sqlite":
         # With the bytes on S3 nothing else has made the data dir.
         await asyncio.to_thread(config.data_path.mkdir, 0o700, True, True)
-        return await Index.open(config.data_path / "index.sqlite3")
+        return await SqliteIndex.open(config.data_path / "index.sqlite3")
     try:
         from ..index.postgres import PgIndex
     except ImportError as e:  # the postgresql extra is not installed

@@ -9,7 +9,6 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -22,9 +21,6 @@ from ..refs import Checker, Ref
 from ..storage import Put
 from .model import ImageRef
 from .publish import Check, Publisher
-
-if TYPE_CHECKING:
-    from ..index.postgres import PgIndex
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +62,7 @@ class Variants:
     def __init__(
         self,
         config: Config,
-        index: Index | PgIndex,
+        index: Index,
         pool: DecodePool,
         verified: Verified,
         publisher: Publisher,

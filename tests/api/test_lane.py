@@ -203,7 +203,7 @@ class _Store:
         self.done = asyncio.Event()
         self.slow: dict[str, asyncio.Event] = {}
 
-    def recalled(self, text: str, tenant: str, mapped: bool = False) -> None:
+    def read_remembered(self, text: str, tenant: str, mapped: bool = False) -> None:
         return None
 
     async def read(self, text: str, tenant: str, claim: object = None, mapped: bool = False) -> object:
@@ -308,8 +308,8 @@ async def test_a_connection_a_write_finds_reset_is_answered_no_further() -> None
     lanes, _ = _recalling(1000, cap=10_000)
     store = lanes.store
     recalls: list[str] = []
-    recalled = store.recalled
-    store.recalled = lambda *args: recalls.append(args[0]) or recalled(*args)  # type: ignore[method-assign]
+    remembered = store.read_remembered
+    store.read_remembered = lambda *args: recalls.append(args[0]) or remembered(*args)  # type: ignore[method-assign]
     lane = Lane(lanes)
     lane.connection_made(_Reset())  # type: ignore[arg-type]
     lane.data_received(_read(REF) * 50)
@@ -389,7 +389,7 @@ class _Recalled:
         self.data = bytearray(size)
         self.metrics = Metrics()
 
-    def recalled(self, text: str, tenant: str, mapped: bool = False) -> tuple[ImageRef, bytearray]:
+    def read_remembered(self, text: str, tenant: str, mapped: bool = False) -> tuple[ImageRef, bytearray]:
         return self.found, self.data
 
 
@@ -468,7 +468,7 @@ class _Mapping:
         self.asked: list[bool] = []
         self.metrics = Metrics()
 
-    def recalled(self, text: str, tenant: str, mapped: bool = False) -> None:
+    def read_remembered(self, text: str, tenant: str, mapped: bool = False) -> None:
         return None
 
     async def read(

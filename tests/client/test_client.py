@@ -31,7 +31,7 @@ from attachstore.client import (
 from attachstore.errors import AttachstoreError
 from attachstore.refs import Ref
 from attachstore.render import MessageIn
-from attachstore.service import display_name
+from attachstore.service.names import display_name
 from tests.conftest import MakeClient
 from tests.support.daemon import Daemons, free_port
 from tests.support.faults import flip_byte

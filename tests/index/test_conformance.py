@@ -26,14 +26,25 @@ import asyncpg
 import pytest
 
 from attachstore.errors import NotFound, SessionConflict, SessionNotFound, StorageFull, StorageUnavailable
-from attachstore.index import Hold, Index, Link, LinkRow, NodeRow, ObjectRow, PolicyRecord, SessionRow, schema
+from attachstore.index import (
+    Hold,
+    Index,
+    Link,
+    NodeRow,
+    ObjectRow,
+    PolicyRecord,
+    SessionRow,
+    SqliteIndex,
+    schema,
+)
 from attachstore.index import postgres as pgindex
 from attachstore.index.postgres import PgIndex
+from attachstore.index.rows import LinkRow
 from attachstore.index.schema import SCHEMA_VERSION, IndexUnusable
 from tests.support.fixtures import database, drop_database, fresh_database
 from tests.support.waiting import eventually
 
-AnyIndex = Index | PgIndex
+AnyIndex = Index
 HANG = 60.0  # seconds: a guard against a hang, not a measure
 
 
@@ -94,10 +105,10 @@ class SqliteStore:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.opened: list[Index] = []
+        self.opened: list[SqliteIndex] = []
 
-    async def open(self) -> Index:
-        index = await Index.open(self.path)
+    async def open(self) -> SqliteIndex:
+        index = await SqliteIndex.open(self.path)
         self.opened.append(index)
         return index
 
@@ -279,13 +290,16 @@ async def index(store: Store) -> AnyIndex:
 
 
 def test_pgindex_has_the_interface_of_index() -> None:
-    public = {n for n in dir(Index) if not n.startswith("_")} - {"write", "open"}
+    public = {n for n in dir(SqliteIndex) if not n.startswith("_")} - {"write", "open"}
     assert public <= set(dir(PgIndex))
     for name in public:
-        mine, theirs = inspect.signature(getattr(PgIndex, name)), inspect.signature(getattr(Index, name))
+        mine, theirs = (
+            inspect.signature(getattr(PgIndex, name)),
+            inspect.signature(getattr(SqliteIndex, name)),
+        )
         assert mine == theirs, name
         assert inspect.iscoroutinefunction(getattr(PgIndex, name)) == inspect.iscoroutinefunction(
-            getattr(Index, name)
+            getattr(SqliteIndex, name)
         ), name
 
 
@@ -585,9 +599,9 @@ async def test_collect_takes_variants_with_their_source_unless_kept(index: AnyIn
     assert await index.publish_variant(row(B, None), E, "other", nothing, "l")
     assert await index.variant(A, "fit") == Link(A, "fit", row(B, None), "l")
     assert [r.ref for r in await index.collectible(200.0)] == [A, E]  # linked variants are not candidates
-    assert await index.kept(200.0) == (3, 0)  # B, C and D: linked (and D held)
+    assert await index.held_and_recent(200.0) == (3, 0)  # B, C and D: linked (and D held)
     await index.renew([E], now=250.0)
-    assert await index.kept(200.0) == (3, 1)  # E: within the grace period
+    assert await index.held_and_recent(200.0) == (3, 1)  # E: within the grace period
     await index.renew([E], now=100.0)
 
     assert await index.collect([A], 200.0, files.remove) == [(A, 10)]
@@ -826,11 +840,11 @@ async def test_a_refusing_node_changes_nothing(index: AnyIndex) -> None:
 async def test_beats_and_leaving(index: AnyIndex) -> None:
     a = node("a")
     await index.join(a, deciding(True))
-    assert (await index.beat(a, 99.0)) == await index.policy()
+    assert (await index.heartbeat(a, 99.0)) == await index.policy()
     assert [n.seen_at for n in await index.nodes()] == [99.0]
     await index.leave("a")
     assert await index.nodes() == []
-    await index.beat(a, 100.0)  # forgotten by another node meanwhile: back
+    await index.heartbeat(a, 100.0)  # forgotten by another node meanwhile: back
     assert [(n.node, n.seen_at, n.document) for n in await index.nodes()] == [("a", 100.0, a.document)]
 
 

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from attachstore.errors import StorageFull, StorageUnavailable
-from attachstore.index import Index, ObjectRow, rows_in
+from attachstore.index import ObjectRow, SqliteIndex, rows_in
 from attachstore.index import sqlite as sqlite_index
 from attachstore.index.schema import SCHEMA_VERSION, IndexUnusable
 
@@ -19,13 +19,13 @@ def row(ref: str = "sha256:" + "a" * 64, name: str | None = "a.png", at: float =
 
 
 async def test_schema_is_versioned_and_wal(tmp_path: Path) -> None:
-    index = await Index.open(tmp_path / "index.sqlite3")
+    index = await SqliteIndex.open(tmp_path / "index.sqlite3")
     await index.close()
     db = sqlite3.connect(tmp_path / "index.sqlite3")
     assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     db.close()
-    reopened = await Index.open(tmp_path / "index.sqlite3")  # migrations are idempotent
+    reopened = await SqliteIndex.open(tmp_path / "index.sqlite3")  # migrations are idempotent
     await reopened.close()
 
 
@@ -34,11 +34,11 @@ async def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
     db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
     db.close()
     with pytest.raises(IndexUnusable, match="newer"):
-        await Index.open(tmp_path / "index.sqlite3")
+        await SqliteIndex.open(tmp_path / "index.sqlite3")
 
 
 async def test_publish_renew_and_state(tmp_path: Path) -> None:
-    index = await Index.open(tmp_path / "index.sqlite3")
+    index = await SqliteIndex.open(tmp_path / "index.sqlite3")
     try:
         await index.publish([row()], _nothing)
         assert await index.get(row().ref) == row()
@@ -64,7 +64,7 @@ async def test_publish_renew_and_state(tmp_path: Path) -> None:
 
 
 async def test_a_failed_check_commits_nothing(tmp_path: Path) -> None:
-    index = await Index.open(tmp_path / "index.sqlite3")
+    index = await SqliteIndex.open(tmp_path / "index.sqlite3")
 
     async def gone() -> None:
         raise FileNotFoundError
@@ -78,7 +78,7 @@ async def test_a_failed_check_commits_nothing(tmp_path: Path) -> None:
 
 
 async def test_discard_unpublished_spares_published_refs(tmp_path: Path) -> None:
-    index = await Index.open(tmp_path / "index.sqlite3")
+    index = await SqliteIndex.open(tmp_path / "index.sqlite3")
     removed: list[str] = []
     try:
         await index.publish([row()], _nothing)
@@ -93,7 +93,7 @@ async def test_discard_unpublished_spares_published_refs(tmp_path: Path) -> None
 
 
 async def test_a_full_disk_under_sqlite_is_storage_full(tmp_path: Path) -> None:
-    index = await Index.open(tmp_path / "index.sqlite3")
+    index = await SqliteIndex.open(tmp_path / "index.sqlite3")
     try:
         for code, expected in (
             (sqlite3.SQLITE_FULL, StorageFull),
@@ -112,7 +112,7 @@ async def test_a_full_disk_under_sqlite_is_storage_full(tmp_path: Path) -> None:
 
 async def test_rows_in_gives_the_rows_that_exist_by_ref(tmp_path: Path) -> None:
     """What a process of the audit's reads: only the rows asked for, however many (in chunks)."""
-    index = await Index.open(tmp_path / "index.sqlite3")
+    index = await SqliteIndex.open(tmp_path / "index.sqlite3")
     try:
         rows = [ObjectRow(f"sha256:{i:064x}", "image/png", i, 1, 1, 1, None, 0.0, 0.0) for i in range(10_000)]
         await index.publish(rows, _nothing)
@@ -139,7 +139,7 @@ async def test_an_index_that_cannot_grow_is_not_ready(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, free: int, flag: int, why: str
 ) -> None:
     """A full file system fails every write transaction (STORAGE_FULL): /readyz must say so first."""
-    index = await Index.open(tmp_path / "index.sqlite3")
+    index = await SqliteIndex.open(tmp_path / "index.sqlite3")
     try:
         await index.ready()
         monkeypatch.setattr(sqlite_index.os, "statvfs", lambda path: _statvfs(free, flag))
@@ -156,7 +156,7 @@ async def test_concurrent_writes_share_one_commit_and_hear_only_after_it(tmp_pat
     one that fails is rolled back alone; none of them is answered before the COMMIT."""
     import asyncio
 
-    index = await Index.open(tmp_path / "index.sqlite3")
+    index = await SqliteIndex.open(tmp_path / "index.sqlite3")
     statements: list[str] = []
     await index._w.set_trace_callback(statements.append)
     heard: list[tuple[str, int]] = []
@@ -192,7 +192,7 @@ async def test_a_commit_that_fails_fails_every_write_of_its_group(
 ) -> None:
     import asyncio
 
-    index = await Index.open(tmp_path / "index.sqlite3")
+    index = await SqliteIndex.open(tmp_path / "index.sqlite3")
     execute = index._w.execute
 
     async def failing_commit(sql: str, *args: object) -> object:

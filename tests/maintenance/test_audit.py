@@ -17,7 +17,7 @@ import pytest
 
 from attachstore.cli import main
 from attachstore.errors import StorageUnavailable
-from attachstore.index import Index, ObjectRow
+from attachstore.index import ObjectRow, SqliteIndex
 from attachstore.maintenance import Audit, Kind, filepass
 from attachstore.maintenance import audit as audit_module
 from attachstore.progress import Progress
@@ -115,13 +115,13 @@ async def test_a_reindexed_stray_is_made_durable_before_its_row_is_committed(
         path = store.local.path(Ref.of("sha256", image))
         path.parent.mkdir(parents=True)
         path.write_bytes(image)
-        real = Index.publish
+        real = SqliteIndex.publish
 
-        async def publish(self: Index, *args: Any) -> None:
+        async def publish(self: SqliteIndex, *args: Any) -> None:
             await real(self, *args)
             ops.log.append("commit")
 
-        monkeypatch.setattr(Index, "publish", publish)
+        monkeypatch.setattr(SqliteIndex, "publish", publish)
         ops.log.clear()
         assert [f.repair for f in (await Audit(store, repair=True, settle=0).run()).findings] == [
             "re-indexed"

@@ -10,7 +10,7 @@ import msgspec
 import pytest
 
 from attachstore.config import Config
-from attachstore.index import Index
+from attachstore.index import SqliteIndex
 
 
 def config(**sections: Any) -> Config:
@@ -19,8 +19,8 @@ def config(**sections: Any) -> Config:
 
 
 @pytest.fixture
-async def index(tmp_path: Path) -> AsyncIterator[Index]:
+async def index(tmp_path: Path) -> AsyncIterator[SqliteIndex]:
     """A new SQLite index under `tmp_path`, closed at the end of the test."""
-    db = await Index.open(tmp_path / "index.sqlite3")
+    db = await SqliteIndex.open(tmp_path / "index.sqlite3")
     yield db
     await db.close()

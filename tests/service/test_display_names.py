@@ -8,8 +8,7 @@ import unicodedata
 
 import pytest
 
-from attachstore.service import display_name
-from attachstore.service.names import renamed
+from attachstore.service.names import display_name, renamed
 
 
 @pytest.mark.parametrize(

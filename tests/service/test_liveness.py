@@ -12,11 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from attachstore.index import Index, NodeRow
-from attachstore.service import liveness, storepolicy
+from attachstore.index import NodeRow, SqliteIndex
+from attachstore.service import liveness, policydoc
+from attachstore.service import node as nodes
 from attachstore.service.catalog import builtin
 from attachstore.service.liveness import Process
-from attachstore.service.storepolicy import PolicyMismatch, document, settle
+from attachstore.service.policydoc import PolicyMismatch, document
+from attachstore.service.storepolicy import take_policy
 from tests.service.conftest import config
 from tests.support.daemon import state
 from tests.support.waiting import eventually, until
@@ -33,12 +35,10 @@ def sleeper() -> Iterator[subprocess.Popen[bytes]]:
         proc.wait()
 
 
-async def planted(index: Index, pid: int, seen_at: float, limits: dict[str, int]) -> NodeRow:
+async def planted(index: SqliteIndex, pid: int, seen_at: float, limits: dict[str, int]) -> NodeRow:
     """A node of this host with process `pid`, enforcing a policy of these limits."""
-    own = storepolicy.encode(document(config(limits=limits), builtin()))
-    row = NodeRow(
-        f"vm:{pid}:abcdef", storepolicy._host(), pid, storepolicy.fingerprint(own), own, 1.0, seen_at
-    )
+    own = policydoc.encode(document(config(limits=limits), builtin()))
+    row = NodeRow(f"vm:{pid}:abcdef", nodes._host(), pid, policydoc.fingerprint(own), own, 1.0, seen_at)
 
     async def keep(*_: object) -> tuple[bool, list[str]]:
         return True, []
@@ -76,17 +76,17 @@ def zombie() -> Iterator[int]:
         dead.wait()
 
 
-async def test_a_zombie_of_this_host_serves_nothing(index: Index, zombie: int) -> None:
+async def test_a_zombie_of_this_host_serves_nothing(index: SqliteIndex, zombie: int) -> None:
     await planted(index, zombie, time.time(), {"max_side": 3000})
-    applied = await settle(config(), index, "serve")
+    applied = await take_policy(config(), index, "serve")
     assert applied.node is not None
     assert [n.node for n in await index.nodes()] == [applied.node.row.node]  # the zombie's is forgotten
     await applied.node.close()
 
 
-async def test_a_node_that_stops_is_waited_for(index: Index, sleeper: subprocess.Popen[bytes]) -> None:
+async def test_a_node_that_stops_is_waited_for(index: SqliteIndex, sleeper: subprocess.Popen[bytes]) -> None:
     stopping = await planted(index, sleeper.pid, -time.time(), {"max_side": 3000})
-    node = storepolicy.Node(index, storepolicy._node_row(storepolicy.encode(document(config(), builtin()))))
+    node = nodes.Node(index, nodes.node_row(policydoc.encode(document(config(), builtin()))))
     joining = asyncio.create_task(node.join(replace=False))
     await eventually(lambda: node.waits >= 3 or joining.done(), "the join to wait")
     assert not joining.done(), joining.exception()
@@ -98,26 +98,26 @@ async def test_a_node_that_stops_is_waited_for(index: Index, sleeper: subprocess
 
 
 async def test_a_node_still_stopping_after_the_wait_is_named_as_stopping(
-    index: Index, sleeper: subprocess.Popen[bytes], monkeypatch: pytest.MonkeyPatch
+    index: SqliteIndex, sleeper: subprocess.Popen[bytes], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(storepolicy, "STOPPING_WAIT", 3 * storepolicy.STOPPING_POLL)
+    monkeypatch.setattr(nodes, "STOPPING_WAIT", 3 * nodes.STOPPING_POLL)
     await planted(index, sleeper.pid, -time.time(), {"max_side": 3000})
     with pytest.raises(PolicyMismatch) as refused:
-        await settle(config(), index, "serve")
+        await take_policy(config(), index, "serve")
     assert "is still stopping" in str(refused.value)
     assert "serves" not in str(refused.value)
 
 
 async def test_a_running_node_of_another_policy_is_refused_at_once(
-    index: Index, sleeper: subprocess.Popen[bytes]
+    index: SqliteIndex, sleeper: subprocess.Popen[bytes]
 ) -> None:
     await planted(index, sleeper.pid, time.time(), {"max_side": 3000})
     with pytest.raises(PolicyMismatch, match="serves this store with another policy"):
-        await settle(config(), index, "serve")
+        await take_policy(config(), index, "serve")
 
 
-async def test_a_daemon_that_stops_says_so_in_the_store(index: Index) -> None:
-    applied = await settle(config(), index, "serve")
+async def test_a_daemon_that_stops_says_so_in_the_store(index: SqliteIndex) -> None:
+    applied = await take_policy(config(), index, "serve")
     assert applied.node is not None
     applied.node.start()
     await applied.node.stopping()

@@ -21,7 +21,7 @@ from attachstore.index import Hold
 from attachstore.maintenance import gc
 from attachstore.refs import Ref
 from attachstore.render import RenderRequest, render
-from attachstore.service import Store, Upload, reads
+from attachstore.service import Store, Upload, headers
 from tests.conftest import MakeConfig
 from tests.support import images
 from tests.support.faults import flip_byte
@@ -48,7 +48,7 @@ async def test_a_jpeg_admitted_before_the_header_bound_is_read_without_walking_i
         probes.append((bounded, threading.current_thread() is loop_thread))
         return probe_header(data, bounded=bounded)
 
-    monkeypatch.setattr(reads, "probe_header", recorded)
+    monkeypatch.setattr(headers, "probe_header", recorded)
     deep = images.jpeg_padded(images.jpeg(16, 16), segments=917_000)
     ordinary = images.jpeg(16, 16, seed=1)
     old = await plant(store, deep, "image/jpeg", 16, 16)

@@ -13,35 +13,37 @@ import pytest
 
 from attachstore.config import Config
 from attachstore.errors import StorageUnavailable
-from attachstore.index import Index, NodeRow
-from attachstore.service import storepolicy
+from attachstore.index import NodeRow, SqliteIndex
+from attachstore.service import node, policydoc, storepolicy
 from attachstore.service.catalog import Catalog, Entry, builtin
-from attachstore.service.storepolicy import NODE_TTL, Applied, PolicyMismatch, differences, document, settle
+from attachstore.service.node import NODE_TTL
+from attachstore.service.policydoc import PolicyMismatch, differences, document
+from attachstore.service.storepolicy import Applied, take_policy
 from tests.service.conftest import config
 from tests.support.waiting import eventually
 
 VISION = {"gpt-4o": {"input_modalities": ["text", "image"]}, "local-llm": {"input_modalities": ["text"]}}
 
 
-async def serve(index: Index, c: Config, *, replace: bool = False) -> Applied:
-    applied = await settle(c, index, "serve", replace=replace)
+async def serve(index: SqliteIndex, c: Config, *, replace: bool = False) -> Applied:
+    applied = await take_policy(c, index, "serve", replace=replace)
     assert applied.node is not None
     return applied
 
 
-async def test_without_a_daemon_a_command_applies_its_own_policy(index: Index) -> None:
-    applied = await settle(config(routes=VISION), index, "apply")
+async def test_without_a_daemon_a_command_applies_its_own_policy(index: SqliteIndex) -> None:
+    applied = await take_policy(config(routes=VISION), index, "apply")
     assert applied.record is None
     assert set(applied.config.routes) == {"gpt-4o", "local-llm"}
     assert await index.policy() is None  # a command records nothing
 
 
-async def test_a_command_without_a_policy_of_its_own_applies_the_daemons(index: Index) -> None:
+async def test_a_command_without_a_policy_of_its_own_applies_the_daemons(index: SqliteIndex) -> None:
     daemon = config(
         routes=VISION, limits={"max_side": 4000}, admission={"oversize": "fit", "max_concurrent": 8}
     )
     served = await serve(index, daemon)
-    applied = await settle(config(admission={"max_concurrent": 2}), index, "apply")
+    applied = await take_policy(config(admission={"max_concurrent": 2}), index, "apply")
     assert applied.fingerprint == served.fingerprint
     assert applied.record is not None
     assert applied.config.routes == daemon.routes
@@ -51,19 +53,19 @@ async def test_a_command_without_a_policy_of_its_own_applies_the_daemons(index: 
     assert applied.config.data_dir == "/unused"
 
 
-async def test_a_command_with_the_daemons_policy_applies_it(index: Index) -> None:
+async def test_a_command_with_the_daemons_policy_applies_it(index: SqliteIndex) -> None:
     served = await serve(index, config(routes=VISION))
-    applied = await settle(config(routes=VISION, admission={"decode_workers": 1}), index, "apply")
+    applied = await take_policy(config(routes=VISION, admission={"decode_workers": 1}), index, "apply")
     assert applied.fingerprint == served.fingerprint
 
 
-async def test_a_command_with_another_policy_refuses_naming_each_key(index: Index) -> None:
+async def test_a_command_with_another_policy_refuses_naming_each_key(index: SqliteIndex) -> None:
     await serve(index, config(routes=VISION, limits={"max_side": 4000}))
     mine = config(
         routes={"gpt-4o": {"input_modalities": ["text"]}, "extra": {}}, admission={"oversize": "reject"}
     )
     with pytest.raises(PolicyMismatch) as e:
-        await settle(mine, index, "apply")
+        await take_policy(mine, index, "apply")
     message = str(e.value)
     for said in (
         'routes."extra": declared here, not in the store\'s policy',
@@ -75,13 +77,13 @@ async def test_a_command_with_another_policy_refuses_naming_each_key(index: Inde
         assert said in message
 
 
-async def test_a_command_that_applies_no_policy_opens_any_store(index: Index) -> None:
+async def test_a_command_that_applies_no_policy_opens_any_store(index: SqliteIndex) -> None:
     await serve(index, config(routes=VISION))
-    applied = await settle(config(limits={"max_side": 10}), index, "none")
+    applied = await take_policy(config(limits={"max_side": 10}), index, "none")
     assert applied.config.limits.max_side == 10
 
 
-async def test_a_second_daemon_with_another_policy_refuses_while_the_first_lives(index: Index) -> None:
+async def test_a_second_daemon_with_another_policy_refuses_while_the_first_lives(index: SqliteIndex) -> None:
     first = await serve(index, config(routes=VISION))
     with pytest.raises(PolicyMismatch) as e:
         await serve(index, config(routes={"gpt-4o": {"input_modalities": ["text", "image"]}}))
@@ -94,7 +96,7 @@ async def test_a_second_daemon_with_another_policy_refuses_while_the_first_lives
     assert [n.node for n in await index.nodes()] == [first.node.row.node]  # type: ignore[union-attr]
 
 
-async def test_the_same_policy_joins_and_a_replacement_makes_the_other_node_stale(index: Index) -> None:
+async def test_the_same_policy_joins_and_a_replacement_makes_the_other_node_stale(index: SqliteIndex) -> None:
     first = await serve(index, config(routes=VISION))
     twin = await serve(index, config(routes=VISION, admission={"max_concurrent": 3}))
     assert twin.fingerprint == first.fingerprint
@@ -111,7 +113,7 @@ async def test_the_same_policy_joins_and_a_replacement_makes_the_other_node_stal
 
 
 async def test_a_restart_with_a_new_configuration_replaces_the_policy(
-    index: Index, caplog: pytest.LogCaptureFixture
+    index: SqliteIndex, caplog: pytest.LogCaptureFixture
 ) -> None:
     old = await serve(index, config(routes=VISION))
     assert old.node is not None
@@ -123,7 +125,7 @@ async def test_a_restart_with_a_new_configuration_replaces_the_policy(
     assert 'routes."local-llm": declared before' in caplog.text
 
 
-async def test_a_killed_daemon_of_this_host_is_gone_at_once(index: Index) -> None:
+async def test_a_killed_daemon_of_this_host_is_gone_at_once(index: SqliteIndex) -> None:
     await serve(index, config(routes=VISION))
     dead = await asyncio.create_subprocess_exec(sys.executable, "-c", "pass")
     await dead.wait()
@@ -134,15 +136,15 @@ async def test_a_killed_daemon_of_this_host_is_gone_at_once(index: Index) -> Non
 
 
 async def test_a_node_of_another_host_is_gone_when_not_seen_for_the_ttl(
-    index: Index, monkeypatch: pytest.MonkeyPatch
+    index: SqliteIndex, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    own = storepolicy.encode(document(config(routes=VISION), builtin()))
+    own = policydoc.encode(document(config(routes=VISION), builtin()))
     now = time.time()
     # The daemon's clock stands at `now`: 5 s short of the TTL stays 5 s short, however long the test takes.
-    monkeypatch.setattr(storepolicy, "time", types.SimpleNamespace(time=lambda: now))
+    monkeypatch.setattr(node, "time", types.SimpleNamespace(time=lambda: now))
 
     def remote(name: str, seen: float) -> NodeRow:
-        return NodeRow(name, "elsewhere/x/1", 1, storepolicy.fingerprint(own), own, now - 100, seen)
+        return NodeRow(name, "elsewhere/x/1", 1, policydoc.fingerprint(own), own, now - 100, seen)
 
     async def nothing(*_: object) -> tuple[bool, list[str]]:
         return True, []
@@ -156,11 +158,11 @@ async def test_a_node_of_another_host_is_gone_when_not_seen_for_the_ttl(
     assert "live" not in [n.node for n in await index.nodes()]
 
 
-async def test_a_heartbeat_brings_back_a_forgotten_node(index: Index) -> None:
+async def test_a_heartbeat_brings_back_a_forgotten_node(index: SqliteIndex) -> None:
     applied = await serve(index, config(routes=VISION))
     assert applied.node is not None
     await index.leave(applied.node.row.node)
-    record = await index.beat(applied.node.row, time.time())
+    record = await index.heartbeat(applied.node.row, time.time())
     assert record is not None
     assert record.fingerprint == applied.fingerprint
     assert [n.node for n in await index.nodes()] == [applied.node.row.node]
@@ -171,20 +173,22 @@ def _old_catalog() -> Catalog:
 
 
 async def test_a_command_applies_the_daemons_catalog_not_its_own(
-    index: Index, monkeypatch: pytest.MonkeyPatch
+    index: SqliteIndex, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(storepolicy, "builtin", _old_catalog)
     await serve(index, config(routes={"local-llm": {}}))  # a daemon of an older attachstore
     monkeypatch.undo()
     for mine in (config(), config(routes={"local-llm": {}})):  # no policy of its own, or the daemon's
-        applied = await settle(mine, index, "apply")
+        applied = await take_policy(mine, index, "apply")
         assert applied.catalog.version == "2025-01-01"
         found = applied.catalog.lookup("gpt-4o")
         assert found is not None
         assert found.entry.input_modalities == ["text"]
 
 
-async def test_a_daemon_with_another_catalog_says_so(index: Index, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_daemon_with_another_catalog_says_so(
+    index: SqliteIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(storepolicy, "builtin", _old_catalog)
     await serve(index, config())
     monkeypatch.undo()
@@ -193,14 +197,14 @@ async def test_a_daemon_with_another_catalog_says_so(index: Index, monkeypatch: 
     assert f"catalog: version 2025-01-01 on that node, {builtin().version} here" in str(e.value)
 
 
-async def test_a_policy_recorded_by_a_newer_attachstore_is_not_guessed_at(index: Index) -> None:
+async def test_a_policy_recorded_by_a_newer_attachstore_is_not_guessed_at(index: SqliteIndex) -> None:
     applied = await serve(index, config(routes=VISION))
     newer = json.loads(applied.node.row.document)  # type: ignore[union-attr]
     newer["limits"]["max_depth"] = 3
     async with index.write() as db:
         await db.execute("UPDATE policy SET document = ?", (json.dumps(newer),))
     with pytest.raises(PolicyMismatch, match=r"cannot be applied by this attachstore .*upgrade"):
-        await settle(config(), index, "apply")
+        await take_policy(config(), index, "apply")
 
 
 def test_differences_name_every_key() -> None:
@@ -215,16 +219,16 @@ def test_differences_name_every_key() -> None:
 
 
 def test_only_policy_keys_are_policy() -> None:
-    assert not storepolicy.declares_policy(config(admission={"decode_workers": 2, "max_concurrent": 3}))
-    assert storepolicy.declares_policy(config(admission={"strip_metadata": True}))
-    assert storepolicy.declares_policy(config(routes={"m": {}}))
-    assert storepolicy.declares_policy(config(limits={"max_side": 10}))
+    assert not policydoc.declares_policy(config(admission={"decode_workers": 2, "max_concurrent": 3}))
+    assert policydoc.declares_policy(config(admission={"strip_metadata": True}))
+    assert policydoc.declares_policy(config(routes={"m": {}}))
+    assert policydoc.declares_policy(config(limits={"max_side": 10}))
 
 
 async def test_a_node_whose_policy_was_replaced_says_so_at_its_next_beat(
-    index: Index, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    index: SqliteIndex, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(storepolicy, "BEAT_SECONDS", 0.01)
+    monkeypatch.setattr(node, "HEARTBEAT_SECONDS", 0.01)
     first = await serve(index, config(routes=VISION))
     assert first.node is not None
     with caplog.at_level(logging.ERROR, "attachstore.policy"):
@@ -240,7 +244,7 @@ async def test_a_node_whose_policy_was_replaced_says_so_at_its_next_beat(
 
 
 async def test_a_daemon_warns_of_a_route_that_hides_what_the_catalog_says(
-    index: Index, caplog: pytest.LogCaptureFixture
+    index: SqliteIndex, caplog: pytest.LogCaptureFixture
 ) -> None:
     with caplog.at_level(logging.WARNING, "attachstore.policy"):
         await serve(index, config(routes={"gpt-4o": {"provider": "openai-chat"}, "deepseek-chat": {}}))

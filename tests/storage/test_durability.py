@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from attachstore.index import Index, ObjectRow
+from attachstore.index import ObjectRow, SqliteIndex
 from attachstore.refs import Ref
 from tests.conftest import MakeClient
 from tests.support.faults import RecordingOps
@@ -30,13 +30,13 @@ def ops() -> RecordingOps:
 @pytest.fixture
 def commits(monkeypatch: pytest.MonkeyPatch, ops: RecordingOps) -> list[str]:
     """Record the index commit in the same log as the file-system calls."""
-    real = Index.publish
+    real = SqliteIndex.publish
 
-    async def publish(self: Index, rows: Sequence[ObjectRow], check: Any, *rest: Any) -> None:
+    async def publish(self: SqliteIndex, rows: Sequence[ObjectRow], check: Any, *rest: Any) -> None:
         await real(self, rows, check, *rest)
         ops.log.append("commit")
 
-    monkeypatch.setattr(Index, "publish", publish)
+    monkeypatch.setattr(SqliteIndex, "publish", publish)
     return ops.log
 
 
@@ -102,12 +102,12 @@ async def test_a_failed_index_commit_publishes_nothing(
 ) -> None:
     client = await make_client()
 
-    async def broken(self: Index, rows: Sequence[ObjectRow], check: Any, *rest: Any) -> None:
+    async def broken(self: SqliteIndex, rows: Sequence[ObjectRow], check: Any, *rest: Any) -> None:
         async with self.write() as db:
             await db.execute("SELECT 1")
             raise sqlite3.OperationalError("disk I/O error")
 
-    monkeypatch.setattr(Index, "publish", broken)
+    monkeypatch.setattr(SqliteIndex, "publish", broken)
     response = await admit(client, IMAGE)
     assert (response.status, (await error_of(response))["code"]) == (503, "STORAGE_UNAVAILABLE")
     assert published_nothing(data_dir)
@@ -120,16 +120,16 @@ async def test_a_file_removed_before_the_commit_is_rewritten(
     # between the write and the commit: the commit's check under the write lock sees it and the admission
     # writes the bytes again instead of publishing a ref without bytes.
     client = await make_client()
-    real = Index.publish
+    real = SqliteIndex.publish
     removed: list[bool] = []
 
-    async def publish(self: Index, rows: Sequence[ObjectRow], check: Any, *rest: Any) -> None:
+    async def publish(self: SqliteIndex, rows: Sequence[ObjectRow], check: Any, *rest: Any) -> None:
         if not removed:
             object_path(data_dir, REF).unlink()
             removed.append(True)
         await real(self, rows, check, *rest)
 
-    monkeypatch.setattr(Index, "publish", publish)
+    monkeypatch.setattr(SqliteIndex, "publish", publish)
     assert (await admit(client, IMAGE)).status == 201
     assert removed == [True]
     assert await (await client.get(f"/v1/attachments/{REF}")).read() == IMAGE

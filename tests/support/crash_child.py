@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 
 from attachstore.config import Config
-from attachstore.index import Index
+from attachstore.index import SqliteIndex
 from attachstore.service import Store, Upload
 from attachstore.storage import FileOps
 from tests.support.images import png
@@ -70,14 +70,14 @@ async def run(data_dir: str, step: str, count: int) -> None:
     config = msgspec.convert({"data_dir": data_dir, "admission": {"decode_workers": 1}}, Config)
     store = await Store.open(config, ops)
     if step == "committed":
-        real = Index.publish
+        real = SqliteIndex.publish
 
-        async def publish(self: Index, *args: Any) -> None:
+        async def publish(self: SqliteIndex, *args: Any) -> None:
             await real(self, *args)
             if ops.armed:
                 die()
 
-        Index.publish = publish  # type: ignore[method-assign]
+        SqliteIndex.publish = publish  # type: ignore[method-assign]
     for i in range(count):
         ops.armed = i == count - 1
         result = await store.admit([Upload.of_bytes(png(20, 10, seed=i))], "user")

@@ -37,7 +37,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError  # type: ignore[import-untyped]
 
-from attachstore.index import Index
+from attachstore.index import SqliteIndex
 from attachstore.storage import FileOps
 
 INDEX_FILE = "index.sqlite3"
@@ -607,19 +607,19 @@ class JournalOps(FileOps):
 @contextlib.contextmanager
 def commits_recorded(journal: Journal) -> Iterator[None]:
     """Record each index commit (its database as committed) in the journal, in order with the file calls."""
-    real = Index.write
+    real = SqliteIndex.write
 
     @contextlib.asynccontextmanager
-    async def write(self: Index) -> AsyncIterator[Any]:
+    async def write(self: SqliteIndex) -> AsyncIterator[Any]:
         async with real(self) as db:
             yield db
         journal.commit(self.path)
 
-    Index.write = write  # type: ignore[method-assign,assignment]
+    SqliteIndex.write = write  # type: ignore[method-assign,assignment]
     try:
         yield
     finally:
-        Index.write = real  # type: ignore[method-assign]
+        SqliteIndex.write = real  # type: ignore[method-assign]
 
 
 # -- exploring ----------------------------------------------------------------------------------------
