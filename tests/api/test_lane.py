@@ -15,19 +15,10 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, Gauge
 
+from attachstore.api.app import MAX_HEADERS
 from attachstore.api.attachments import verified_headers
-from attachstore.api.lane import (
-    _NOT_HERE,
-    _ONCE,
-    MAX_HEADERS,
-    Get,
-    Lane,
-    Lanes,
-    head,
-    recognize,
-    verified_head,
-    walk,
-)
+from attachstore.api.heads import _NOT_HERE, _ONCE, Get, recognize, walk
+from attachstore.api.lane import Lane, Lanes, head, verified_head
 from attachstore.api.sending import Budget
 from attachstore.errors import NotFound
 from attachstore.metrics import Metrics

@@ -46,7 +46,8 @@ from aiohttp.http_parser import HttpRequestParserC, HttpRequestParserPy
 from aiohttp.streams import EMPTY_PAYLOAD
 
 from attachstore.api import Lanes, make_app
-from attachstore.api.lane import MAX_HEADERS, Get, possible, recognize
+from attachstore.api.app import MAX_HEADERS
+from attachstore.api.heads import Get, possible, recognize
 from attachstore.config import Config
 from tests.hostile.conftest import TOKENS, Daemon, launch, stop
 from tests.support.daemon import wait_ready
