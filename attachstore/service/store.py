@@ -5,6 +5,7 @@ parts, each in a module of its own: admissions, verified reads, request variants
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,6 +18,7 @@ from ..index import Index
 from ..metrics import Metrics
 from ..refs import Checker
 from ..storage import BlobStore, FileOps, LocalBackend, LocalBlobStore, ReadCache
+from ..storage.mapped import BREAK_SIGNAL, watch
 from . import checkkey
 from .admission import Admissions
 from .catalog import Catalog, builtin
@@ -145,6 +147,23 @@ class Store:
         if self.resident is not None:
             self.resident.close()
         await self.blobs.close()
+
+    def sweep_reads(self) -> None:
+        """Let go of the mapped reads kept past their time, or whose file someone has asked to write to."""
+        if self.resident is not None and self.resident.mappings is not None:
+            self.resident.mappings.sweep()
+
+    def watch_leases(self, loop: asyncio.AbstractEventLoop) -> Callable[[], None] | None:
+        """Sweep the mapped reads on the lease-break signal, from `loop`, so that a writer waits only until
+        the loop gets to it: the function that stops it, or None where nothing is watched."""
+        mappings = self.resident.mappings if self.resident is not None else None
+        if mappings is None or not watch(mappings, loop):
+            return None
+
+        def stop() -> None:
+            loop.remove_signal_handler(BREAK_SIGNAL)
+
+        return stop
 
     async def ready(self) -> None:
         """Whether an admission can be written now (/readyz): the index answers and has room to grow, and the
