@@ -32,7 +32,7 @@ _ONCE = _READ | _SINGLETONS
 # Body framing, and what changes the connection's life: llhttp reads Proxy-Connection as Connection.
 _NOT_HERE = frozenset({b"content-length", b"transfer-encoding", b"expect", b"upgrade", b"proxy-connection"})
 # The head of most plain reads in one match: the request line and headers of the right characters, none of
-# them one the lane reads or refuses (`_SPECIAL`). What does not match goes through `recognize`'s walk.
+# them one the lane reads or refuses (`_SPECIAL`). What does not match goes through `parse_head`.
 _PLAIN = re.compile(
     rb"GET /v1/attachments/([A-Za-z0-9:._-]+) HTTP/1\.1(?:\r\n[!#$%&'*+.^_`|~0-9A-Za-z-]+:[\t\x20-\x7e]*)*"
 )
@@ -42,7 +42,7 @@ _SPECIAL = re.compile(
 )
 
 
-class Get(NamedTuple):
+class PlainRead(NamedTuple):
     ref: str
     authorization: str
     if_none_match: str | None
@@ -50,19 +50,19 @@ class Get(NamedTuple):
     close: bool
 
 
-def recognize(head: bytes, max_line: int) -> Get | None:
+def recognize(head: bytes, max_line: int) -> PlainRead | None:
     """The plain read that `head` (a request's bytes up to its empty line) is, or None for anything else."""
     if len(head) <= max_line and head.count(b"\r\n") <= _MAX_FIELDS and not _SPECIAL.search(head):
-        plain = _PLAIN.fullmatch(head)  # every line within max_line, none that the walk would read
+        plain = _PLAIN.fullmatch(head)  # every line within max_line, none that `parse_head` would read
         if plain is not None and plain[1] not in (b".", b".."):
             lower = head.lower()  # the singletons a plain read usually carries, counted
             if lower.count(b"\r\nhost:") == 1 and lower.count(b"\r\nuser-agent:") <= 1:
-                return Get(plain[1].decode("ascii"), "", None, None, False)
+                return PlainRead(plain[1].decode("ascii"), "", None, None, False)
             return None
-    return walk(head, max_line)
+    return parse_head(head, max_line)
 
 
-def walk(head: bytes, max_line: int) -> Get | None:
+def parse_head(head: bytes, max_line: int) -> PlainRead | None:
     """`recognize`, line by line: what it answers for every head."""
     lines = head.split(b"\r\n")
     if len(lines) > _MAX_FIELDS + 1 or len(lines[0]) > max_line:
@@ -74,7 +74,7 @@ def walk(head: bytes, max_line: int) -> Get | None:
     if seen is None or b"host" not in seen:
         return None
     connection = {t.strip().lower() for t in seen.get(b"connection", "").split(",")}
-    return Get(
+    return PlainRead(
         target[1].decode("ascii"),
         seen.get(b"authorization", ""),
         seen.get(b"if-none-match"),
@@ -106,7 +106,7 @@ _REF_START = re.compile(rb"[A-Za-z0-9:._-]*")
 _NAME_START = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]*")
 
 
-_BARE_LF = re.compile(rb"(?<!\r)\n")  # it looks behind where the search starts, as need be
+BARE_LF = re.compile(rb"(?<!\r)\n")  # it looks behind where the search starts, as need be
 
 
 def possible(start: bytes, max_line: int) -> bool:
@@ -123,7 +123,7 @@ def possible(start: bytes, max_line: int) -> bool:
         assert ref is not None  # it matches the empty string
         tail = rest[ref.end() :]
         return not tail or (ref.end() > 0 and b" HTTP/1.1".startswith(tail))
-    if not walk(lines[0] + b"\r\nHost: x", max_line):  # the request line, whole
+    if not parse_head(lines[0] + b"\r\nHost: x", max_line):  # the request line, whole
         return False
     name, colon, _ = last.partition(b":")
     if colon:

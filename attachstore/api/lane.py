@@ -52,7 +52,7 @@ from ..storage.mapped import BREAK_SIGNAL, watch
 from .app import MAX_HEADERS, SECURITY_HEADERS, TOKENS, tenant_for
 from .attachments import READ_HEADERS, etag_matches, not_modified_headers
 from .common import CONFIG, STORE, error_response
-from .heads import _BARE_LF, Get, possible, recognize
+from .heads import BARE_LF, PlainRead, possible, recognize
 from .observe import CLIENT_GONE, record, request_id
 from .sending import BUDGET
 
@@ -189,7 +189,9 @@ class Lane(asyncio.Protocol):
         # _READS_KEPT: older ones are merged), and how many bytes were answered and let go before `_pending`.
         self._segments: deque[int] = deque()
         self._let_go = 0
-        self._heads: deque[tuple[int, Get]] = deque()  # the complete heads at its start: length, request
+        self._heads: deque[tuple[int, PlainRead]] = (
+            deque()
+        )  # the complete heads at its start: length, request
         self._parsed = 0  # where in `_pending` the first incomplete head begins
         self._searched = 0  # how far past it no head ends: where the next search begins, less 3
         self._refused: int | None = None  # where in `_pending` aiohttp takes over, once the heads before it
@@ -265,18 +267,18 @@ class Lane(asyncio.Protocol):
             # an empty line may have begun): a head that comes in many pieces is searched once.
             end = self._pending.find(b"\r\n\r\n", max(at, self._searched))
             if end < 0:
-                if _BARE_LF.search(self._pending, max(at, self._searched)):
+                if BARE_LF.search(self._pending, max(at, self._searched)):
                     # A line ended by a bare LF: no head the lane takes, and one aiohttp refuses already,
                     # while the lane would wait for an empty line that may never come.
                     self._refused = first
                     return
                 self._searched = max(at, len(self._pending) - 3)
                 break
-            get = recognize(bytes(self._pending[at:end]), self.lanes.max_line)
-            if get is None or (get.close and end + 4 < len(self._pending)):
+            read = recognize(bytes(self._pending[at:end]), self.lanes.max_line)
+            if read is None or (read.close and end + 4 < len(self._pending)):
                 self._refused = first
                 return
-            heads.append((end + 4 - at, get))
+            heads.append((end + 4 - at, read))
             at = end + 4
         if len(self._pending) - at > self.lanes.max_line * (MAX_HEADERS + 1) or (
             # A read that completed heads and began another that aiohttp may refuse already: none of them.
@@ -304,10 +306,10 @@ class Lane(asyncio.Protocol):
         while self._open and not self._close and self.idle:
             assert self.transport is not None
             if self._heads:
-                length, get = self._heads.popleft()
+                length, read = self._heads.popleft()
                 self._consume(length)
-                self._close = get.close or self.lanes.closing
-                self._answer(get)
+                self._close = read.close or self.lanes.closing
+                self._answer(read)
             elif self._refused is not None:
                 self._hand_over()
                 return
@@ -331,48 +333,52 @@ class Lane(asyncio.Protocol):
             self._reading = True
             self.transport.resume_reading()
 
-    def _answer(self, get: Get) -> None:
+    def _answer(self, read: PlainRead) -> None:
         started = time.perf_counter()
-        rid = request_id(get.request_id)
+        rid = request_id(read.request_id)
         lanes = self.lanes
         try:
-            tenant = tenant_for(lanes.tokens, get.authorization) if lanes.tokens else ""
+            tenant = tenant_for(lanes.tokens, read.authorization) if lanes.tokens else ""
         except Unauthorized as e:
-            self._failed(e, get, rid, started, None)
+            self._failed(e, read, rid, started, None)
             return
-        revalidate = bool(get.if_none_match) and etag_matches(get.if_none_match or "", f'"{get.ref}"')
+        revalidate = bool(read.if_none_match) and etag_matches(read.if_none_match or "", f'"{read.ref}"')
         if not revalidate:
-            hit = lanes.store.recalled(get.ref, tenant, lanes.mapped)
-            if hit is not None and self._send(get, rid, started, tenant, *hit):
+            hit = lanes.store.recalled(read.ref, tenant, lanes.mapped)
+            if hit is not None and self._send(read, rid, started, tenant, *hit):
                 return
-        self._task = self._loop.create_task(self._answer_later(get, rid, started, tenant, revalidate))
+        self._task = self._loop.create_task(self._answer_later(read, rid, started, tenant, revalidate))
 
-    async def _answer_later(self, get: Get, rid: str, started: float, tenant: str, revalidate: bool) -> None:
+    async def _answer_later(
+        self, read: PlainRead, rid: str, started: float, tenant: str, revalidate: bool
+    ) -> None:
         try:
             if revalidate:
-                await self.lanes.store.meta(get.ref, tenant)
-                sent = self._write(304, not_modified_headers(f'"{get.ref}"'), rid)
-                self._record(get, rid, started, tenant, 304 if sent else CLIENT_GONE)
+                await self.lanes.store.meta(read.ref, tenant)
+                sent = self._write(304, not_modified_headers(f'"{read.ref}"'), rid)
+                self._record(read, rid, started, tenant, 304 if sent else CLIENT_GONE)
             else:
-                found = await self._read(get, tenant, self.lanes.mapped)
-                if not self._send(get, rid, started, tenant, *found):
+                found = await self._read(read, tenant, self.lanes.mapped)
+                if not self._send(read, rid, started, tenant, *found):
                     self._release()  # claimed by the read of the mapping: claimed again by the next
-                    found = await self._read(get, tenant, False)
-                    self._send(get, rid, started, tenant, *found)
+                    found = await self._read(read, tenant, False)
+                    self._send(read, rid, started, tenant, *found)
         except AttachstoreError as e:
-            self._failed(e, get, rid, started, tenant)
+            self._failed(e, read, rid, started, tenant)
         except asyncio.CancelledError:  # the client left: nobody is answered
-            self._record(get, rid, started, tenant, CLIENT_GONE)
+            self._record(read, rid, started, tenant, CLIENT_GONE)
             raise
         except Exception:
             log.exception("unhandled error in GET %s", ENDPOINT)
-            self._failed(AttachstoreError("internal error"), get, rid, started, tenant)
+            self._failed(AttachstoreError("internal error"), read, rid, started, tenant)
         finally:
             self._task = None
         self._next()
 
-    async def _read(self, get: Get, tenant: str, mapped: bool) -> tuple[ImageRef, bytes | bytearray | Mapped]:
-        return await self.lanes.store.read(get.ref, tenant, lambda n: self._claim(tenant, n), mapped)
+    async def _read(
+        self, read: PlainRead, tenant: str, mapped: bool
+    ) -> tuple[ImageRef, bytes | bytearray | Mapped]:
+        return await self.lanes.store.read(read.ref, tenant, lambda n: self._claim(tenant, n), mapped)
 
     def _claim(self, tenant: str, n: int) -> None:
         """Count `n` bytes of this connection's answer against its tenant's budget (ServerBusy past it)."""
@@ -381,7 +387,7 @@ class Lane(asyncio.Protocol):
 
     def _send(
         self,
-        get: Get,
+        read: PlainRead,
         rid: str,
         started: float,
         tenant: str,
@@ -402,29 +408,31 @@ class Lane(asyncio.Protocol):
             except AttachstoreError as e:
                 if isinstance(data, Mapped):
                     data.served()  # verified, and not sent: kept for the next read all the same
-                self._failed(e, get, rid, started, tenant)
+                self._failed(e, read, rid, started, tenant)
                 return True
         sent = self._send_head(verified_head(found, rid, len(data), self._close), data)
         if not self._paused:  # all of it is with the kernel, or within the transport's low-water mark
             self._release()
         elif not claimed:
             self._claim(tenant, len(data))
-        self._record(get, rid, started, tenant, 200 if sent else CLIENT_GONE)
+        self._record(read, rid, started, tenant, 200 if sent else CLIENT_GONE)
         return True
 
-    def _failed(self, e: AttachstoreError, get: Get, rid: str, started: float, tenant: str | None) -> None:
+    def _failed(
+        self, e: AttachstoreError, read: PlainRead, rid: str, started: float, tenant: str | None
+    ) -> None:
         self._release()  # what a read claimed before it failed
         if e.status >= 500:
-            log.error("GET /v1/attachments/%s: %s %s", get.ref[:140], e.code, e.message)
+            log.error("GET /v1/attachments/%s: %s %s", read.ref[:140], e.code, e.message)
         answer = error_response(e)
         body = answer.body
         assert isinstance(body, bytes)
         headers = {name: value for name, value in answer.headers.items() if name != "Content-Length"}
         headers["Content-Type"] = "application/json"  # as aiohttp writes json_response's
         if self._write(e.status, headers, rid, body):
-            self._record(get, rid, started, tenant, e.status, e.code)
+            self._record(read, rid, started, tenant, e.status, e.code)
         else:
-            self._record(get, rid, started, tenant, CLIENT_GONE)
+            self._record(read, rid, started, tenant, CLIENT_GONE)
 
     def _write(self, status: int, headers: dict[str, str], rid: str, body: bytes | bytearray = b"") -> bool:
         headers["X-Request-Id"] = rid
@@ -469,7 +477,13 @@ class Lane(asyncio.Protocol):
             body.served()
 
     def _record(
-        self, get: Get, rid: str, started: float, tenant: str | None, status: int, code: str | None = None
+        self,
+        read: PlainRead,
+        rid: str,
+        started: float,
+        tenant: str | None,
+        status: int,
+        code: str | None = None,
     ) -> None:
         record(
             self.lanes.store.metrics,
@@ -480,7 +494,7 @@ class Lane(asyncio.Protocol):
             time.perf_counter() - started,
             code=code,
             tenant=tenant,
-            ref=get.ref[:140],
+            ref=read.ref[:140],
         )
 
     def _release(self) -> None:

@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from attachstore.api.app import MAX_HEADERS
 from attachstore.api.attachments import verified_headers
-from attachstore.api.heads import _NOT_HERE, _ONCE, Get, recognize, walk
+from attachstore.api.heads import _NOT_HERE, _ONCE, PlainRead, parse_head, recognize
 from attachstore.api.lane import Lane, Lanes, head, verified_head
 from attachstore.api.sending import Budget
 from attachstore.errors import NotFound
@@ -31,7 +31,7 @@ PLAIN = f"GET /v1/attachments/{REF} HTTP/1.1\r\nHost: x\r\nAccept: */*".encode()
 
 
 def test_a_plain_read_is_recognized() -> None:
-    assert recognize(PLAIN, 8190) == Get(REF, "", None, None, False)
+    assert recognize(PLAIN, 8190) == PlainRead(REF, "", None, None, False)
 
 
 def test_the_headers_it_uses_are_read() -> None:
@@ -40,12 +40,12 @@ def test_the_headers_it_uses_are_read() -> None:
         b"Connection: keep-alive, Close",
         8190,
     )
-    assert got == Get(REF, "Bearer t", '"x"', "r-1", True)
+    assert got == PlainRead(REF, "Bearer t", '"x"', "r-1", True)
 
 
 def test_a_mistyped_ref_is_still_the_lane_s() -> None:
     # The service answers INVALID_ATTACHMENT_REF for it, as it does behind aiohttp.
-    assert recognize(b"GET /v1/attachments/sha256:abc HTTP/1.1\r\nHost: x", 8190) == Get(
+    assert recognize(b"GET /v1/attachments/sha256:abc HTTP/1.1\r\nHost: x", 8190) == PlainRead(
         "sha256:abc", "", None, None, False
     )
 
@@ -107,8 +107,8 @@ def test_every_field_aiohttp_refuses_twice_is_one_the_lane_takes_once_at_most() 
     assert {name.encode() for name in SINGLETON_HEADERS} <= _ONCE | _NOT_HERE
 
 
-# Heads the one-match path takes, heads it leaves to the walk (a header the lane reads or refuses, a byte or a
-# line out of bounds), and heads neither takes.
+# Heads the one-match path takes, heads it leaves to `parse_head` (a header the lane reads or refuses, a byte
+# or a line out of bounds), and heads neither takes.
 _HEADS = [
     PLAIN,
     PLAIN + b"\r\nUser-Agent: wrk/4.2\r\nAccept-Encoding: gzip, br\r\nX-Requested-With:",
@@ -139,7 +139,7 @@ _HEADS = [
 
 @pytest.mark.parametrize("head_", _HEADS, ids=range(len(_HEADS)))
 def test_the_one_match_path_answers_what_the_walk_answers(head_: bytes) -> None:
-    assert recognize(head_, 8190) == walk(head_, 8190)
+    assert recognize(head_, 8190) == parse_head(head_, 8190)
 
 
 @pytest.mark.parametrize("close", [False, True])

@@ -47,7 +47,7 @@ from aiohttp.streams import EMPTY_PAYLOAD
 
 from attachstore.api import Lanes, make_app
 from attachstore.api.app import MAX_HEADERS
-from attachstore.api.heads import Get, possible, recognize
+from attachstore.api.heads import PlainRead, possible, recognize
 from attachstore.config import Config
 from tests.hostile.conftest import TOKENS, Daemon, launch, stop
 from tests.support.daemon import wait_ready
@@ -240,7 +240,7 @@ def heads() -> Iterator[bytes]:
         yield mutated(rng, generated(rng))
 
 
-def lane_reads(stream: bytes) -> tuple[Get, bytes] | None:
+def lane_reads(stream: bytes) -> tuple[PlainRead, bytes] | None:
     """What the lane answers at the start of `stream`, and the bytes it takes for that request; None where
     it hands the connection to aiohttp."""
     end = stream.find(b"\r\n\r\n")
@@ -264,7 +264,7 @@ class Read:
     body: bool
 
 
-def _expected(get: Get) -> Read:
+def _expected(get: PlainRead) -> Read:
     def one(value: str | None) -> list[str]:
         return [] if value is None else [value]
 
