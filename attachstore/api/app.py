@@ -16,6 +16,7 @@ from ..storage import FileOps
 from . import attachments, mcp, observe, openapi, render, routes, sessions, wire
 from .common import CONFIG, STORE, TENANT, error_response, json_response
 from .drain import DRAIN, Drain, close_when_stopping, refuse_when_stopping
+from .headers import add_security_headers
 from .observe import ERROR_CODE
 from .sending import BUDGET, Budget
 
@@ -99,22 +100,6 @@ def tenant_for(tokens: dict[str, str], authorization: str) -> str:
     return tenant
 
 
-SECURITY_HEADERS = {
-    "X-Content-Type-Options": "nosniff",
-    "Content-Security-Policy": "default-src 'none'; sandbox",
-    "X-Frame-Options": "DENY",
-    "Referrer-Policy": "no-referrer",
-    "Cross-Origin-Resource-Policy": "same-origin",
-}
-
-
-async def _security_headers(request: web.Request, response: web.StreamResponse) -> None:
-    for name, value in SECURITY_HEADERS.items():
-        response.headers.setdefault(name, value)
-    # Image bytes carry their own immutable caching; nothing else may be cached anywhere.
-    response.headers.setdefault("Cache-Control", "no-store")
-
-
 async def healthz(request: web.Request) -> web.Response:
     return json_response({"status": "ok"})
 
@@ -163,7 +148,7 @@ def make_app(
     app[TOKENS] = {t.token_sha256: t.name for t in config.tenants}
     app[REPLACE_POLICY] = replace_policy
     app[DRAIN] = Drain()
-    app.on_response_prepare.append(_security_headers)
+    app.on_response_prepare.append(add_security_headers)
     app.on_response_prepare.append(close_when_stopping)
     if file_ops is not None:
         app[FILE_OPS] = file_ops

@@ -10,13 +10,9 @@ from ..service import PREVIEW_SIZES, PREVIEW_SIZES_HINT, Admission, ImageRef, Up
 from . import wire
 from .bodies import IMAGES_HINT, close_uploads, read_multipart
 from .common import CONFIG, STORE, json_response, read_json, tenant_of
+from .headers import not_modified_headers, verified_headers
 from .sending import Sending, View, sending
 
-READ_HEADERS = {
-    "Cache-Control": "private, max-age=31536000, immutable",
-    "X-Content-Type-Options": "nosniff",
-    "Content-Security-Policy": "default-src 'none'; sandbox",
-}
 admit_decoder = msgspec.json.Decoder(wire.AdmitRequest)
 _PREVIEW_SIZES = frozenset(map(str, PREVIEW_SIZES))  # exactly as written: not "064", "+64" or " 64"
 
@@ -84,15 +80,6 @@ async def admit(request: web.Request) -> web.Response:
 def etag_matches(header: str, etag: str) -> bool:
     tags = [t.strip().removeprefix("W/") for t in header.split(",")]
     return "*" in tags or etag in tags
-
-
-def not_modified_headers(etag: str) -> dict[str, str]:
-    return {"ETag": etag, **READ_HEADERS}
-
-
-def verified_headers(found: ImageRef) -> dict[str, str]:
-    """Verified bytes on their way out: their ref is their ETag, and they may be cached for good."""
-    return {"Content-Type": found.media_type, "ETag": f'"{found.ref}"', **READ_HEADERS}
 
 
 def _not_modified(etag: str) -> web.Response:

@@ -33,25 +33,22 @@ the requests read behind it are dropped unread.
 from __future__ import annotations
 
 import asyncio
-import email.utils
-import http
 import logging
 import os
 import time
 from collections import deque
-from collections.abc import Mapping
 from typing import cast
 
 from aiohttp import web
-from aiohttp.http import SERVER_SOFTWARE
 
 from ..errors import AttachstoreError, Unauthorized
 from ..service import ImageRef
 from ..storage import Mapped
 from ..storage.mapped import BREAK_SIGNAL, watch
-from .app import MAX_HEADERS, SECURITY_HEADERS, TOKENS, tenant_for
-from .attachments import READ_HEADERS, etag_matches, not_modified_headers
+from .app import MAX_HEADERS, TOKENS, tenant_for
+from .attachments import etag_matches
 from .common import CONFIG, STORE, error_response
+from .headers import head, not_modified_headers, verified_head
 from .heads import BARE_LF, PlainRead, possible, recognize
 from .observe import CLIENT_GONE, record, request_id
 from .sending import BUDGET
@@ -61,63 +58,6 @@ log = logging.getLogger("attachstore.api")
 ENDPOINT = "/v1/attachments/{ref}"  # the aiohttp route's canonical form, for the same metrics and log lines
 _PENDING_MAX = 64 * 1024  # bytes of requests waiting behind the one being answered, before reading pauses
 _READS_KEPT = 64  # where the last reads ended, kept to give them to aiohttp as they came at a hand-over
-
-
-class _Date:
-    """The Date and Server header lines, made once a second."""
-
-    def __init__(self) -> None:
-        self._second = -1
-        self._text = ""
-
-    def __call__(self) -> str:
-        now = int(time.time())
-        if now != self._second:
-            date = email.utils.formatdate(now, usegmt=True)
-            self._second, self._text = now, f"Date: {date}\r\nServer: {SERVER_SOFTWARE}\r\n"
-        return self._text
-
-
-_date = _Date()
-_STATUS_LINES: dict[int, str] = {}
-# The headers every answer carries unless it sets its own, in the order aiohttp's on_response_prepare adds
-# them: the security headers, then Cache-Control.
-_DEFAULT_LINES = [(name, f"{name}: {value}\r\n") for name, value in SECURITY_HEADERS.items()]
-if "Cache-Control" not in SECURITY_HEADERS:
-    _DEFAULT_LINES.append(("Cache-Control", "Cache-Control: no-store\r\n"))
-
-
-def head(status: int, headers: Mapping[str, str], length: int, close: bool) -> bytes:
-    """The status line and headers of an answer, as aiohttp writes them for the same response: its own
-    `headers` (none of them Content-Length, Date, Server or Connection), those four, then the security
-    headers and `Cache-Control: no-store` where the answer sets none of its own."""
-    status_line = _STATUS_LINES.get(status)
-    if status_line is None:
-        status_line = _STATUS_LINES[status] = f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}\r\n"
-    lines = [status_line, *[f"{name}: {value}\r\n" for name, value in headers.items()]]
-    if status != 304:  # a 304 has no body to measure: aiohttp sends no Content-Length with it
-        lines.append(f"Content-Length: {length}\r\n")
-    lines.append(_date())
-    if close:
-        lines.append("Connection: close\r\n")
-    lines.extend([line for name, line in _DEFAULT_LINES if name not in headers])
-    lines.append("\r\n")
-    return "".join(lines).encode("latin-1")
-
-
-def verified_head(found: ImageRef, request_id: str, length: int, close: bool) -> bytes:
-    """`head(200, verified_headers(found) | {"X-Request-Id": request_id}, length, close)`, from a template:
-    what every verified answer says."""
-    return (
-        f'HTTP/1.1 200 OK\r\nContent-Type: {found.media_type}\r\nETag: "{found.ref}"\r\n{_READ_LINES}'
-        f"X-Request-Id: {request_id}\r\nContent-Length: {length}\r\n{_date()}"
-        f"{_CLOSE_LINES if close else _KEEP_LINES}"
-    ).encode("latin-1")
-
-
-_READ_LINES = "".join(f"{name}: {value}\r\n" for name, value in READ_HEADERS.items())
-_KEEP_LINES = "".join(line for name, line in _DEFAULT_LINES if name not in READ_HEADERS) + "\r\n"
-_CLOSE_LINES = "Connection: close\r\n" + _KEEP_LINES
 
 
 class Lanes:

@@ -16,9 +16,9 @@ import pytest
 from prometheus_client import CollectorRegistry, Gauge
 
 from attachstore.api.app import MAX_HEADERS
-from attachstore.api.attachments import verified_headers
+from attachstore.api.headers import head, verified_head, verified_headers
 from attachstore.api.heads import _NOT_HERE, _ONCE, PlainRead, parse_head, recognize
-from attachstore.api.lane import Lane, Lanes, head, verified_head
+from attachstore.api.lane import Lane, Lanes
 from attachstore.api.sending import Budget
 from attachstore.errors import NotFound
 from attachstore.metrics import Metrics
