@@ -10,9 +10,15 @@ from .app import MAX_HEADERS
 # aiohttp's Python parser counts the request line and the empty line among them (its C parser counts only
 # the fields): 62 fields at most
 _MAX_FIELDS = MAX_HEADERS - 2
-_REQUEST_LINE = re.compile(rb"GET /v1/attachments/([A-Za-z0-9:._-]+) HTTP/1\.1")
-_TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
-_VALUE = re.compile(rb"[\t\x20-\x7e]*")
+# The characters of a ref, of a field's name (RFC 9110's token) and of a field's value the lane takes.
+_REF_CHAR = rb"[A-Za-z0-9:._-]"
+_NAME_CHAR = rb"[!#$%&'*+.^_`|~0-9A-Za-z-]"
+_VALUE_CHAR = rb"[\t\x20-\x7e]"
+_START = b"GET /v1/attachments/"
+_REQUEST_LINE_PATTERN = re.escape(_START) + b"(" + _REF_CHAR + rb"+) HTTP/1\.1"
+_REQUEST_LINE = re.compile(_REQUEST_LINE_PATTERN)
+_NAME = re.compile(_NAME_CHAR + b"+")
+_VALUE = re.compile(_VALUE_CHAR + b"*")
 _READ = frozenset({b"authorization", b"if-none-match", b"x-request-id", b"connection"})
 # The fields aiohttp refuses twice in a request (RFC 9110's singletons, its SINGLETON_HEADERS), less the body
 # framing the lane refuses outright. A request without Host is refused as well (HTTP/1.1 requires one).
@@ -33,9 +39,7 @@ _ONCE = _READ | _SINGLETONS
 _NOT_HERE = frozenset({b"content-length", b"transfer-encoding", b"expect", b"upgrade", b"proxy-connection"})
 # The head of most plain reads in one match: the request line and headers of the right characters, none of
 # them one the lane reads or refuses (`_SPECIAL`). What does not match goes through `parse_head`.
-_PLAIN = re.compile(
-    rb"GET /v1/attachments/([A-Za-z0-9:._-]+) HTTP/1\.1(?:\r\n[!#$%&'*+.^_`|~0-9A-Za-z-]+:[\t\x20-\x7e]*)*"
-)
+_PLAIN = re.compile(_REQUEST_LINE_PATTERN + rb"(?:\r\n" + _NAME_CHAR + b"+:" + _VALUE_CHAR + b"*)*")
 # Host and User-Agent, which plain reads carry, are counted in `recognize` instead.
 _SPECIAL = re.compile(
     rb"\r\n(?:" + b"|".join(sorted((_ONCE | _NOT_HERE) - {b"host", b"user-agent"})) + rb"):", re.IGNORECASE
@@ -88,7 +92,7 @@ def _fields(lines: list[bytes], max_line: int) -> dict[bytes, str] | None:
     seen: dict[bytes, str] = {}
     for line in lines:
         name, colon, value = line.partition(b":")
-        if len(line) > max_line or not colon or not _TOKEN.fullmatch(name):
+        if len(line) > max_line or not colon or not _NAME.fullmatch(name):
             return None
         value = value.strip(b" \t")
         lower = name.lower()
@@ -101,9 +105,8 @@ def _fields(lines: list[bytes], max_line: int) -> dict[bytes, str] | None:
     return seen
 
 
-_START = b"GET /v1/attachments/"
-_REF_START = re.compile(rb"[A-Za-z0-9:._-]*")
-_NAME_START = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]*")
+_REF_START = re.compile(_REF_CHAR + b"*")
+_NAME_START = re.compile(_NAME_CHAR + b"*")
 
 
 BARE_LF = re.compile(rb"(?<!\r)\n")  # it looks behind where the search starts, as need be
