@@ -3,28 +3,26 @@
 from __future__ import annotations
 
 import errno
-import hashlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
 
 from ..config import Config
-from ..errors import AttachstoreError, ServerBusy, StorageUnavailable, Unauthorized
+from ..errors import AttachstoreError, ServerBusy, StorageUnavailable
 from ..service import Store
 from ..storage import FileOps
 from . import attachments, mcp, observe, openapi, render, routes, sessions, wire
-from .common import CONFIG, STORE, TENANT, error_response, json_response
+from .common import CONFIG, STORE, TENANT, TOKENS, error_response, json_response, tenant_for
 from .drain import DRAIN, Drain, close_when_stopping, refuse_when_stopping
 from .headers import add_security_headers
+from .heads import MAX_HEADERS
 from .observe import ERROR_CODE
 from .sending import BUDGET, Budget
 
 log = logging.getLogger("attachstore.api")
-MAX_HEADERS = 64  # header fields in a request, as aiohttp is told (the read lane keeps to it too)
 
 FILE_OPS = web.AppKey("file_ops", FileOps)
-TOKENS = web.AppKey("tokens", dict[str, str])  # sha256 of a token -> its tenant
 OPENAPI = web.AppKey("openapi", bytes)  # the encoded description, made once
 REPLACE_POLICY = web.AppKey("replace_policy", bool)  # serve --replace-policy
 _HTTP_CODES = {
@@ -83,21 +81,6 @@ async def authenticate(request: web.Request, handler: Handler) -> web.StreamResp
         return await handler(request)
     request[TENANT] = tenant_for(tokens, request.headers.get("Authorization", ""))
     return await handler(request)
-
-
-def tenant_for(tokens: dict[str, str], authorization: str) -> str:
-    """The tenant whose bearer token `authorization` carries (Unauthorized for anything else), given the
-    configured tokens' sha256s. A header's bytes that are not UTF-8 come as lone surrogates (aiohttp
-    decodes with surrogateescape): they are hashed as the bytes the client sent, a wrong token like any
-    other."""
-    scheme, _, token = authorization.partition(" ")
-    tenant = None
-    if scheme.lower() == "bearer":
-        sent = token.strip().encode("utf-8", "surrogateescape")
-        tenant = tokens.get(hashlib.sha256(sent).hexdigest())
-    if tenant is None:
-        raise Unauthorized("a valid bearer token is required", hint="send Authorization: Bearer <token>")
-    return tenant
 
 
 async def healthz(request: web.Request) -> web.Response:

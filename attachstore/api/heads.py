@@ -5,8 +5,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from .app import MAX_HEADERS
-
+MAX_HEADERS = 64  # header fields in a request, as aiohttp is told (the read lane keeps to it too)
 # aiohttp's Python parser counts the request line and the empty line among them (its C parser counts only
 # the fields): 62 fields at most
 _MAX_FIELDS = MAX_HEADERS - 2

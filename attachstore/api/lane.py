@@ -45,11 +45,10 @@ from ..errors import AttachstoreError, Unauthorized
 from ..service import ImageRef
 from ..storage import Mapped
 from ..storage.mapped import BREAK_SIGNAL, watch
-from .app import MAX_HEADERS, TOKENS, tenant_for
 from .attachments import etag_matches
-from .common import CONFIG, STORE, error_response
+from .common import CONFIG, STORE, TOKENS, error_response, tenant_for
 from .headers import head, not_modified_headers, verified_head
-from .heads import BARE_LF, PlainRead, possible, recognize
+from .heads import BARE_LF, MAX_HEADERS, PlainRead, possible, recognize
 from .observe import CLIENT_GONE, record, request_id
 from .sending import BUDGET
 

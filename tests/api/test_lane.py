@@ -15,9 +15,8 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, Gauge
 
-from attachstore.api.app import MAX_HEADERS
 from attachstore.api.headers import head, verified_head, verified_headers
-from attachstore.api.heads import _NOT_HERE, _ONCE, PlainRead, parse_head, recognize
+from attachstore.api.heads import _NOT_HERE, _ONCE, MAX_HEADERS, PlainRead, parse_head, recognize
 from attachstore.api.lane import Lane, Lanes
 from attachstore.api.sending import Budget
 from attachstore.errors import NotFound

@@ -46,8 +46,7 @@ from aiohttp.http_parser import HttpRequestParserC, HttpRequestParserPy
 from aiohttp.streams import EMPTY_PAYLOAD
 
 from attachstore.api import Lanes, make_app
-from attachstore.api.app import MAX_HEADERS
-from attachstore.api.heads import PlainRead, possible, recognize
+from attachstore.api.heads import MAX_HEADERS, PlainRead, possible, recognize
 from attachstore.config import Config
 from tests.hostile.conftest import TOKENS, Daemon, launch, stop
 from tests.support.daemon import wait_ready
