@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import errno
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -17,8 +19,9 @@ from .common import CONFIG, STORE, TENANT, TOKENS, error_response, json_response
 from .drain import DRAIN, Drain, close_when_stopping, refuse_when_stopping
 from .headers import add_security_headers
 from .heads import MAX_HEADERS
+from .lane import LANES, Lanes
 from .observe import ERROR_CODE
-from .sending import BUDGET, Budget
+from .sending import ANSWERING, BUDGET, Answering, Budget, Stalls
 
 log = logging.getLogger("attachstore.api")
 
@@ -112,6 +115,20 @@ async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
         await store.close()
 
 
+async def _watch_writes(app: web.Application) -> AsyncIterator[None]:
+    """While the app runs (until its cleanup, once the requests in progress are done): abort the connections,
+    aiohttp's and the read lanes', whose client takes none of its answer for `[http] write_timeout`."""
+    stalls = Stalls(app[CONFIG].http.write_timeout_seconds, app[STORE].metrics.write_stalls)
+    lanes = app.get(LANES)
+    watching = asyncio.create_task(stalls.run(app[ANSWERING], *([lanes] if lanes is not None else [])))
+    try:
+        yield
+    finally:
+        watching.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watching
+
+
 def make_app(
     config: Config, *, file_ops: FileOps | None = None, replace_policy: bool = False
 ) -> web.Application:
@@ -131,11 +148,18 @@ def make_app(
     app[TOKENS] = {t.token_sha256: t.name for t in config.tenants}
     app[REPLACE_POLICY] = replace_policy
     app[DRAIN] = Drain()
+    app[ANSWERING] = Answering()
     app.on_response_prepare.append(add_security_headers)
     app.on_response_prepare.append(close_when_stopping)
+    app.on_response_prepare.append(app[ANSWERING].prepared)
     if file_ops is not None:
         app[FILE_OPS] = file_ops
     app.cleanup_ctx.append(_store_ctx)
+    if config.http.read_lane:  # plain reads of an object's bytes answered in front of aiohttp (api/lane.py)
+        lanes = app[LANES] = Lanes(config, app[TOKENS])
+        app.cleanup_ctx.append(lanes.running)
+        app[DRAIN].also(lanes.shutdown)
+    app.cleanup_ctx.append(_watch_writes)
     attachments.add_routes(app.router)
     sessions.add_routes(app.router)
     routes.add_routes(app.router)

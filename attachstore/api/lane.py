@@ -33,20 +33,22 @@ the requests read behind it are dropped unread.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
 from collections import deque
+from collections.abc import AsyncIterator
 from typing import cast
 
 from aiohttp import web
 
+from ..config import Config
 from ..errors import AttachstoreError, Unauthorized
 from ..service import ImageRef
 from ..storage import Mapped
-from ..storage.mapped import BREAK_SIGNAL, watch
 from .attachments import etag_matches
-from .common import CONFIG, STORE, TOKENS, error_response, tenant_for
+from .common import STORE, error_response, tenant_for
 from .headers import head, not_modified_headers, verified_head
 from .heads import BARE_LF, MAX_HEADERS, PlainRead, possible, recognize
 from .observe import CLIENT_GONE, record, request_id
@@ -60,22 +62,40 @@ _READS_KEPT = 64  # where the last reads ended, kept to give them to aiohttp as 
 
 
 class Lanes:
-    """The read lanes of one server: the protocol factory for its listening socket, and its connections."""
+    """The read lanes of one app: the protocol its listening sockets start every connection in (aiohttp's
+    behind it, see `in_front_of`), and their connections."""
 
-    def __init__(self, app: web.Application, server: web.Server) -> None:
-        config = app[CONFIG]
-        self.server = server
-        self.store = app[STORE]
-        self.tokens = app[TOKENS]
-        self.budget = app[BUDGET]
+    answered = 0  # the requests the lanes answered: a test's proof that a read took this path
+
+    def __init__(self, config: Config, tokens: dict[str, str]) -> None:
+        self.tokens = tokens
         self.max_line = config.http.max_header_bytes
         self.keepalive = config.http.keepalive_timeout_seconds
         self.mapped = config.http.mapped_reads
         self.connections: set[Lane] = set()
         self.closing = False
 
+    def in_front_of(self, server: web.Server) -> Lanes:
+        """The protocol factory for a listening socket, `server` (aiohttp's) taking the connections the lane
+        hands over."""
+        self.server = server
+        return self
+
     def __call__(self) -> Lane:
         return Lane(self)
+
+    async def running(self, app: web.Application) -> AsyncIterator[None]:
+        """The lanes' part of `app`'s life (a cleanup context, after the store's): the store and budget they
+        answer with, the sweeps while it runs, and no connection left open after it."""
+        self.store, self.budget = app[STORE], app[BUDGET]
+        sweeping = asyncio.create_task(self._sweep_forever())
+        try:
+            yield
+        finally:
+            sweeping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeping
+            await self.shutdown(0)
 
     def sweep(self, now: float) -> None:
         """Close the connections that have waited for their next request longer than the keep-alive."""
@@ -83,21 +103,19 @@ class Lanes:
             if lane.idle and now - lane.since > self.keepalive and lane.transport is not None:
                 lane.transport.close()
 
-    async def run(self) -> None:
-        """Close the idle connections past their keep-alive, and let go of the mappings kept past their
+    async def _sweep_forever(self) -> None:
+        """Close the idle connections past their keep-alive, and let go of the mapped reads kept past their
         time or someone asked to write to (at once on the lease-break signal, where the loop handles it)."""
         loop = asyncio.get_running_loop()
-        mappings = self.store.resident.mappings if self.store.resident is not None else None
-        watched = mappings is not None and self.mapped and watch(mappings, loop)
+        unwatch = self.store.watch_leases(loop) if self.mapped else None
         try:
             while True:
                 await asyncio.sleep(min(1.0, self.keepalive / 4))
                 self.sweep(loop.time())
-                if mappings is not None:
-                    mappings.sweep()
+                self.store.sweep_reads()
         finally:
-            if watched:
-                loop.remove_signal_handler(BREAK_SIGNAL)
+            if unwatch is not None:
+                unwatch()
 
     async def shutdown(self, within: float) -> None:
         """Close the idle connections now and the others once their answer is written (within `within` s)."""
@@ -424,6 +442,7 @@ class Lane(asyncio.Protocol):
         status: int,
         code: str | None = None,
     ) -> None:
+        self.lanes.answered += 1
         record(
             self.lanes.store.metrics,
             rid,
@@ -462,3 +481,6 @@ class Lane(asyncio.Protocol):
         if self._eof:
             inner.eof_received()
         self.transport = None
+
+
+LANES = web.AppKey("read_lanes", Lanes)

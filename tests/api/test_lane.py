@@ -17,12 +17,15 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from attachstore.api.headers import head, verified_head, verified_headers
 from attachstore.api.heads import _NOT_HERE, _ONCE, MAX_HEADERS, PlainRead, parse_head, recognize
-from attachstore.api.lane import Lane, Lanes
+from attachstore.api.lane import LANES, Lane, Lanes
 from attachstore.api.sending import Budget
 from attachstore.errors import NotFound
 from attachstore.metrics import Metrics
 from attachstore.service import ImageRef
 from attachstore.storage.mapped import Mapped, map_resident
+from tests.conftest import MakeClient
+from tests.support.http import admit_ok
+from tests.support.images import png
 from tests.support.waiting import eventually, jumping_clock
 
 REF = "sha256:" + "ab" * 32
@@ -532,3 +535,17 @@ async def test_what_the_socket_does_not_take_is_copied_out_of_the_mapping(
     assert straight + b"".join(transport.written) == b"HEAD\r\n\r\n" + body
     assert (len(straight) > 0) == (unsent == 0)
     assert len(straight) < len(body)  # some of it was left to the transport
+
+
+@pytest.mark.parametrize("lane", [True, False])
+async def test_an_in_process_client_s_read_takes_the_daemon_s_path(
+    make_client: MakeClient, lane: bool
+) -> None:
+    # The API tests serve the app as the daemon does (tests/conftest.py, api.DaemonSite): a plain read is the
+    # lane's, and only aiohttp's with [http] read_lane = false.
+    client = await make_client(http={"read_lane": lane})
+    [found] = await admit_ok(client, png(8, 8))
+    response = await client.get(f"/v1/attachments/{found['ref']}")
+    assert response.status == 200
+    assert await response.read() == png(8, 8)
+    assert (client.app[LANES].answered if lane else LANES not in client.app) == 1
