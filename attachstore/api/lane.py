@@ -1,33 +1,7 @@
-"""The read lane: `GET /v1/attachments/{ref}` answered without aiohttp's per-request machinery.
-
-A verified read of a 300 KB object costs about 100 µs of open, read and keyed check here; aiohttp's request
-object, router, middleware chain and response preparation cost about as much again, on every read. The
-lane is a protocol in front of aiohttp's: every connection starts in it, and a request head that is exactly
-a plain read of an object's bytes is answered here, by the same service calls (`Store.recalled` on the
-caller's stack when this process served the same file a moment ago, else `Store.read` or, for a matching
-If-None-Match, `Store.meta`), with the same headers, error envelopes, log line, latency sample, budget of
-bytes in flight (`[http] max_sending_bytes`), write-stall bound and keep-alive timeout as the aiohttp path.
-
-The rule: the lane answers only what aiohttp would accept, and hands over anything aiohttp would refuse,
-so that every refusal is aiohttp's own. A plain read (`recognize`): the request line `GET
-/v1/attachments/<ref> HTTP/1.1`, the ref of the characters a ref can have (no percent-escapes, no query, no
-dot segment), headers of printable ASCII within aiohttp's bounds (`[http] max_header_bytes` a line, 62 of
-them), exactly one Host, no body framing (Content-Length, Transfer-Encoding, Expect, Upgrade) nor
-Proxy-Connection, at most one each of Authorization, If-None-Match, X-Request-Id and Connection, and at most
-one of each field aiohttp refuses twice (RFC 9110's singletons: Host, User-Agent, Content-Type, ETag, …).
-aiohttp takes a read of the socket whole (refusing one request, it answers none of the read's), so the lane
-takes the heads of a read only if it takes all of them and the start of the next may still be one
-(`possible`). A read that holds anything else, a line ended by a bare LF, and a head not complete within
-those bounds, hand the connection to aiohttp for the rest of its life, starting with that read's first
-request, read by read as they came: aiohttp answers it as it answers everything, the malformed included.
-tests/api/test_lane_differential.py holds the lane to this against aiohttp and h11.
-
-Requests on one connection are answered in order, one at a time; reading pauses while more than 64 KiB
-wait behind an answer, and resumes once they are answered, however they were. A connection the client has
-reset (found by a write, or lost) is answered no further: the answer that found it gone is logged 499, and
-the requests read behind it are dropped unread.
-
-`[http] read_lane = false` serves every request through aiohttp.
+"""The read lane: a plain `GET /v1/attachments/{ref}` answered in front of aiohttp, with the same service
+calls, headers, envelopes, log line, budget and bounds; anything else hands the connection to aiohttp for
+the rest of its life. The rule (the lane answers only what aiohttp would accept) and why the lane is here:
+`docs/design.md`, "The read lane". Recognizing a plain read is `heads.py`; writing its head, `headers.py`.
 """
 
 from __future__ import annotations
@@ -212,11 +186,8 @@ class Lane(asyncio.Protocol):
         return self.transport is not None and not self.transport.is_closing()
 
     def _parse(self) -> None:
-        """Recognize the heads that the last read of the socket completed, as aiohttp's parser does: it
-        takes each read whole, and where it refuses a request it answers none of those that the same read
-        completed before it, only its 400 (so does a request after one that closes the connection). So the
-        lane takes the heads of a read only if it answers every one of them; else aiohttp takes over from
-        the first."""
+        """Take the heads the last read of the socket completed, all of them or none: aiohttp takes each
+        read whole (`docs/design.md`, "The read lane"), so it takes over at the first of a read it refuses."""
         first = at = self._parsed
         heads = []
         while True:
@@ -415,10 +386,9 @@ class Lane(asyncio.Protocol):
         return True
 
     def _send_mapped(self, transport: asyncio.Transport, head_: bytes, body: Mapped) -> None:
-        """Write the head and the mapping straight to the socket, as the transport would when it holds
-        nothing unsent (it holds nothing of them, so the mapping can be let go at once); what the socket does
-        not take is copied out of the mapping into the transport. Asked right after `intact()`, on the same
-        stack: the bytes written are the ones hashed (storage/mapped.py)."""
+        """Write the head and the mapping straight to the socket while the transport holds nothing unsent, so
+        that the mapping is let go at once; the rest is copied into the transport. Called on `intact()`'s
+        stack: the bytes written are the ones hashed (`docs/design.md`, "Mapped reads")."""
         try:
             sent = 0
             if self._fd >= 0 and not transport.get_write_buffer_size():
