@@ -19,7 +19,7 @@ from .common import CONFIG, STORE, TENANT, TOKENS, error_response, json_response
 from .drain import DRAIN, Drain, close_when_stopping, refuse_when_stopping
 from .headers import add_security_headers
 from .heads import MAX_HEADERS
-from .lane import LANES, Lanes
+from .lanes import LANES, Lanes
 from .observe import ERROR_CODE
 from .sending import ANSWERING, BUDGET, Answering, Budget, Stalls
 

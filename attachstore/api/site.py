@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from .lane import LANES
+from .lanes import LANES
 
 
 class DaemonSite(web.BaseSite):

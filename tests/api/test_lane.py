@@ -17,7 +17,8 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from attachstore.api.headers import head, verified_head, verified_headers
 from attachstore.api.heads import _NOT_HERE, _ONCE, MAX_HEADERS, PlainRead, parse_head, recognize
-from attachstore.api.lane import LANES, Lane, Lanes
+from attachstore.api.lane import Lane
+from attachstore.api.lanes import LANES, Lanes
 from attachstore.api.sending import Budget
 from attachstore.errors import NotFound
 from attachstore.metrics import Metrics
