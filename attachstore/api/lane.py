@@ -158,7 +158,6 @@ class Lane(asyncio.Protocol):
         self._parsed = at
 
     def _consume(self, n: int) -> None:
-        """Let go of the first `n` bytes received: a request answered."""
         del self._pending[:n]
         self._let_go += n
         self._parsed -= n

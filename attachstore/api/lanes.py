@@ -52,7 +52,6 @@ class Lanes:
             await self.shutdown(0)
 
     def sweep(self, now: float) -> None:
-        """Close the connections that have waited for their next request longer than the keep-alive."""
         for lane in list(self.connections):
             if lane.idle and now - lane.since > self.keepalive and lane.transport is not None:
                 lane.transport.close()

@@ -177,7 +177,6 @@ class Stalls:
         self._watched = watched
 
     async def run(self, *servers: _Connections) -> None:
-        """Sweep the connections of `servers` every `tick` seconds, until cancelled."""
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(self.tick)
