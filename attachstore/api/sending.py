@@ -184,7 +184,7 @@ class Stalls:
 
 
 class _Connections(Protocol):
-    """`Answering`, the read lanes (lane.Lanes), or aiohttp's `web.Server`: the connections it serves."""
+    """`Answering`, the read lanes (lanes.Lanes), or aiohttp's `web.Server`: the connections it serves."""
 
     @property
     def connections(self) -> Iterable[_Connection]: ...
