@@ -24,7 +24,7 @@ import msgspec
 from aiohttp import web
 
 from . import logs
-from .api import Lanes, drain, make_app, watch_writes
+from .api import DaemonSite, drain, make_app
 from .config import Config
 from .errors import ConfigError
 from .service import checkkey
@@ -205,19 +205,11 @@ async def serve_on(
     # decodes (and, cut off before its commit, publishes nothing), a render stops reading.
     runner = web.AppRunner(app, shutdown_timeout=SHUTDOWN_TIMEOUT, access_log=None, handler_cancellation=True)
     await runner.setup()
-    assert runner.server is not None
-    # Plain reads of an object's bytes are answered in the read lane, everything else by aiohttp.
-    lanes = Lanes(app, runner.server) if config.http.read_lane else None
-    # aiohttp's writes wait on the client without a deadline: this aborts the connections that stall. It
-    # runs until the in-flight requests are done, so that none of them holds up the shutdown.
-    watching = [asyncio.create_task(watch_writes(app, runner, *([lanes] if lanes else [])))]
-    if lanes is not None:
-        watching.append(asyncio.create_task(lanes.run()))
     loop = asyncio.get_running_loop()
-    server: asyncio.Server | None = None
+    site: DaemonSite | None = None
     try:
-        accepting = sock if isinstance(sock, socket.socket) else sock()
-        server = await loop.create_server(lanes or runner.server, sock=accepting)
+        site = DaemonSite(runner, sock if isinstance(sock, socket.socket) else sock())
+        await site.start()
         listening()
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -225,16 +217,12 @@ async def serve_on(
         await stop.wait()
         log.info("stopping: finishing in-flight requests")
     finally:
-        if server is not None:
-            server.close()
+        if site is not None:
+            await site.stop()
         # aiohttp's cleanup closes every connection, dropping what still arrives on them: the requests in
-        # progress are let finish first (the lanes' and aiohttp's at once, within the one bound).
-        await asyncio.gather(
-            drain(app, SHUTDOWN_TIMEOUT), *([lanes.shutdown(SHUTDOWN_TIMEOUT)] if lanes is not None else [])
-        )
+        # progress (aiohttp's and the read lanes') are let finish first.
+        await drain(app, SHUTDOWN_TIMEOUT)
         await runner.cleanup()
-        for task in watching:
-            task.cancel()
 
 
 def _supervise(

@@ -1,12 +1,14 @@
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import msgspec
 import pytest
-from aiohttp.test_utils import TestClient
+from aiohttp import web
+from aiohttp.test_utils import BaseTestServer, TestClient
 
 from attachstore.api import make_app
 from attachstore.config import Config
@@ -14,6 +16,7 @@ from attachstore.service import Store
 from attachstore.storage import FileOps
 from tests.support import fixtures, services
 from tests.support.daemon import Daemons
+from tests.support.serving import DaemonTestServer
 
 MakeConfig = Callable[..., Config]
 MakeClient = Callable[..., Awaitable[TestClient[Any, Any]]]
@@ -74,6 +77,46 @@ def make_config(data_dir: Path) -> MakeConfig:
         return msgspec.convert(raw, Config)
 
     return make
+
+
+@pytest.fixture
+def aiohttp_client(aiohttp_client: Any) -> Any:
+    """pytest-aiohttp's, serving an app as the daemon does (tests/support/serving.py): its plain reads are
+    answered by the read lane, as in production, unless the app's configuration turns it off."""
+
+    async def serve(
+        app: web.Application | BaseTestServer,
+        *,
+        server_kwargs: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        if isinstance(app, web.Application):
+            app = DaemonTestServer(app, **(server_kwargs or {}))
+            # A connection of its own for each request: a connection whose first request is not a plain
+            # read is aiohttp's for the rest of its life, so a read after an admission would never be the
+            # lane's on a connection the client keeps.
+            kwargs.setdefault("connector", aiohttp.TCPConnector(force_close=True))
+        return await aiohttp_client(app, **kwargs)
+
+    return serve
+
+
+@pytest.fixture
+async def aiohttp_server() -> AsyncIterator[Callable[..., Awaitable[DaemonTestServer]]]:
+    """pytest-aiohttp's, serving an app as the daemon does, as `aiohttp_client` above."""
+    servers: list[DaemonTestServer] = []
+
+    async def serve(
+        app: web.Application, *, host: str = "127.0.0.1", port: int | None = None, **kwargs: Any
+    ) -> DaemonTestServer:
+        server = DaemonTestServer(app, host=host, port=port)
+        await server.start_server(**kwargs)
+        servers.append(server)
+        return server
+
+    yield serve
+    while servers:
+        await servers.pop().close()
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 
 from .app import make_app
 from .drain import drain
-from .lane import Lanes
-from .sending import watch_writes
+from .site import DaemonSite
 
-__all__ = ["Lanes", "drain", "make_app", "watch_writes"]
+__all__ = ["DaemonSite", "drain", "make_app"]

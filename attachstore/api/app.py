@@ -2,28 +2,30 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import errno
-import hashlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
 
 from ..config import Config
-from ..errors import AttachstoreError, ServerBusy, StorageUnavailable, Unauthorized
+from ..errors import AttachstoreError, ServerBusy, StorageUnavailable
 from ..service import Store
 from ..storage import FileOps
 from . import attachments, mcp, observe, openapi, render, routes, sessions, wire
-from .common import CONFIG, STORE, TENANT, error_response, json_response
+from .common import CONFIG, STORE, TENANT, TOKENS, error_response, json_response, tenant_for
 from .drain import DRAIN, Drain, close_when_stopping, refuse_when_stopping
+from .headers import add_security_headers
+from .heads import MAX_HEADERS
+from .lanes import LANES, Lanes
 from .observe import ERROR_CODE
-from .sending import BUDGET, Budget
+from .sending import ANSWERING, BUDGET, Answering, Budget, Stalls
 
 log = logging.getLogger("attachstore.api")
-MAX_HEADERS = 64  # header fields in a request, as aiohttp is told (the read lane keeps to it too)
 
 FILE_OPS = web.AppKey("file_ops", FileOps)
-TOKENS = web.AppKey("tokens", dict[str, str])  # sha256 of a token -> its tenant
 OPENAPI = web.AppKey("openapi", bytes)  # the encoded description, made once
 REPLACE_POLICY = web.AppKey("replace_policy", bool)  # serve --replace-policy
 _HTTP_CODES = {
@@ -84,37 +86,6 @@ async def authenticate(request: web.Request, handler: Handler) -> web.StreamResp
     return await handler(request)
 
 
-def tenant_for(tokens: dict[str, str], authorization: str) -> str:
-    """The tenant whose bearer token `authorization` carries (Unauthorized for anything else), given the
-    configured tokens' sha256s. A header's bytes that are not UTF-8 come as lone surrogates (aiohttp
-    decodes with surrogateescape): they are hashed as the bytes the client sent, a wrong token like any
-    other."""
-    scheme, _, token = authorization.partition(" ")
-    tenant = None
-    if scheme.lower() == "bearer":
-        sent = token.strip().encode("utf-8", "surrogateescape")
-        tenant = tokens.get(hashlib.sha256(sent).hexdigest())
-    if tenant is None:
-        raise Unauthorized("a valid bearer token is required", hint="send Authorization: Bearer <token>")
-    return tenant
-
-
-SECURITY_HEADERS = {
-    "X-Content-Type-Options": "nosniff",
-    "Content-Security-Policy": "default-src 'none'; sandbox",
-    "X-Frame-Options": "DENY",
-    "Referrer-Policy": "no-referrer",
-    "Cross-Origin-Resource-Policy": "same-origin",
-}
-
-
-async def _security_headers(request: web.Request, response: web.StreamResponse) -> None:
-    for name, value in SECURITY_HEADERS.items():
-        response.headers.setdefault(name, value)
-    # Image bytes carry their own immutable caching; nothing else may be cached anywhere.
-    response.headers.setdefault("Cache-Control", "no-store")
-
-
 async def healthz(request: web.Request) -> web.Response:
     return json_response({"status": "ok"})
 
@@ -144,6 +115,20 @@ async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
         await store.close()
 
 
+async def _watch_writes(app: web.Application) -> AsyncIterator[None]:
+    """While the app runs (until its cleanup, once the requests in progress are done): abort the connections,
+    aiohttp's and the read lanes', whose client takes none of its answer for `[http] write_timeout`."""
+    stalls = Stalls(app[CONFIG].http.write_timeout_seconds, app[STORE].metrics.write_stalls)
+    lanes = app.get(LANES)
+    watching = asyncio.create_task(stalls.run(app[ANSWERING], *([lanes] if lanes is not None else [])))
+    try:
+        yield
+    finally:
+        watching.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watching
+
+
 def make_app(
     config: Config, *, file_ops: FileOps | None = None, replace_policy: bool = False
 ) -> web.Application:
@@ -163,11 +148,18 @@ def make_app(
     app[TOKENS] = {t.token_sha256: t.name for t in config.tenants}
     app[REPLACE_POLICY] = replace_policy
     app[DRAIN] = Drain()
-    app.on_response_prepare.append(_security_headers)
+    app[ANSWERING] = Answering()
+    app.on_response_prepare.append(add_security_headers)
     app.on_response_prepare.append(close_when_stopping)
+    app.on_response_prepare.append(app[ANSWERING].prepared)
     if file_ops is not None:
         app[FILE_OPS] = file_ops
     app.cleanup_ctx.append(_store_ctx)
+    if config.http.read_lane:  # plain reads of an object's bytes answered in front of aiohttp (api/lane.py)
+        lanes = app[LANES] = Lanes(config, app[TOKENS])
+        app.cleanup_ctx.append(lanes.running)
+        app[DRAIN].also(lanes.shutdown)
+    app.cleanup_ctx.append(_watch_writes)
     attachments.add_routes(app.router)
     sessions.add_routes(app.router)
     routes.add_routes(app.router)

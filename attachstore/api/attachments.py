@@ -10,13 +10,9 @@ from ..service import PREVIEW_SIZES, PREVIEW_SIZES_HINT, Admission, ImageRef, Up
 from . import wire
 from .bodies import IMAGES_HINT, close_uploads, read_multipart
 from .common import CONFIG, STORE, json_response, read_json, tenant_of
+from .headers import not_modified_headers, verified_headers
 from .sending import Sending, View, sending
 
-READ_HEADERS = {
-    "Cache-Control": "private, max-age=31536000, immutable",
-    "X-Content-Type-Options": "nosniff",
-    "Content-Security-Policy": "default-src 'none'; sandbox",
-}
 admit_decoder = msgspec.json.Decoder(wire.AdmitRequest)
 _PREVIEW_SIZES = frozenset(map(str, PREVIEW_SIZES))  # exactly as written: not "064", "+64" or " 64"
 
@@ -86,22 +82,13 @@ def etag_matches(header: str, etag: str) -> bool:
     return "*" in tags or etag in tags
 
 
-def not_modified_headers(etag: str) -> dict[str, str]:
-    return {"ETag": etag, **READ_HEADERS}
-
-
-def verified_headers(found: ImageRef) -> dict[str, str]:
-    """Verified bytes on their way out: their ref is their ETag, and they may be cached for good."""
-    return {"Content-Type": found.media_type, "ETag": f'"{found.ref}"', **READ_HEADERS}
-
-
 def _not_modified(etag: str) -> web.Response:
     return web.Response(status=304, headers=not_modified_headers(etag))
 
 
 def _verified(share: Sending, found: ImageRef, data: bytes | bytearray) -> web.Response:
     """Verified bytes as an answer, counted once against the sending budget: `share` is the request's one
-    share, which a read has claimed them with already (unless it was recalled, or is a preview)."""
+    share, which a read has claimed them with already (unless it was a remembered read, or is a preview)."""
     if not share.held:
         share.claim(len(data))
     return web.Response(body=View(data, found.media_type), headers=verified_headers(found))

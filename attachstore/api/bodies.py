@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import warnings
 from collections.abc import AsyncIterator, Callable
 from typing import cast
 
 from aiohttp import BodyPartReader, MultipartReader, StreamReader, web
-from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.http import HttpProcessingError
 
 from ..config import Config
 from ..errors import InvalidRequest, PayloadTooLarge, Rejected, RequestTimeout
@@ -93,6 +92,7 @@ class _Metered:
     def __init__(self, request: web.Request, cap: int, hold: Hold) -> None:
         self._request = request
         self._stream = request.content
+        self._unread = bytearray()  # what the reader gave back, read again before the stream
         self._cap = cap
         self._hold = hold
         self.consumed = 0
@@ -122,19 +122,37 @@ class _Metered:
                 f"malformed multipart body: more than {_LINES_BETWEEN} lines between two parts "
                 f"(a part has at most {_PART_HEADERS} header fields, and a form no preamble)"
             )
-        return self._took(await self._stream.readline(max_line_length=max_line_length))
+        if not self._unread:
+            return self._took(await self._stream.readline(max_line_length=max_line_length))
+        end = self._unread.find(b"\n") + 1
+        if end:
+            line = bytes(self._unread[:end])
+            del self._unread[:end]
+            return self._took(line)
+        if max_line_length is not None:  # the bytes given back are the start of the line
+            max_line_length = max(1, max_line_length - len(self._unread))
+        line = bytes(self._unread) + await self._stream.readline(max_line_length=max_line_length)
+        self._unread.clear()
+        return self._took(line)
 
     async def read(self, n: int = -1) -> bytes:
-        return self._took(await self._stream.read(n))
+        if not self._unread:
+            return self._took(await self._stream.read(n))
+        if n < 0:
+            data = bytes(self._unread) + await self._stream.read(n)
+            self._unread.clear()
+            return self._took(data)
+        data = bytes(self._unread[:n])
+        del self._unread[:n]
+        return self._took(data)
 
     def unread_data(self, data: bytes) -> None:
-        with warnings.catch_warnings():  # deprecated, and the multipart reader's own way to look ahead
-            warnings.simplefilter("ignore", DeprecationWarning)
-            self._stream.unread_data(data)
+        """The multipart reader's way to look ahead, kept here: StreamReader.unread_data is deprecated."""
+        self._unread[:0] = data
         self.consumed -= len(data)
 
     def at_eof(self) -> bool:
-        return self._stream.at_eof()
+        return not self._unread and self._stream.at_eof()
 
 
 async def read_multipart(
@@ -153,6 +171,8 @@ async def read_multipart(
         if request.content_length > cap:
             raise _too_large(cap)
         hold(request.content_length)
+    if not _is_multipart(request.headers.get("Content-Type", "")):
+        raise InvalidRequest("malformed multipart body: multipart/* content type expected")
     stream = _Metered(request, cap, hold)
     keep = config.admission.upload_limits(config.limits).max_image_bytes
     try:
@@ -164,8 +184,13 @@ async def read_multipart(
                 max_headers=_PART_HEADERS,
             )
             return await _read_parts(request, reader, stream, keep, config.limits.max_batch_images)
-    except (ValueError, AssertionError, HttpProcessingError) as e:  # aiohttp's words for "not multipart"
+    except (ValueError, HttpProcessingError) as e:  # aiohttp's words for "not multipart"
         raise InvalidRequest(f"malformed multipart body: {e}") from None
+
+
+def _is_multipart(content_type: str) -> bool:
+    """Whether MultipartReader takes the header as multipart (its own reading of it, which asserts so)."""
+    return content_type.split(";")[0].strip().lower().partition("/")[0] == "multipart"
 
 
 async def _read_parts(

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import TypeVar
 
 import msgspec
 from aiohttp import web
 
 from ..config import Config
-from ..errors import AttachstoreError, InvalidRequest, UnsupportedMediaType
+from ..errors import AttachstoreError, InvalidRequest, Unauthorized, UnsupportedMediaType
 from ..service import Store
 from . import wire
 from .bodies import Hold, read_capped
@@ -16,6 +17,7 @@ from .bodies import Hold, read_capped
 STORE = web.AppKey("store", Store)
 CONFIG = web.AppKey("config", Config)
 TENANT = web.RequestKey("tenant", str)
+TOKENS = web.AppKey("tokens", dict[str, str])  # sha256 of a token -> its tenant
 SMALL_BODY = 1 << 20  # every JSON body but an admission's and a render's
 
 T = TypeVar("T")
@@ -72,3 +74,18 @@ async def read_json(
             "malformed JSON: nested too deeply to decode",
             hint="nest JSON values at most a few dozen levels deep",
         ) from None
+
+
+def tenant_for(tokens: dict[str, str], authorization: str) -> str:
+    """The tenant whose bearer token `authorization` carries (Unauthorized for anything else), given the
+    configured tokens' sha256s. A header's bytes that are not UTF-8 come as lone surrogates (aiohttp
+    decodes with surrogateescape): they are hashed as the bytes the client sent, a wrong token like any
+    other."""
+    scheme, _, token = authorization.partition(" ")
+    tenant = None
+    if scheme.lower() == "bearer":
+        sent = token.strip().encode("utf-8", "surrogateescape")
+        tenant = tokens.get(hashlib.sha256(sent).hexdigest())
+    if tenant is None:
+        raise Unauthorized("a valid bearer token is required", hint="send Authorization: Bearer <token>")
+    return tenant

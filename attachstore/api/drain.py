@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
@@ -27,6 +28,11 @@ class Drain:
     def __init__(self) -> None:
         self.stopping = False
         self._running: set[asyncio.Task[object]] = set()
+        self._also: list[Callable[[float], Awaitable[None]]] = []
+
+    def also(self, finish: Callable[[float], Awaitable[None]]) -> None:
+        """Let `finish(within)` finish its own requests alongside (the read lanes')."""
+        self._also.append(finish)
 
     def begin(self, task: asyncio.Task[object]) -> None:
         """Count a request in progress until its task ends."""
@@ -36,6 +42,9 @@ class Drain:
     async def finish(self, within: float) -> None:
         """Take no new request; wait up to `within` seconds for those in progress, then cancel the rest."""
         self.stopping = True
+        await asyncio.gather(self._finish(within), *(finish(within) for finish in self._also))
+
+    async def _finish(self, within: float) -> None:
         if not self._running:
             return
         _, late = await asyncio.wait(set(self._running), timeout=within)

@@ -1,306 +1,55 @@
-"""The read lane: `GET /v1/attachments/{ref}` answered without aiohttp's per-request machinery.
-
-A verified read of a 300 KB object costs about 100 µs of open, read and keyed check here; aiohttp's request
-object, router, middleware chain and response preparation cost about as much again, on every read. The
-lane is a protocol in front of aiohttp's: every connection starts in it, and a request head that is exactly
-a plain read of an object's bytes is answered here, by the same service calls (`Store.read_remembered` on the
-caller's stack when this process served the same file a moment ago, else `Store.read` or, for a matching
-If-None-Match, `Store.meta`), with the same headers, error envelopes, log line, latency sample, budget of
-bytes in flight (`[http] max_sending_bytes`), write-stall bound and keep-alive timeout as the aiohttp path.
-
-The rule: the lane answers only what aiohttp would accept, and hands over anything aiohttp would refuse,
-so that every refusal is aiohttp's own. A plain read (`recognize`): the request line `GET
-/v1/attachments/<ref> HTTP/1.1`, the ref of the characters a ref can have (no percent-escapes, no query, no
-dot segment), headers of printable ASCII within aiohttp's bounds (`[http] max_header_bytes` a line, 62 of
-them), exactly one Host, no body framing (Content-Length, Transfer-Encoding, Expect, Upgrade) nor
-Proxy-Connection, at most one each of Authorization, If-None-Match, X-Request-Id and Connection, and at most
-one of each field aiohttp refuses twice (RFC 9110's singletons: Host, User-Agent, Content-Type, ETag, …).
-aiohttp takes a read of the socket whole (refusing one request, it answers none of the read's), so the lane
-takes the heads of a read only if it takes all of them and the start of the next may still be one
-(`possible`). A read that holds anything else, a line ended by a bare LF, and a head not complete within
-those bounds, hand the connection to aiohttp for the rest of its life, starting with that read's first
-request, read by read as they came: aiohttp answers it as it answers everything, the malformed included.
-tests/api/test_lane_differential.py holds the lane to this against aiohttp and h11.
-
-Requests on one connection are answered in order, one at a time; reading pauses while more than 64 KiB
-wait behind an answer, and resumes once they are answered, however they were. A connection the client has
-reset (found by a write, or lost) is answered no further: the answer that found it gone is logged 499, and
-the requests read behind it are dropped unread.
-
-`[http] read_lane = false` serves every request through aiohttp.
+"""The read lane: a plain `GET /v1/attachments/{ref}` answered in front of aiohttp, with the same service
+calls, headers, envelopes, log line, budget and bounds; anything else hands the connection to aiohttp for
+the rest of its life. The rule (the lane answers only what aiohttp would accept) and why the lane is here:
+`docs/design.md`, "The read lane". Recognizing a plain read is `heads.py`; writing its head, `headers.py`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import email.utils
-import http
 import logging
 import os
-import re
 import time
 from collections import deque
-from collections.abc import Mapping
-from typing import NamedTuple, cast
+from typing import Protocol, cast
 
 from aiohttp import web
-from aiohttp.http import SERVER_SOFTWARE
 
 from ..errors import AttachstoreError, Unauthorized
-from ..service import ImageRef
+from ..service import ImageRef, Store
 from ..storage import Mapped
-from ..storage.mapped import BREAK_SIGNAL, watch
-from .app import MAX_HEADERS, SECURITY_HEADERS, TOKENS, tenant_for
-from .attachments import READ_HEADERS, etag_matches, not_modified_headers
-from .common import CONFIG, STORE, error_response
+from .attachments import etag_matches
+from .common import error_response, tenant_for
+from .headers import head, not_modified_headers, verified_head
+from .heads import BARE_LF, MAX_HEADERS, PlainRead, possible, recognize
 from .observe import CLIENT_GONE, record, request_id
-from .sending import BUDGET
+from .sending import Budget
 
 log = logging.getLogger("attachstore.api")
 
 ENDPOINT = "/v1/attachments/{ref}"  # the aiohttp route's canonical form, for the same metrics and log lines
-# aiohttp's Python parser counts the request line and the empty line among them (its C parser counts only
-# the fields): 62 fields at most
-_MAX_FIELDS = MAX_HEADERS - 2
-_REQUEST_LINE = re.compile(rb"GET /v1/attachments/([A-Za-z0-9:._-]+) HTTP/1\.1")
-_TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
-_VALUE = re.compile(rb"[\t\x20-\x7e]*")
-_READ = frozenset({b"authorization", b"if-none-match", b"x-request-id", b"connection"})
-# The fields aiohttp refuses twice in a request (RFC 9110's singletons, its SINGLETON_HEADERS), less the body
-# framing the lane refuses outright. A request without Host is refused as well (HTTP/1.1 requires one).
-_SINGLETONS = frozenset(
-    {
-        b"host",
-        b"user-agent",
-        b"content-type",
-        b"etag",
-        b"max-forwards",
-        b"server",
-        b"content-location",
-        b"content-range",
-    }
-)
-_ONCE = _READ | _SINGLETONS
-# Body framing, and what changes the connection's life: llhttp reads Proxy-Connection as Connection.
-_NOT_HERE = frozenset({b"content-length", b"transfer-encoding", b"expect", b"upgrade", b"proxy-connection"})
 _PENDING_MAX = 64 * 1024  # bytes of requests waiting behind the one being answered, before reading pauses
 _READS_KEPT = 64  # where the last reads ended, kept to give them to aiohttp as they came at a hand-over
-# The head of most plain reads in one match: the request line and headers of the right characters, none of
-# them one the lane reads or refuses (`_SPECIAL`). What does not match goes through `recognize`'s walk.
-_PLAIN = re.compile(
-    rb"GET /v1/attachments/([A-Za-z0-9:._-]+) HTTP/1\.1(?:\r\n[!#$%&'*+.^_`|~0-9A-Za-z-]+:[\t\x20-\x7e]*)*"
-)
-# Host and User-Agent, which plain reads carry, are counted in `recognize` instead.
-_SPECIAL = re.compile(
-    rb"\r\n(?:" + b"|".join(sorted((_ONCE | _NOT_HERE) - {b"host", b"user-agent"})) + rb"):", re.IGNORECASE
-)
 
 
-class Get(NamedTuple):
-    ref: str
-    authorization: str
-    if_none_match: str | None
-    request_id: str | None
-    close: bool
+class _Lanes(Protocol):
+    """What a connection needs of the lanes it belongs to (`lanes.Lanes`)."""
 
-
-def recognize(head: bytes, max_line: int) -> Get | None:
-    """The plain read that `head` (a request's bytes up to its empty line) is, or None for anything else."""
-    if len(head) <= max_line and head.count(b"\r\n") <= _MAX_FIELDS and not _SPECIAL.search(head):
-        plain = _PLAIN.fullmatch(head)  # every line within max_line, none that the walk would read
-        if plain is not None and plain[1] not in (b".", b".."):
-            lower = head.lower()  # the singletons a plain read usually carries, counted
-            if lower.count(b"\r\nhost:") == 1 and lower.count(b"\r\nuser-agent:") <= 1:
-                return Get(plain[1].decode("ascii"), "", None, None, False)
-            return None
-    return walk(head, max_line)
-
-
-def walk(head: bytes, max_line: int) -> Get | None:
-    """`recognize`, line by line: what it answers for every head."""
-    lines = head.split(b"\r\n")
-    if len(lines) > _MAX_FIELDS + 1 or len(lines[0]) > max_line:
-        return None
-    target = _REQUEST_LINE.fullmatch(lines[0])
-    if target is None or target[1] in (b".", b".."):  # aiohttp resolves dot segments
-        return None
-    seen = _fields(lines[1:], max_line)
-    if seen is None or b"host" not in seen:
-        return None
-    connection = {t.strip().lower() for t in seen.get(b"connection", "").split(",")}
-    return Get(
-        target[1].decode("ascii"),
-        seen.get(b"authorization", ""),
-        seen.get(b"if-none-match"),
-        seen.get(b"x-request-id"),
-        "close" in connection,
-    )
-
-
-def _fields(lines: list[bytes], max_line: int) -> dict[bytes, str] | None:
-    """The values of the fields the lane reads or takes once, or None for lines it does not take."""
-    seen: dict[bytes, str] = {}
-    for line in lines:
-        name, colon, value = line.partition(b":")
-        if len(line) > max_line or not colon or not _TOKEN.fullmatch(name):
-            return None
-        value = value.strip(b" \t")
-        lower = name.lower()
-        if lower in _NOT_HERE or not _VALUE.fullmatch(value):
-            return None
-        if lower in _ONCE:
-            if lower in seen:
-                return None
-            seen[lower] = value.decode("ascii")
-    return seen
-
-
-_START = b"GET /v1/attachments/"
-_REF_START = re.compile(rb"[A-Za-z0-9:._-]*")
-_NAME_START = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]*")
-
-
-_BARE_LF = re.compile(rb"(?<!\r)\n")  # it looks behind where the search starts, as need be
-
-
-def possible(start: bytes, max_line: int) -> bool:
-    """Whether `start`, the first bytes of a head, may still become one that `recognize` takes: False
-    for a start that aiohttp's parser, which reads as the bytes come, may already have refused."""
-    *lines, last = start.removesuffix(b"\r").split(b"\r\n")
-    if len(lines) > _MAX_FIELDS or len(last) > max_line:
-        return False
-    if not lines:  # in the request line: a start of `GET /v1/attachments/<ref> HTTP/1.1`
-        if not _START.startswith(last[: len(_START)]):
-            return False
-        rest = last[len(_START) :]
-        ref = _REF_START.match(rest)
-        assert ref is not None  # it matches the empty string
-        tail = rest[ref.end() :]
-        return not tail or (ref.end() > 0 and b" HTTP/1.1".startswith(tail))
-    if not walk(lines[0] + b"\r\nHost: x", max_line):  # the request line, whole
-        return False
-    name, colon, _ = last.partition(b":")
-    if colon:
-        return _fields([*lines[1:], last], max_line) is not None
-    return _NAME_START.fullmatch(name) is not None and _fields(lines[1:], max_line) is not None
-
-
-class _Date:
-    """The Date and Server header lines, made once a second."""
-
-    def __init__(self) -> None:
-        self._second = -1
-        self._text = ""
-
-    def __call__(self) -> str:
-        now = int(time.time())
-        if now != self._second:
-            date = email.utils.formatdate(now, usegmt=True)
-            self._second, self._text = now, f"Date: {date}\r\nServer: {SERVER_SOFTWARE}\r\n"
-        return self._text
-
-
-_date = _Date()
-_STATUS_LINES: dict[int, str] = {}
-# The headers every answer carries unless it sets its own, in the order aiohttp's on_response_prepare adds
-# them: the security headers, then Cache-Control.
-_DEFAULT_LINES = [(name, f"{name}: {value}\r\n") for name, value in SECURITY_HEADERS.items()]
-if "Cache-Control" not in SECURITY_HEADERS:
-    _DEFAULT_LINES.append(("Cache-Control", "Cache-Control: no-store\r\n"))
-
-
-def head(status: int, headers: Mapping[str, str], length: int, close: bool) -> bytes:
-    """The status line and headers of an answer, as aiohttp writes them for the same response: its own
-    `headers` (none of them Content-Length, Date, Server or Connection), those four, then the security
-    headers and `Cache-Control: no-store` where the answer sets none of its own."""
-    status_line = _STATUS_LINES.get(status)
-    if status_line is None:
-        status_line = _STATUS_LINES[status] = f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}\r\n"
-    lines = [status_line, *[f"{name}: {value}\r\n" for name, value in headers.items()]]
-    if status != 304:  # a 304 has no body to measure: aiohttp sends no Content-Length with it
-        lines.append(f"Content-Length: {length}\r\n")
-    lines.append(_date())
-    if close:
-        lines.append("Connection: close\r\n")
-    lines.extend([line for name, line in _DEFAULT_LINES if name not in headers])
-    lines.append("\r\n")
-    return "".join(lines).encode("latin-1")
-
-
-def verified_head(found: ImageRef, request_id: str, length: int, close: bool) -> bytes:
-    """`head(200, verified_headers(found) | {"X-Request-Id": request_id}, length, close)`, from a template:
-    what every verified answer says."""
-    return (
-        f'HTTP/1.1 200 OK\r\nContent-Type: {found.media_type}\r\nETag: "{found.ref}"\r\n{_READ_LINES}'
-        f"X-Request-Id: {request_id}\r\nContent-Length: {length}\r\n{_date()}"
-        f"{_CLOSE_LINES if close else _KEEP_LINES}"
-    ).encode("latin-1")
-
-
-_READ_LINES = "".join(f"{name}: {value}\r\n" for name, value in READ_HEADERS.items())
-_KEEP_LINES = "".join(line for name, line in _DEFAULT_LINES if name not in READ_HEADERS) + "\r\n"
-_CLOSE_LINES = "Connection: close\r\n" + _KEEP_LINES
-
-
-class Lanes:
-    """The read lanes of one server: the protocol factory for its listening socket, and its connections."""
-
-    def __init__(self, app: web.Application, server: web.Server) -> None:
-        config = app[CONFIG]
-        self.server = server
-        self.store = app[STORE]
-        self.tokens = app[TOKENS]
-        self.budget = app[BUDGET]
-        self.max_line = config.http.max_header_bytes
-        self.keepalive = config.http.keepalive_timeout_seconds
-        self.mapped = config.http.mapped_reads
-        self.connections: set[Lane] = set()
-        self.closing = False
-
-    def __call__(self) -> Lane:
-        return Lane(self)
-
-    def sweep(self, now: float) -> None:
-        """Close the connections that have waited for their next request longer than the keep-alive."""
-        for lane in list(self.connections):
-            if lane.idle and now - lane.since > self.keepalive and lane.transport is not None:
-                lane.transport.close()
-
-    async def run(self) -> None:
-        """Close the idle connections past their keep-alive, and let go of the mappings kept past their
-        time or someone asked to write to (at once on the lease-break signal, where the loop handles it)."""
-        loop = asyncio.get_running_loop()
-        mappings = self.store.resident.mappings if self.store.resident is not None else None
-        watched = mappings is not None and self.mapped and watch(mappings, loop)
-        try:
-            while True:
-                await asyncio.sleep(min(1.0, self.keepalive / 4))
-                self.sweep(loop.time())
-                if mappings is not None:
-                    mappings.sweep()
-        finally:
-            if watched:
-                loop.remove_signal_handler(BREAK_SIGNAL)
-
-    async def shutdown(self, within: float) -> None:
-        """Close the idle connections now and the others once their answer is written (within `within` s)."""
-        self.closing = True
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + within
-        while self.connections and loop.time() < deadline:
-            for lane in list(self.connections):
-                if lane.idle and lane.transport is not None:
-                    lane.transport.close()
-            await asyncio.sleep(0.02)
-        for lane in list(self.connections):
-            if lane.transport is not None:
-                lane.transport.abort()
+    store: Store
+    budget: Budget
+    tokens: dict[str, str]
+    server: web.Server
+    max_line: int
+    mapped: bool
+    connections: set[Lane]
+    closing: bool
+    answered: int
 
 
 class Lane(asyncio.Protocol):
     """One connection, in the lane until it hands itself to aiohttp."""
 
-    def __init__(self, lanes: Lanes) -> None:
+    def __init__(self, lanes: _Lanes) -> None:
         self.lanes = lanes
         self.transport: asyncio.Transport | None = None
         self._fd = -1  # the socket's, written to directly only while the transport holds nothing unsent
@@ -311,7 +60,9 @@ class Lane(asyncio.Protocol):
         # _READS_KEPT: older ones are merged), and how many bytes were answered and let go before `_pending`.
         self._segments: deque[int] = deque()
         self._let_go = 0
-        self._heads: deque[tuple[int, Get]] = deque()  # the complete heads at its start: length, request
+        self._heads: deque[tuple[int, PlainRead]] = (
+            deque()
+        )  # the complete heads at its start: length, request
         self._parsed = 0  # where in `_pending` the first incomplete head begins
         self._searched = 0  # how far past it no head ends: where the next search begins, less 3
         self._refused: int | None = None  # where in `_pending` aiohttp takes over, once the heads before it
@@ -375,11 +126,8 @@ class Lane(asyncio.Protocol):
         return self.transport is not None and not self.transport.is_closing()
 
     def _parse(self) -> None:
-        """Recognize the heads that the last read of the socket completed, as aiohttp's parser does: it
-        takes each read whole, and where it refuses a request it answers none of those that the same read
-        completed before it, only its 400 (so does a request after one that closes the connection). So the
-        lane takes the heads of a read only if it answers every one of them; else aiohttp takes over from
-        the first."""
+        """Take the heads the last read of the socket completed, all of them or none: aiohttp takes each
+        read whole (`docs/design.md`, "The read lane"), so it takes over at the first of a read it refuses."""
         first = at = self._parsed
         heads = []
         while True:
@@ -387,18 +135,18 @@ class Lane(asyncio.Protocol):
             # an empty line may have begun): a head that comes in many pieces is searched once.
             end = self._pending.find(b"\r\n\r\n", max(at, self._searched))
             if end < 0:
-                if _BARE_LF.search(self._pending, max(at, self._searched)):
+                if BARE_LF.search(self._pending, max(at, self._searched)):
                     # A line ended by a bare LF: no head the lane takes, and one aiohttp refuses already,
                     # while the lane would wait for an empty line that may never come.
                     self._refused = first
                     return
                 self._searched = max(at, len(self._pending) - 3)
                 break
-            get = recognize(bytes(self._pending[at:end]), self.lanes.max_line)
-            if get is None or (get.close and end + 4 < len(self._pending)):
+            read = recognize(bytes(self._pending[at:end]), self.lanes.max_line)
+            if read is None or (read.close and end + 4 < len(self._pending)):
                 self._refused = first
                 return
-            heads.append((end + 4 - at, get))
+            heads.append((end + 4 - at, read))
             at = end + 4
         if len(self._pending) - at > self.lanes.max_line * (MAX_HEADERS + 1) or (
             # A read that completed heads and began another that aiohttp may refuse already: none of them.
@@ -410,7 +158,6 @@ class Lane(asyncio.Protocol):
         self._parsed = at
 
     def _consume(self, n: int) -> None:
-        """Let go of the first `n` bytes received: a request answered."""
         del self._pending[:n]
         self._let_go += n
         self._parsed -= n
@@ -426,10 +173,10 @@ class Lane(asyncio.Protocol):
         while self._open and not self._close and self.idle:
             assert self.transport is not None
             if self._heads:
-                length, get = self._heads.popleft()
+                length, read = self._heads.popleft()
                 self._consume(length)
-                self._close = get.close or self.lanes.closing
-                self._answer(get)
+                self._close = read.close or self.lanes.closing
+                self._answer(read)
             elif self._refused is not None:
                 self._hand_over()
                 return
@@ -453,48 +200,52 @@ class Lane(asyncio.Protocol):
             self._reading = True
             self.transport.resume_reading()
 
-    def _answer(self, get: Get) -> None:
+    def _answer(self, read: PlainRead) -> None:
         started = time.perf_counter()
-        rid = request_id(get.request_id)
+        rid = request_id(read.request_id)
         lanes = self.lanes
         try:
-            tenant = tenant_for(lanes.tokens, get.authorization) if lanes.tokens else ""
+            tenant = tenant_for(lanes.tokens, read.authorization) if lanes.tokens else ""
         except Unauthorized as e:
-            self._failed(e, get, rid, started, None)
+            self._failed(e, read, rid, started, None)
             return
-        revalidate = bool(get.if_none_match) and etag_matches(get.if_none_match or "", f'"{get.ref}"')
+        revalidate = bool(read.if_none_match) and etag_matches(read.if_none_match or "", f'"{read.ref}"')
         if not revalidate:
-            hit = lanes.store.read_remembered(get.ref, tenant, lanes.mapped)
-            if hit is not None and self._send(get, rid, started, tenant, *hit):
+            hit = lanes.store.read_remembered(read.ref, tenant, lanes.mapped)
+            if hit is not None and self._send(read, rid, started, tenant, *hit):
                 return
-        self._task = self._loop.create_task(self._answer_later(get, rid, started, tenant, revalidate))
+        self._task = self._loop.create_task(self._answer_later(read, rid, started, tenant, revalidate))
 
-    async def _answer_later(self, get: Get, rid: str, started: float, tenant: str, revalidate: bool) -> None:
+    async def _answer_later(
+        self, read: PlainRead, rid: str, started: float, tenant: str, revalidate: bool
+    ) -> None:
         try:
             if revalidate:
-                await self.lanes.store.meta(get.ref, tenant)
-                sent = self._write(304, not_modified_headers(f'"{get.ref}"'), rid)
-                self._record(get, rid, started, tenant, 304 if sent else CLIENT_GONE)
+                await self.lanes.store.meta(read.ref, tenant)
+                sent = self._write(304, not_modified_headers(f'"{read.ref}"'), rid)
+                self._record(read, rid, started, tenant, 304 if sent else CLIENT_GONE)
             else:
-                found = await self._read(get, tenant, self.lanes.mapped)
-                if not self._send(get, rid, started, tenant, *found):
+                found = await self._read(read, tenant, self.lanes.mapped)
+                if not self._send(read, rid, started, tenant, *found):
                     self._release()  # claimed by the read of the mapping: claimed again by the next
-                    found = await self._read(get, tenant, False)
-                    self._send(get, rid, started, tenant, *found)
+                    found = await self._read(read, tenant, False)
+                    self._send(read, rid, started, tenant, *found)
         except AttachstoreError as e:
-            self._failed(e, get, rid, started, tenant)
+            self._failed(e, read, rid, started, tenant)
         except asyncio.CancelledError:  # the client left: nobody is answered
-            self._record(get, rid, started, tenant, CLIENT_GONE)
+            self._record(read, rid, started, tenant, CLIENT_GONE)
             raise
         except Exception:
             log.exception("unhandled error in GET %s", ENDPOINT)
-            self._failed(AttachstoreError("internal error"), get, rid, started, tenant)
+            self._failed(AttachstoreError("internal error"), read, rid, started, tenant)
         finally:
             self._task = None
         self._next()
 
-    async def _read(self, get: Get, tenant: str, mapped: bool) -> tuple[ImageRef, bytes | bytearray | Mapped]:
-        return await self.lanes.store.read(get.ref, tenant, lambda n: self._claim(tenant, n), mapped)
+    async def _read(
+        self, read: PlainRead, tenant: str, mapped: bool
+    ) -> tuple[ImageRef, bytes | bytearray | Mapped]:
+        return await self.lanes.store.read(read.ref, tenant, lambda n: self._claim(tenant, n), mapped)
 
     def _claim(self, tenant: str, n: int) -> None:
         """Count `n` bytes of this connection's answer against its tenant's budget (ServerBusy past it)."""
@@ -503,7 +254,7 @@ class Lane(asyncio.Protocol):
 
     def _send(
         self,
-        get: Get,
+        read: PlainRead,
         rid: str,
         started: float,
         tenant: str,
@@ -524,29 +275,31 @@ class Lane(asyncio.Protocol):
             except AttachstoreError as e:
                 if isinstance(data, Mapped):
                     data.served()  # verified, and not sent: kept for the next read all the same
-                self._failed(e, get, rid, started, tenant)
+                self._failed(e, read, rid, started, tenant)
                 return True
         sent = self._send_head(verified_head(found, rid, len(data), self._close), data)
         if not self._paused:  # all of it is with the kernel, or within the transport's low-water mark
             self._release()
         elif not claimed:
             self._claim(tenant, len(data))
-        self._record(get, rid, started, tenant, 200 if sent else CLIENT_GONE)
+        self._record(read, rid, started, tenant, 200 if sent else CLIENT_GONE)
         return True
 
-    def _failed(self, e: AttachstoreError, get: Get, rid: str, started: float, tenant: str | None) -> None:
+    def _failed(
+        self, e: AttachstoreError, read: PlainRead, rid: str, started: float, tenant: str | None
+    ) -> None:
         self._release()  # what a read claimed before it failed
         if e.status >= 500:
-            log.error("GET /v1/attachments/%s: %s %s", get.ref[:140], e.code, e.message)
+            log.error("GET /v1/attachments/%s: %s %s", read.ref[:140], e.code, e.message)
         answer = error_response(e)
         body = answer.body
         assert isinstance(body, bytes)
         headers = {name: value for name, value in answer.headers.items() if name != "Content-Length"}
         headers["Content-Type"] = "application/json"  # as aiohttp writes json_response's
         if self._write(e.status, headers, rid, body):
-            self._record(get, rid, started, tenant, e.status, e.code)
+            self._record(read, rid, started, tenant, e.status, e.code)
         else:
-            self._record(get, rid, started, tenant, CLIENT_GONE)
+            self._record(read, rid, started, tenant, CLIENT_GONE)
 
     def _write(self, status: int, headers: dict[str, str], rid: str, body: bytes | bytearray = b"") -> bool:
         headers["X-Request-Id"] = rid
@@ -572,10 +325,9 @@ class Lane(asyncio.Protocol):
         return True
 
     def _send_mapped(self, transport: asyncio.Transport, head_: bytes, body: Mapped) -> None:
-        """Write the head and the mapping straight to the socket, as the transport would when it holds
-        nothing unsent (it holds nothing of them, so the mapping can be let go at once); what the socket does
-        not take is copied out of the mapping into the transport. Asked right after `intact()`, on the same
-        stack: the bytes written are the ones hashed (storage/mapped.py)."""
+        """Write the head and the mapping straight to the socket while the transport holds nothing unsent, so
+        that the mapping is let go at once; the rest is copied into the transport. Called on `intact()`'s
+        stack: the bytes written are the ones hashed (`docs/design.md`, "Mapped reads")."""
         try:
             sent = 0
             if self._fd >= 0 and not transport.get_write_buffer_size():
@@ -591,8 +343,15 @@ class Lane(asyncio.Protocol):
             body.served()
 
     def _record(
-        self, get: Get, rid: str, started: float, tenant: str | None, status: int, code: str | None = None
+        self,
+        read: PlainRead,
+        rid: str,
+        started: float,
+        tenant: str | None,
+        status: int,
+        code: str | None = None,
     ) -> None:
+        self.lanes.answered += 1
         record(
             self.lanes.store.metrics,
             rid,
@@ -602,7 +361,7 @@ class Lane(asyncio.Protocol):
             time.perf_counter() - started,
             code=code,
             tenant=tenant,
-            ref=get.ref[:140],
+            ref=read.ref[:140],
         )
 
     def _release(self) -> None:

@@ -27,7 +27,7 @@ from prometheus_client import Counter, Gauge
 
 from ..errors import ServerBusy
 from ..text import human_bytes
-from .common import CONFIG, STORE, tenant_of
+from .common import tenant_of
 
 log = logging.getLogger("attachstore.api")
 
@@ -184,16 +184,38 @@ class Stalls:
 
 
 class _Connections(Protocol):
-    """aiohttp's `web.Server`, or the read lanes (lane.Lanes): the connections it serves."""
+    """`Answering`, the read lanes (lanes.Lanes), or aiohttp's `web.Server`: the connections it serves."""
 
     @property
     def connections(self) -> Iterable[_Connection]: ...
 
 
-async def watch_writes(app: web.Application, runner: web.AppRunner, *more: _Connections) -> None:
-    """Until cancelled: abort the stalled connections of the server that `runner` (set up) runs `app` on,
-    and of `more`."""
-    if runner.server is None:  # pragma: no cover - setup() makes it
-        raise RuntimeError("watch_writes needs a runner that is set up")
-    stalls = Stalls(app[CONFIG].http.write_timeout_seconds, app[STORE].metrics.write_stalls)
-    await stalls.run(runner.server, *more)
+class _Answered:
+    __slots__ = ("transport",)
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self.transport: asyncio.Transport | None = transport
+
+
+class Answering:
+    """aiohttp's connections that have had an answer to write, for `Stalls`: taken from its public
+    `on_response_prepare` hook (`prepared`), where aiohttp's list of a server's connections is internal."""
+
+    def __init__(self) -> None:
+        self._seen: dict[asyncio.Transport, _Answered] = {}
+
+    async def prepared(self, request: web.Request, response: web.StreamResponse) -> None:
+        transport = request.transport
+        if transport is not None and transport not in self._seen:
+            self._seen[transport] = _Answered(transport)
+
+    @property
+    def connections(self) -> list[_Answered]:
+        """Those still open, or closing with bytes left to send (a closed one is let go here)."""
+        done = [t for t in self._seen if t.is_closing() and not t.get_write_buffer_size()]
+        for transport in done:
+            del self._seen[transport]
+        return list(self._seen.values())
+
+
+ANSWERING = web.AppKey("answering", Answering)

@@ -19,6 +19,7 @@ from ..index import Index, ObjectRow, SqliteIndex
 from ..metrics import Metrics
 from ..refs import Checker, Ref
 from ..storage import BlobStore, FileOps, LocalBackend, LocalBlobStore, Mapped, ReadCache
+from ..storage.mapped import BREAK_SIGNAL, watch
 from . import checkkey
 from .admission import Admission, Admissions
 from .catalog import Catalog, builtin
@@ -243,6 +244,23 @@ class Store:
         if self.resident is not None:
             self.resident.close()
         await self.blobs.close()
+
+    def sweep_reads(self) -> None:
+        """Let go of the mapped reads kept past their time, or whose file someone has asked to write to."""
+        if self.resident is not None and self.resident.mappings is not None:
+            self.resident.mappings.sweep()
+
+    def watch_leases(self, loop: asyncio.AbstractEventLoop) -> Callable[[], None] | None:
+        """Sweep the mapped reads on the lease-break signal, from `loop`, so that a writer waits only until
+        the loop gets to it: the function that stops it, or None where nothing is watched."""
+        mappings = self.resident.mappings if self.resident is not None else None
+        if mappings is None or not watch(mappings, loop):
+            return None
+
+        def stop() -> None:
+            loop.remove_signal_handler(BREAK_SIGNAL)
+
+        return stop
 
     async def ready(self) -> None:
         """Whether an admission can be written now (/readyz): the index answers and has room to grow, and the

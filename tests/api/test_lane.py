@@ -15,24 +15,18 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, Gauge
 
-from attachstore.api.attachments import verified_headers
-from attachstore.api.lane import (
-    _NOT_HERE,
-    _ONCE,
-    MAX_HEADERS,
-    Get,
-    Lane,
-    Lanes,
-    head,
-    recognize,
-    verified_head,
-    walk,
-)
+from attachstore.api.headers import head, verified_head, verified_headers
+from attachstore.api.heads import _NOT_HERE, _ONCE, MAX_HEADERS, PlainRead, parse_head, recognize
+from attachstore.api.lane import Lane
+from attachstore.api.lanes import LANES, Lanes
 from attachstore.api.sending import Budget
 from attachstore.errors import NotFound
 from attachstore.metrics import Metrics
 from attachstore.service import ImageRef
 from attachstore.storage.mapped import Mapped, map_resident
+from tests.conftest import MakeClient
+from tests.support.http import admit_ok
+from tests.support.images import png
 from tests.support.waiting import eventually, jumping_clock
 
 REF = "sha256:" + "ab" * 32
@@ -40,7 +34,7 @@ PLAIN = f"GET /v1/attachments/{REF} HTTP/1.1\r\nHost: x\r\nAccept: */*".encode()
 
 
 def test_a_plain_read_is_recognized() -> None:
-    assert recognize(PLAIN, 8190) == Get(REF, "", None, None, False)
+    assert recognize(PLAIN, 8190) == PlainRead(REF, "", None, None, False)
 
 
 def test_the_headers_it_uses_are_read() -> None:
@@ -49,12 +43,12 @@ def test_the_headers_it_uses_are_read() -> None:
         b"Connection: keep-alive, Close",
         8190,
     )
-    assert got == Get(REF, "Bearer t", '"x"', "r-1", True)
+    assert got == PlainRead(REF, "Bearer t", '"x"', "r-1", True)
 
 
 def test_a_mistyped_ref_is_still_the_lane_s() -> None:
     # The service answers INVALID_ATTACHMENT_REF for it, as it does behind aiohttp.
-    assert recognize(b"GET /v1/attachments/sha256:abc HTTP/1.1\r\nHost: x", 8190) == Get(
+    assert recognize(b"GET /v1/attachments/sha256:abc HTTP/1.1\r\nHost: x", 8190) == PlainRead(
         "sha256:abc", "", None, None, False
     )
 
@@ -116,8 +110,8 @@ def test_every_field_aiohttp_refuses_twice_is_one_the_lane_takes_once_at_most() 
     assert {name.encode() for name in SINGLETON_HEADERS} <= _ONCE | _NOT_HERE
 
 
-# Heads the one-match path takes, heads it leaves to the walk (a header the lane reads or refuses, a byte or a
-# line out of bounds), and heads neither takes.
+# Heads the one-match path takes, heads it leaves to `parse_head` (a header the lane reads or refuses, a byte
+# or a line out of bounds), and heads neither takes.
 _HEADS = [
     PLAIN,
     PLAIN + b"\r\nUser-Agent: wrk/4.2\r\nAccept-Encoding: gzip, br\r\nX-Requested-With:",
@@ -148,7 +142,7 @@ _HEADS = [
 
 @pytest.mark.parametrize("head_", _HEADS, ids=range(len(_HEADS)))
 def test_the_one_match_path_answers_what_the_walk_answers(head_: bytes) -> None:
-    assert recognize(head_, 8190) == walk(head_, 8190)
+    assert recognize(head_, 8190) == parse_head(head_, 8190)
 
 
 @pytest.mark.parametrize("close", [False, True])
@@ -542,3 +536,17 @@ async def test_what_the_socket_does_not_take_is_copied_out_of_the_mapping(
     assert straight + b"".join(transport.written) == b"HEAD\r\n\r\n" + body
     assert (len(straight) > 0) == (unsent == 0)
     assert len(straight) < len(body)  # some of it was left to the transport
+
+
+@pytest.mark.parametrize("lane", [True, False])
+async def test_an_in_process_client_s_read_takes_the_daemon_s_path(
+    make_client: MakeClient, lane: bool
+) -> None:
+    # The API tests serve the app as the daemon does (tests/conftest.py, api.DaemonSite): a plain read is the
+    # lane's, and only aiohttp's with [http] read_lane = false.
+    client = await make_client(http={"read_lane": lane})
+    [found] = await admit_ok(client, png(8, 8))
+    response = await client.get(f"/v1/attachments/{found['ref']}")
+    assert response.status == 200
+    assert await response.read() == png(8, 8)
+    assert (client.app[LANES].answered if lane else LANES not in client.app) == 1

@@ -45,8 +45,9 @@ from aiohttp.base_protocol import BaseProtocol
 from aiohttp.http_parser import HttpRequestParserC, HttpRequestParserPy
 from aiohttp.streams import EMPTY_PAYLOAD
 
-from attachstore.api import Lanes, make_app
-from attachstore.api.lane import MAX_HEADERS, Get, possible, recognize
+from attachstore.api import drain, make_app
+from attachstore.api.heads import MAX_HEADERS, PlainRead, possible, recognize
+from attachstore.api.site import protocol_factory
 from attachstore.config import Config
 from tests.hostile.conftest import TOKENS, Daemon, launch
 from tests.support.daemon import stop
@@ -239,7 +240,7 @@ def heads() -> Iterator[bytes]:
         yield mutated(rng, generated(rng))
 
 
-def lane_reads(stream: bytes) -> tuple[Get, bytes] | None:
+def lane_reads(stream: bytes) -> tuple[PlainRead, bytes] | None:
     """What the lane answers at the start of `stream`, and the bytes it takes for that request; None where
     it hands the connection to aiohttp."""
     end = stream.find(b"\r\n\r\n")
@@ -263,7 +264,7 @@ class Read:
     body: bool
 
 
-def _expected(get: Get) -> Read:
+def _expected(get: PlainRead) -> Read:
     def one(value: str | None) -> list[str]:
         return [] if value is None else [value]
 
@@ -657,13 +658,11 @@ class Server:
         self.app = make_app(self.config)
         self.runner = web.AppRunner(self.app, access_log=None, handler_cancellation=True)
         await self.runner.setup()
-        assert self.runner.server is not None
-        self.lanes = Lanes(self.app, self.runner.server) if self.config.http.read_lane else None
+        self.factory = protocol_factory(self.runner)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self.lanes is not None:
-            await self.lanes.shutdown(1)
+        await drain(self.app, 1)
         await self.runner.cleanup()
 
     async def exchange(self, pieces: list[bytes]) -> bytes:
@@ -673,9 +672,7 @@ class Server:
         ours, theirs = socket.socketpair()
         with ours:
             ours.setblocking(False)
-            factory = self.lanes or self.runner.server
-            assert factory is not None
-            transport, _ = await loop.connect_accepted_socket(factory, theirs)
+            transport, _ = await loop.connect_accepted_socket(self.factory, theirs)
             transport.pause_reading()  # nothing comes from the socket: the pieces are given here
             for piece in pieces:
                 if transport.is_closing():
