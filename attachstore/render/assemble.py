@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, get_args
 
@@ -83,82 +83,161 @@ async def render(
     if given, is called with the bytes of the images about to be read, before they are read; what it raises
     ends the render (the daemon counts them against the answers' memory budget)."""
     check(request)
+    route_name, route = await _route(store, request, tenant)
+    provider = _provider(request, route, route_name)
+    placeholders = route.placeholders if route else Placeholders()
+    vision = request.vision if request.vision is not None else accepts_images(store.routes, route_name)
+    occurrences = _occurrences(request)
+    if vision is False:  # nothing is looked up, nothing is read
+        text_only = {(o.message, o.block): Fate.TEXT_ONLY for o in occurrences}
+        return _finish(request, provider, placeholders, embed, text_only, {}, {})
+
+    scope = store.scope(tenant)  # an image the caller may not see is unavailable, like a missing one
+    plan = await _plan(store, request, route, occurrences, scope)
+    data = await _act(store, plan, scope, tenant, claim)
+    finish = functools.partial(
+        _finish,
+        request,
+        provider,
+        placeholders,
+        embed,
+        plan.fates,
+        data,
+        plan.media(),
+        resized=len(plan.variants.keys() & data.keys()),
+    )
+    # The default `embed` encodes every image into the body's strings: off the event loop. Any other costs
+    # less than a trip to a thread (docs/performance.md).
+    return await asyncio.to_thread(finish) if embed is as_text else finish()
+
+
+async def _route(store: Store, request: RenderRequest, tenant: str) -> tuple[str | None, Route | None]:
+    """The request's route, else its session's."""
     route_name = request.route
     if request.session is not None:
         session = await store.sessions.get((tenant, request.session))
         route_name = route_name if route_name is not None else session.route
-    route = store.routes.route(route_name)
-    provider = _provider(request, route, route_name)
-    placeholders = route.placeholders if route else Placeholders()
-    vision = request.vision if request.vision is not None else accepts_images(store.routes, route_name)
-    occurrences = [
+    return route_name, store.routes.route(route_name)
+
+
+def _occurrences(request: RenderRequest) -> list[_Occurrence]:
+    return [
         _Occurrence(i, j, b, str(Ref.parse(b.ref)))
         for i, m in enumerate(request.messages)
         for j, b in enumerate(m.blocks)
         if isinstance(b, ImageBlock)
     ]
-    if vision is False:  # nothing is looked up, nothing is read
-        text_only = {(o.message, o.block): Fate.TEXT_ONLY for o in occurrences}
-        return _finish(request, provider, placeholders, text_only, {}, {}, embed)
 
-    scope = store.scope(tenant)  # an image the caller may not see is unavailable, like a missing one
+
+@dataclass(slots=True)
+class Plan:
+    """Each image's fate, decided from the request and the index alone, and the facts it was decided from.
+    Acting on it learns what the index cannot tell (a variant's real size, a read that fails); the plan is
+    then decided again from the facts as they now are."""
+
+    occurrences: list[_Occurrence]
+    rows: dict[str, ObjectRow | None]
+    spec: VariantSpec | None  # the route's per-image limits, if it has any
+    oversize: set[str]  # over those limits: sent as a variant
+    budget: int  # base64 bytes
+    count: int | None  # images
+    unavailable: set[str]  # no row, not visible, quarantined, or failed to read
+    unfit: set[str] = field(default_factory=set)  # stored intact, but no variant within the limits
+    variants: dict[str, ObjectRow] = field(default_factory=dict)  # source ref -> the variant sent instead
+    fates: dict[tuple[int, int], Fate] = field(default_factory=dict)
+
+    @classmethod
+    def from_rows(
+        cls,
+        request: RenderRequest,
+        route: Route | None,
+        occurrences: list[_Occurrence],
+        rows: dict[str, ObjectRow | None],
+    ) -> Plan:
+        # Known unavailable without a read: no row (or not visible), or quarantined. A row marked missing is
+        # tried, since its file may be back.
+        unavailable = {ref for ref, row in rows.items() if row is None or row.state == "quarantined"}
+        spec = variant_spec(route, sum(1 for o in occurrences if o.ref not in unavailable))
+        oversize = {
+            ref for ref, row in rows.items() if row is not None and spec is not None and spec.exceeded_by(row)
+        }
+        plan = cls(occurrences, rows, spec, oversize, *_budget(request, route), unavailable)
+        plan.decide()
+        return plan
+
+    def decide(self) -> None:
+        sizes = {
+            ref: _size(row, self.variants.get(ref), ref in self.oversize, self.spec)
+            for ref, row in self.rows.items()
+        }
+        self.fates = _fates(self.occurrences, sizes, self.unavailable, self.unfit, self.budget, self.count)
+
+    def sent(self) -> set[str]:
+        return {o.ref for o in self.occurrences if self.fates[(o.message, o.block)] is Fate.SENT}
+
+    def to_derive(self) -> list[str]:
+        """The images sent that need a variant not made yet."""
+        return sorted((self.sent() & self.oversize) - self.variants.keys())
+
+    def read_size(self, refs: list[str]) -> int:
+        """The bytes that reading `refs` brings into memory: each one's variant, else its stored object."""
+        return sum(_stored_size(self.rows[ref], self.variants.get(ref)) for ref in refs)
+
+    def media(self) -> dict[str, tuple[str, int, int]]:
+        """Media type, width and height of what is sent for each ref: its variant, else the stored object."""
+        return {
+            ref: (sent.media_type, sent.width, sent.height)
+            for ref, row in self.rows.items()
+            if (sent := self.variants.get(ref, row)) is not None
+        }
+
+
+async def _plan(
+    store: Store,
+    request: RenderRequest,
+    route: Route | None,
+    occurrences: list[_Occurrence],
+    scope: str | None,
+) -> Plan:
     unique = list(dict.fromkeys(o.ref for o in occurrences))
     found = await store.index.get_many(unique, scope) if unique else {}
-    rows: dict[str, ObjectRow | None] = {ref: found.get(ref) for ref in unique}
-    # Known unavailable without a read: no row (or not visible), or quarantined. A row marked missing is
-    # tried, since its file may be back.
-    unavailable = {ref for ref, row in rows.items() if row is None or row.state == "quarantined"}
-    candidates = sum(1 for o in occurrences if o.ref not in unavailable)
-    spec = variant_spec(route, candidates)
-    oversize = {
-        ref for ref, row in rows.items() if row is not None and spec is not None and spec.exceeded_by(row)
-    }
-    budget, count = _budget(request, route)
-    variants: dict[str, ObjectRow] = {}  # source ref -> the variant sent in its place
-    unfit: set[str] = set()  # stored intact, but no variant within the route's limits could be made
+    return Plan.from_rows(request, route, occurrences, {ref: found.get(ref) for ref in unique})
+
+
+async def _act(
+    store: Store, plan: Plan, scope: str | None, tenant: str, claim: Callable[[int], None] | None
+) -> dict[str, bytes | bytearray]:
+    """The verified bytes of the images `plan` sends, deciding it again whenever what is learnt changes it:
+    variants are derived only for images it sends, and their real sizes may change it; an image that fails
+    its read gives its share of the budget back to older ones."""
     data: dict[str, bytes | bytearray] = {}
     while True:
-        sizes = {ref: _size(row, variants.get(ref), ref in oversize, spec) for ref, row in rows.items()}
-        fates = _plan(occurrences, sizes, unavailable, unfit, budget, count)
-        sent = {o.ref for o in occurrences if fates[(o.message, o.block)] is Fate.SENT}
-        # Variants are derived only for images the plan sends; their real sizes may change the plan.
-        if spec is not None and (derive := sorted((sent & oversize) - variants.keys())):
-            made = await _variants(store, [rows[ref] for ref in derive], spec, tenant)
+        if plan.spec is not None and (derive := plan.to_derive()):
+            made = await _variants(store, [plan.rows[ref] for ref in derive], plan.spec, tenant)
             for ref, v in zip(derive, made, strict=True):
                 if isinstance(v, ObjectRow):
-                    variants[ref] = v
+                    plan.variants[ref] = v
                 else:
-                    (unfit if v is Fate.OVER_BUDGET else unavailable).add(ref)
+                    (plan.unfit if v is Fate.OVER_BUDGET else plan.unavailable).add(ref)
+            plan.decide()
             continue
-        wanted = sorted(sent - data.keys())
+        wanted = sorted(plan.sent() - data.keys())
         if claim is not None and wanted:
-            claim(sum(_stored_size(rows[ref], variants.get(ref)) for ref in wanted))
+            claim(plan.read_size(wanted))
         read = await _read(
             store,
-            {ref: row for ref in wanted if (row := rows[ref]) is not None},
-            variants,
-            spec,
+            {ref: row for ref in wanted if (row := plan.rows[ref]) is not None},
+            plan.variants,
+            plan.spec,
             scope,
             tenant,
         )
         failed = set(wanted) - read.keys()
         data |= read
         if not failed:
-            break
-        # An image that failed its read gives its share of the budget back to older ones: plan again.
-        unavailable |= failed
-    media = {
-        ref: (sent_row.media_type, sent_row.width, sent_row.height)
-        for ref, row in rows.items()
-        if (sent_row := variants.get(ref, row)) is not None
-    }
-    resized = len(variants.keys() & data.keys())
-    finish = functools.partial(
-        _finish, request, provider, placeholders, fates, data, media, embed, resized=resized
-    )
-    # The default `embed` encodes every image into the body's strings: off the event loop. Any other costs
-    # less than a trip to a thread (0.4 ms here).
-    return await asyncio.to_thread(finish) if embed is as_text else finish()
+            return data
+        plan.unavailable |= failed
+        plan.decide()
 
 
 def variant_spec(route: Route | None, images: int) -> VariantSpec | None:
@@ -228,7 +307,7 @@ async def _variant(store: Store, row: ObjectRow | None, spec: VariantSpec, tenan
         return Fate.UNAVAILABLE
 
 
-def _plan(
+def _fates(
     occurrences: list[_Occurrence],
     sizes: dict[str, int | None],
     unavailable: set[str],
@@ -331,10 +410,10 @@ def _finish(
     request: RenderRequest,
     provider: Provider,
     placeholders: Placeholders,
+    embed: Embed,
     fates: dict[tuple[int, int], Fate],
     data: dict[str, bytes | bytearray],
     media: dict[str, tuple[str, int, int]],
-    embed: Embed,
     *,
     resized: int = 0,
 ) -> Rendered:
