@@ -35,7 +35,7 @@ from attachstore.maintenance.migrate import JOBS
 from attachstore.progress import human_bytes
 from attachstore.refs import Ref
 from attachstore.render import RenderRequest, render
-from attachstore.render.assemble import variant_spec
+from attachstore.render.plan import variant_spec
 from attachstore.service import Store, Upload
 from attachstore.storage.s3 import S3BlobStore
 from tests.support import fixtures, images, services
