@@ -1,11 +1,6 @@
-"""Request assembly: decide for every image whether it is sent, left out, or unavailable; read the ones
-that are sent; hand provider-neutral turns to the provider's encoder.
-
-Rules (SPEC section 10): a text-only route gets one placeholder per message that had images and no image
-is read; otherwise the newest images are kept while they fit the budget (base64 bytes and count) and the
-older ones become placeholders, decided from the index alone, so dropped images are never read; an image
-whose object is missing or damaged becomes a placeholder and never fails the request.
-"""
+"""Request assembly: the plan's images read, the others placeholders, the turns handed to the provider's
+encoder. The rules: docs/render.md, "Which images are sent"; an image that cannot be read becomes a
+placeholder and never fails the request."""
 
 from __future__ import annotations
 
@@ -150,9 +145,8 @@ async def _act(
 async def _variants(
     store: Store, rows: list[ObjectRow | None], spec: VariantSpec, tenant: str
 ) -> list[ObjectRow | Fate]:
-    """The variants of `rows` (each as _variant), derived in `tenant`'s turn, at most the tenant's cap of
-    derivations at a time, so that a render alone never meets the cap. Raises ServerBusy when the tenant's
-    other requests hold the cap."""
+    """At most the tenant's cap of derivations at a time, so that a render alone never meets the cap;
+    ServerBusy when the tenant's other requests hold it."""
     room = asyncio.Semaphore(store.variants.per_tenant)
 
     async def one(row: ObjectRow | None) -> ObjectRow | Fate:
@@ -163,10 +157,9 @@ async def _variants(
 
 
 async def _variant(store: Store, row: ObjectRow | None, spec: VariantSpec, tenant: str) -> ObjectRow | Fate:
-    """The variant, or why there is none: the source cannot be read (UNAVAILABLE), or its bytes are fine
-    but no variant within the route's limits could be made (OVER_BUDGET: the image is left out as too
-    large, with the budget's placeholder, not reported as damaged). ServerBusy is raised: the image is fine,
-    the request is to be tried again."""
+    """The variant, or why there is none: OVER_BUDGET when the source is fine but nothing within the limits
+    could be made (left out as too large, not reported as damaged). ServerBusy is raised: the image is
+    fine, the request is to be tried again."""
     if row is None:  # pragma: no cover - only rows found are oversize
         return Fate.UNAVAILABLE
     try:
@@ -187,10 +180,8 @@ async def _read(
     scope: str | None,
     tenant: str,
 ) -> dict[str, bytes | bytearray]:
-    """The verified bytes of those of `wanted` that could be read: one bad object never fails the request, it
-    is left out. The rows were looked up under `scope` (their visibility checked) with all the others, in one
-    statement; an object collected since is unavailable like one that had no row. The stored objects are read
-    together (Reads.verified_many), the variants each on their own."""
+    """The verified bytes of those of `wanted` that could be read; one bad object is left out. An object
+    collected since its row was looked up is unavailable like one that had no row."""
     resized = [ref for ref in wanted if ref in variants]  # a variant exists only under a spec
     stored = [ref for ref in wanted if ref not in variants]
     reads = (
@@ -209,9 +200,8 @@ async def _read(
 async def _variant_bytes(
     store: Store, row: ObjectRow, variant: ObjectRow, spec: VariantSpec, tenant: str
 ) -> bytes | None:
-    """A variant's verified bytes, or None. A variant (which no tenant holds a grant to) whose bytes fail
-    their read, or that was collected since, is derived again in `tenant`'s turn (the same bytes, which
-    heals it) and read once more; ServerBusy is raised, as by _variant."""
+    """A variant's verified bytes, or None; one that fails its read is derived again (Store.read_variant),
+    which heals it. ServerBusy is raised, as by _variant."""
     try:
         _, data = await store.read_variant(row, variant, spec, tenant)
     except ServerBusy:

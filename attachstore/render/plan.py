@@ -96,8 +96,10 @@ class Plan:
         return sorted((self.sent() & self.oversize) - self.variants.keys())
 
     def read_size(self, refs: list[str]) -> int:
-        """The bytes that reading `refs` brings into memory: each one's variant, else its stored object."""
-        return sum(_stored_size(self.rows[ref], self.variants.get(ref)) for ref in refs)
+        """What reading `refs` brings into memory: each one's variant, else its stored object."""
+        return sum(
+            sent.bytes for ref in refs if (sent := self.variants.get(ref) or self.rows[ref]) is not None
+        )
 
     def media(self) -> dict[str, tuple[str, int, int]]:
         """Media type, width and height of what is sent for each ref: its variant, else the stored object."""
@@ -137,12 +139,6 @@ def _size(
     return row.bytes
 
 
-def _stored_size(row: ObjectRow | None, variant: ObjectRow | None) -> int:
-    """The bytes a read of an image the plan sends brings into memory."""
-    sent = variant or row
-    return sent.bytes if sent is not None else 0
-
-
 def _fates(
     occurrences: list[Occurrence],
     sizes: dict[str, int | None],
@@ -151,9 +147,9 @@ def _fates(
     budget: int,
     count: int | None,
 ) -> dict[tuple[int, int], Fate]:
-    """Newest first, each image is sent while it and everything newer fits both budgets; from the first
-    that does not fit, everything older is left out. Sizes (bytes; None: no row) come from the index:
-    nothing is read to decide. An image in `unfit` is left out on its own, taking no budget."""
+    """Newest first, each image is sent while it and everything newer fits both budgets; from the first that
+    does not fit, everything older is left out (docs/render.md, "Which images are sent"). An image in
+    `unfit` is left out on its own, taking no budget."""
     fates: dict[tuple[int, int], Fate] = {}
     used = sent = 0
     full = False
