@@ -131,9 +131,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("ref", metavar="REF", help="the attachment's reference, sha256:<64 hex>")
 
     maintenance.add_parsers(sub, common)
-    routes.add_parser(sub, common)
-    mcp.register(sub, common)
-    transcript.register(sub, common)
+    routes.add_parsers(sub, common)
+    mcp.add_parsers(sub, common)
+    transcript.add_parsers(sub, common)
 
     s = sub.add_parser("token", help="make bearer tokens for tenants (reads no configuration)")
     s.add_argument("action", choices=["new"], help="new: make a token and print the lines to configure")
