@@ -40,7 +40,6 @@ _ADMITTING = 16  # admissions at once: each one mostly waits for its fsyncs
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
-    """The `transcript` command and its actions, on the main parser's subparsers."""
     s = sub.add_parser("transcript", help="move a transcript's inline images into the store and back")
     actions = s.add_subparsers(dest="action", required=True, metavar="ACTION")
 
