@@ -79,11 +79,13 @@ def _json(name: str) -> dict[str, Any]:
     return {"content": {"application/json": {"schema": _ref(name)}}}
 
 
+def _answer(description: str, schema: str) -> dict[str, Any]:
+    return {"description": description, **_json(schema)}
+
+
 def _answers(ok: dict[str, Any], *errors: int) -> dict[str, Any]:
-    answers = dict(ok)
-    for status in sorted({*errors, 401, 500, 503}):
-        answers[str(status)] = {"description": "an error: see docs/errors.md", **_json("ErrorAnswer")}
-    return answers
+    failed = _answer("an error: see docs/errors.md", "ErrorAnswer")
+    return ok | {str(status): failed for status in sorted({*errors, 401, 500, 503})}
 
 
 def _body(name: str) -> dict[str, Any]:
@@ -177,6 +179,198 @@ def _finished(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
+def _open(summary: str, description: str, content: dict[str, Any]) -> dict[str, Any]:
+    """A GET any caller may make, with a token or without (liveness, metrics, this document)."""
+    return {"get": _op(summary, {"200": {"description": description, **content}}, security=[])}
+
+
+_MULTIPART = {
+    "type": "object",
+    "description": "Text fields source, route and session; every part with a filename is an image, "
+    "whatever its field name (image is the conventional one), in order.",
+    "properties": {
+        "source": {"type": "string", "enum": ["user", "tool", "mcp", "command"]},
+        "route": {"type": "string"},
+        "session": SESSION_ID,
+        # The file parts as a named, repeated binary field, so that a generator types them as files.
+        "image": {"type": "array", "minItems": 1, "items": BINARY},
+    },
+    "required": ["source", "image"],
+}
+
+
+def _attachments() -> dict[str, Any]:
+    ref = _path_param("ref", REF)
+    admit = _answers(
+        {
+            "201": _answer("admitted, refs in input order", "AdmitAnswer"),
+            "200": _answer("tool/mcp: degraded, nothing stored", "AdmitAnswer"),
+        },
+        *(400, 404, 408, 409, 413, 415, 422, 507),
+    )
+    forms = {
+        "application/json": {"schema": _ref("AdmitRequest")},
+        "multipart/form-data": {
+            "schema": _MULTIPART,
+            "encoding": {"image": {"contentType": ", ".join([*MEDIA_TYPES, "application/octet-stream"])}},
+        },
+    }
+    headers = {
+        "200": {"description": "the headers", "headers": _ETAG},
+        "304": {"description": "unchanged", "headers": _ETAG},
+    }
+    size = {
+        "name": "size",
+        "in": "query",
+        "required": True,
+        "description": "the longer side's bound, in pixels",
+        "schema": {"type": "integer", "enum": list(PREVIEW_SIZES)},
+    }
+    return {
+        "/v1/attachments": {
+            "post": _op(
+                "Admit a batch of images (all or nothing)",
+                admit,
+                requestBody={"required": True, "content": forms},
+            )
+        },
+        "/v1/attachments/{ref}": {
+            "parameters": ref,
+            "get": _op(
+                "Verified bytes", _answers(_bytes("the bytes"), 400, 404), parameters=[_IF_NONE_MATCH]
+            ),
+            "head": _op("Verified headers", _answers(headers, 400, 404), parameters=[_IF_NONE_MATCH]),
+        },
+        "/v1/attachments/{ref}/meta": {
+            "parameters": ref,
+            "get": _op("Metadata", _answers({"200": _answer("the ImageRef", "Attachment")}, 400, 404)),
+        },
+        "/v1/attachments/{ref}/preview": {
+            "parameters": ref,
+            "get": _op(
+                "A small still rendition for host UIs, verified",
+                _answers(_bytes("the preview's bytes"), 400, 404, 422),
+                parameters=[_IF_NONE_MATCH, size],
+            ),
+        },
+    }
+
+
+def _mcp_and_render() -> dict[str, Any]:
+    results = _answers(
+        {
+            "201": _answer("admitted: each image a ref", "McpAnswer"),
+            "200": _answer("no image, or degraded: the images are the text for the model", "McpAnswer"),
+        },
+        *(400, 404, 408, 413, 415, 507),
+    )
+    either = {"schema": {"anyOf": [_ref("McpResults"), _ref("CallToolResult")]}}
+    return {
+        "/v1/mcp/results": {
+            "post": _op(
+                "Admit the images of an MCP tool result; the result with refs in their place",
+                results,
+                parameters=[
+                    {"name": "route", "in": "query", "required": False, "schema": {"type": "string"}},
+                    {"name": "session", "in": "query", "required": False, "schema": SESSION_ID},
+                ],
+                requestBody={"required": True, "content": {"application/json": either}},
+            )
+        },
+        "/v1/render": {
+            "post": _op(
+                "Refs to a provider-ready request",
+                _answers({"200": _answer("the body to merge", "Rendered")}, 400, 404, 408, 413, 415, 422),
+                requestBody=_body("RenderRequest"),
+            )
+        },
+    }
+
+
+def _sessions() -> dict[str, Any]:
+    id_ = _path_param("id", SESSION_ID)
+    session = {"200": _answer("the session", "Session")}
+    created = {"201": _answer("created", "Session"), "200": _answer("existed", "Session")}
+    changed = (400, 404, 408, 409, 413, 415)
+    return {
+        "/v1/sessions/{id}": {
+            "parameters": id_,
+            "put": _op(
+                "Create (the same body again is a no-op)",
+                _answers(created, 400, 408, 409, 413, 415),
+                requestBody=_body("SessionCreate"),
+            ),
+            "get": _op("Route, holds, created", _answers(session, 400, 404)),
+            "delete": _op("Release the holds", _answers({"200": _answer("released", "Released")}, 400, 404)),
+        },
+        "/v1/sessions/{id}/route": {
+            "parameters": id_,
+            "post": _op(
+                "Switch route (the switch guard applies)",
+                _answers({"200": _answer("switched", "Session")}, *changed),
+                requestBody=_body("RouteSwitch"),
+            ),
+        },
+        "/v1/sessions/{id}/fork": {
+            "parameters": id_,
+            "post": _op(
+                "Copy the session and its holds",
+                _answers({"201": _answer("the fork", "Session")}, *changed),
+                requestBody=_body("Fork"),
+            ),
+        },
+        "/v1/sessions/{id}/holds": {
+            "parameters": id_,
+            "post": _op(
+                "Hold existing refs",
+                _answers(session, 400, 404, 408, 413, 415, 422),
+                requestBody=_body("Holds"),
+            ),
+        },
+    }
+
+
+def _routes() -> dict[str, Any]:
+    model = {
+        "name": "model",
+        "in": "path",
+        "required": True,
+        "description": "a model id as hosts name it in `route`; it may hold slashes",
+        "schema": {"type": "string", "minLength": 1, "maxLength": 256},
+    }
+    return {
+        "/v1/routes": {
+            "get": _op(
+                "Every model declaration: the configured routes, then the built-in catalog's entries",
+                _answers({"200": _answer("routes", "Routes")}),
+            )
+        },
+        "/v1/routes/{model}": {
+            "parameters": [model],
+            "get": _op(
+                "How a model id resolves: its configured route, else its catalog entry, else unknown",
+                _answers({"200": _answer("the resolution", "RouteResolution")}, 400),
+            ),
+        },
+    }
+
+
+def _unauthenticated() -> dict[str, Any]:
+    ready = {"200": {"description": "ready", **_status("ready")}, "503": _answer("not ready", "ErrorAnswer")}
+    return {
+        "/healthz": _open("Liveness", "alive", _status("ok")),
+        "/readyz": {"get": _op("Readiness", ready, security=[])},
+        "/metrics": _open(
+            "Prometheus metrics",
+            "text exposition format",
+            {"content": {"text/plain": {"schema": {"type": "string"}}}},
+        ),
+        "/openapi.json": _open(
+            "This document", "OpenAPI 3.1", {"content": {"application/json": {"schema": {"type": "object"}}}}
+        ),
+    }
+
+
 def document() -> dict[str, Any]:
     _, components = msgspec.json.schema_components(_SHAPES, ref_template="#/components/schemas/{name}")
     # MCP's shapes, which the handler takes and answers as free JSON.
@@ -184,21 +378,6 @@ def document() -> dict[str, Any]:
     components["AdmittedResult"] = mcpschema.ADMITTED_RESULT
     components["McpResults"]["properties"]["result"] = _ref("CallToolResult")
     components["McpAnswer"]["properties"]["result"] = _ref("AdmittedResult")
-    # The file parts as a named, repeated binary field, so that a generator types them as files.
-    multipart = {
-        "type": "object",
-        "description": "Text fields source, route and session; every part with a filename is an image, "
-        "whatever its field name (image is the conventional one), in order.",
-        "properties": {
-            "source": {"type": "string", "enum": ["user", "tool", "mcp", "command"]},
-            "route": {"type": "string"},
-            "session": SESSION_ID,
-            "image": {"type": "array", "minItems": 1, "items": BINARY},
-        },
-        "required": ["source", "image"],
-    }
-    image_parts = {"image": {"contentType": ", ".join([*MEDIA_TYPES, "application/octet-stream"])}}
-    session_ops = _path_param("id", SESSION_ID)
     doc = {
         "openapi": "3.1.0",
         "info": {
@@ -212,245 +391,6 @@ def document() -> dict[str, Any]:
         },
         # Without configured tokens the daemon is open; with them, every endpoint but health needs one.
         "security": [{}, {"bearer": []}],
-        "paths": {
-            "/v1/attachments": {
-                "post": _op(
-                    "Admit a batch of images (all or nothing)",
-                    _answers(
-                        {
-                            "201": {"description": "admitted, refs in input order", **_json("AdmitAnswer")},
-                            "200": {
-                                "description": "tool/mcp: degraded, nothing stored",
-                                **_json("AdmitAnswer"),
-                            },
-                        },
-                        400,
-                        404,
-                        408,
-                        409,
-                        413,
-                        415,
-                        422,
-                        507,
-                    ),
-                    requestBody={
-                        "required": True,
-                        "content": {
-                            "application/json": {"schema": {"$ref": "#/components/schemas/AdmitRequest"}},
-                            "multipart/form-data": {"schema": multipart, "encoding": image_parts},
-                        },
-                    },
-                )
-            },
-            "/v1/attachments/{ref}": {
-                "parameters": _path_param("ref", REF),
-                "get": _op(
-                    "Verified bytes", _answers(_bytes("the bytes"), 400, 404), parameters=[_IF_NONE_MATCH]
-                ),
-                "head": _op(
-                    "Verified headers",
-                    _answers(
-                        {
-                            "200": {"description": "the headers", "headers": _ETAG},
-                            "304": {"description": "unchanged", "headers": _ETAG},
-                        },
-                        400,
-                        404,
-                    ),
-                    parameters=[_IF_NONE_MATCH],
-                ),
-            },
-            "/v1/attachments/{ref}/meta": {
-                "parameters": _path_param("ref", REF),
-                "get": _op(
-                    "Metadata",
-                    _answers({"200": {"description": "the ImageRef", **_json("Attachment")}}, 400, 404),
-                ),
-            },
-            "/v1/attachments/{ref}/preview": {
-                "parameters": _path_param("ref", REF),
-                "get": _op(
-                    "A small still rendition for host UIs, verified",
-                    _answers(_bytes("the preview's bytes"), 400, 404, 422),
-                    parameters=[
-                        _IF_NONE_MATCH,
-                        {
-                            "name": "size",
-                            "in": "query",
-                            "required": True,
-                            "description": "the longer side's bound, in pixels",
-                            "schema": {"type": "integer", "enum": list(PREVIEW_SIZES)},
-                        },
-                    ],
-                ),
-            },
-            "/v1/mcp/results": {
-                "post": _op(
-                    "Admit the images of an MCP tool result; the result with refs in their place",
-                    _answers(
-                        {
-                            "201": {"description": "admitted: each image a ref", **_json("McpAnswer")},
-                            "200": {
-                                "description": "no image, or degraded: the images are the text for the model",
-                                **_json("McpAnswer"),
-                            },
-                        },
-                        400,
-                        404,
-                        408,
-                        413,
-                        415,
-                        507,
-                    ),
-                    parameters=[
-                        {"name": "route", "in": "query", "required": False, "schema": {"type": "string"}},
-                        {"name": "session", "in": "query", "required": False, "schema": SESSION_ID},
-                    ],
-                    requestBody={
-                        "required": True,
-                        "content": {
-                            "application/json": {
-                                "schema": {"anyOf": [_ref("McpResults"), _ref("CallToolResult")]}
-                            }
-                        },
-                    },
-                )
-            },
-            "/v1/render": {
-                "post": _op(
-                    "Refs to a provider-ready request",
-                    _answers(
-                        {"200": {"description": "the body to merge", **_json("Rendered")}},
-                        400,
-                        404,
-                        408,
-                        413,
-                        415,
-                        422,
-                    ),
-                    requestBody=_body("RenderRequest"),
-                )
-            },
-            "/v1/sessions/{id}": {
-                "parameters": session_ops,
-                "put": _op(
-                    "Create (the same body again is a no-op)",
-                    _answers(
-                        {
-                            "201": {"description": "created", **_json("Session")},
-                            "200": {"description": "existed", **_json("Session")},
-                        },
-                        400,
-                        408,
-                        409,
-                        413,
-                        415,
-                    ),
-                    requestBody=_body("SessionCreate"),
-                ),
-                "get": _op(
-                    "Route, holds, created",
-                    _answers({"200": {"description": "the session", **_json("Session")}}, 400, 404),
-                ),
-                "delete": _op(
-                    "Release the holds",
-                    _answers({"200": {"description": "released", **_json("Released")}}, 400, 404),
-                ),
-            },
-            "/v1/sessions/{id}/route": {
-                "parameters": session_ops,
-                "post": _op(
-                    "Switch route (the switch guard applies)",
-                    _answers(
-                        {"200": {"description": "switched", **_json("Session")}}, 400, 404, 408, 409, 413, 415
-                    ),
-                    requestBody=_body("RouteSwitch"),
-                ),
-            },
-            "/v1/sessions/{id}/fork": {
-                "parameters": session_ops,
-                "post": _op(
-                    "Copy the session and its holds",
-                    _answers(
-                        {"201": {"description": "the fork", **_json("Session")}}, 400, 404, 408, 409, 413, 415
-                    ),
-                    requestBody=_body("Fork"),
-                ),
-            },
-            "/v1/sessions/{id}/holds": {
-                "parameters": session_ops,
-                "post": _op(
-                    "Hold existing refs",
-                    _answers(
-                        {"200": {"description": "the session", **_json("Session")}},
-                        400,
-                        404,
-                        408,
-                        413,
-                        415,
-                        422,
-                    ),
-                    requestBody=_body("Holds"),
-                ),
-            },
-            "/v1/routes": {
-                "get": _op(
-                    "Every model declaration: the configured routes, then the built-in catalog's entries",
-                    _answers({"200": {"description": "routes", **_json("Routes")}}),
-                )
-            },
-            "/v1/routes/{model}": {
-                "parameters": [
-                    {
-                        "name": "model",
-                        "in": "path",
-                        "required": True,
-                        "description": "a model id as hosts name it in `route`; it may hold slashes",
-                        "schema": {"type": "string", "minLength": 1, "maxLength": 256},
-                    }
-                ],
-                "get": _op(
-                    "How a model id resolves: its configured route, else its catalog entry, else unknown",
-                    _answers({"200": {"description": "the resolution", **_json("RouteResolution")}}, 400),
-                ),
-            },
-            "/healthz": {
-                "get": _op("Liveness", {"200": {"description": "alive", **_status("ok")}}, security=[])
-            },
-            "/readyz": {
-                "get": _op(
-                    "Readiness",
-                    {
-                        "200": {"description": "ready", **_status("ready")},
-                        "503": {"description": "not ready", **_json("ErrorAnswer")},
-                    },
-                    security=[],
-                )
-            },
-            "/metrics": {
-                "get": _op(
-                    "Prometheus metrics",
-                    {
-                        "200": {
-                            "description": "text exposition format",
-                            "content": {"text/plain": {"schema": {"type": "string"}}},
-                        }
-                    },
-                    security=[],
-                )
-            },
-            "/openapi.json": {
-                "get": _op(
-                    "This document",
-                    {
-                        "200": {
-                            "description": "OpenAPI 3.1",
-                            "content": {"application/json": {"schema": {"type": "object"}}},
-                        }
-                    },
-                    security=[],
-                )
-            },
-        },
+        "paths": {**_attachments(), **_mcp_and_render(), **_sessions(), **_routes(), **_unauthenticated()},
     }
     return _finished(doc)

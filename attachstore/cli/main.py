@@ -11,7 +11,7 @@ import secrets
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -65,7 +65,19 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"attachstore {__version__}")
     _store_options(p, None)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # The order here is the order of the commands in the help.
+    _add_serve(sub, common)
+    _add_put_get_stat(sub, common)
+    maintenance.add_parsers(sub, common)
+    routes.add_parsers(sub, common)
+    mcp.add_parsers(sub, common)
+    transcript.add_parsers(sub, common)
+    _add_token(sub)
+    _add_session(sub, common)
+    return p
 
+
+def _add_serve(sub: Any, common: argparse.ArgumentParser) -> None:
     s = sub.add_parser("serve", parents=[common], help="run the HTTP daemon")
     s.add_argument(
         "--listen",
@@ -89,6 +101,8 @@ def _parser() -> argparse.ArgumentParser:
         help="make this configuration's policy the store's even while other nodes enforce another",
     )
 
+
+def _add_put_get_stat(sub: Any, common: argparse.ArgumentParser) -> None:
     s = sub.add_parser("put", parents=[common], help="admit image files, print their references")
     s.add_argument(
         "files", nargs="+", metavar="FILE", help="image files, admitted as one batch (all or none)"
@@ -131,23 +145,26 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("stat", parents=[common], help="print an attachment's metadata as JSON")
     s.add_argument("ref", metavar="REF", help="the attachment's reference, sha256:<64 hex>")
 
-    maintenance.add_parsers(sub, common)
-    routes.add_parser(sub, common)
-    mcp.register(sub, common)
-    transcript.register(sub, common)
 
+def _add_token(sub: Any) -> None:
     s = sub.add_parser("token", help="make bearer tokens for tenants (reads no configuration)")
     s.add_argument("action", choices=["new"], help="new: make a token and print the lines to configure")
     s.add_argument("--tenant", required=True, metavar="NAME", help="the tenant the token belongs to")
 
-    s = sub.add_parser("session", parents=[common], help="create, show, fork, hold and delete sessions")
+
+_SESSION_ARGUMENTS = {
+    "id": "the session's id: 1 to 128 of A-Z a-z 0-9 . _ : -",
+    "route": "the model to switch to",
+    "new_id": "the id of the copy",
+    "refs": "the attachments to hold, all or none",
+}
+
+
+def _add_session(sub: Any, common: argparse.ArgumentParser) -> None:
+    s: argparse.ArgumentParser = sub.add_parser(
+        "session", parents=[common], help="create, show, fork, hold and delete sessions"
+    )
     actions = s.add_subparsers(dest="action", required=True, metavar="ACTION")
-    meaning = {
-        "id": "the session's id: 1 to 128 of A-Z a-z 0-9 . _ : -",
-        "route": "the model to switch to",
-        "new_id": "the id of the copy",
-        "refs": "the attachments to hold, all or none",
-    }
 
     def action(name: str, help: str, *positionals: str) -> argparse.ArgumentParser:
         a = actions.add_parser(name, parents=[common], help=help)
@@ -156,9 +173,9 @@ def _parser() -> argparse.ArgumentParser:
         )
         for positional in positionals:
             if positional == "refs":
-                a.add_argument(positional, nargs="+", metavar="REF", help=meaning[positional])
+                a.add_argument(positional, nargs="+", metavar="REF", help=_SESSION_ARGUMENTS[positional])
             else:
-                a.add_argument(positional, metavar=positional.upper(), help=meaning[positional])
+                a.add_argument(positional, metavar=positional.upper(), help=_SESSION_ARGUMENTS[positional])
         return a
 
     action("create", "create a session (the same route again is a no-op)", "id").add_argument(
@@ -169,7 +186,6 @@ def _parser() -> argparse.ArgumentParser:
     action("fork", "copy a session and its holds to a new id", "id", "new_id")
     action("hold", "hold existing attachments in a session", "id", "refs")
     action("delete", "release a session's holds and forget it", "id")
-    return p
 
 
 def _config(args: argparse.Namespace) -> Config:

@@ -1,4 +1,4 @@
-"""The `gc` and `audit` commands: run the plan or the audit, show progress, print a summary or JSON."""
+"""The `gc`, `audit` and `migrate` commands: run the work, show progress, print a summary or JSON."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from ..service import SESSION_ID_PATTERN
 EXIT_OK = 0
 
 
-def register(sub: Any, common: argparse.ArgumentParser) -> None:
+def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     s = sub.add_parser(
         "mcp", parents=[common], help="an MCP server over stdio: the read_image and read_attachment tools"
     )

@@ -19,7 +19,7 @@ EXIT_OK = 0
 _ID_WIDTH = 40
 
 
-def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     s = sub.add_parser(
         "routes",
         parents=[common],

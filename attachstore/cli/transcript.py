@@ -40,8 +40,7 @@ _WORKERS = 4  # decode workers at most
 _ADMITTING = 16  # admissions at once: each one mostly waits for its fsyncs
 
 
-def register(sub: Any, common: argparse.ArgumentParser) -> None:
-    """The `transcript` command and its actions, on the main parser's subparsers."""
+def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     s = sub.add_parser("transcript", help="move a transcript's inline images into the store and back")
     actions = s.add_subparsers(dest="action", required=True, metavar="ACTION")
 

@@ -36,11 +36,11 @@ class Stored:
     height: int
     name: str | None = None
     # What admission normalized (oversize = "fit"): the upload's type, size and sides, and what it did.
-    was: str | None = None
+    normalized_from: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
-class Picture:
+class SentImage:
     """The bytes of an image block, as render gives them for the route: base64, with their header's sides."""
 
     media_type: str
@@ -55,7 +55,7 @@ class Backend(Protocol):
     async def admit(self, data: bytes, name: str) -> Stored | str:
         """Admitted into the session with source `tool`, or the soft rejection's text for the model."""
 
-    async def picture(self, ref: str) -> Picture | str:
+    async def sent_image(self, ref: str) -> SentImage | str:
         """The image for the route, or render's placeholder text where it cannot be sent."""
 
     async def meta(self, ref: str) -> Stored:
@@ -70,7 +70,7 @@ class Backend(Protocol):
     async def close(self) -> None: ...
 
 
-def picture_of(body: dict[str, Any]) -> Picture | str:
+def sent_image_of(body: dict[str, Any]) -> SentImage | str:
     """The one image of an Anthropic render body of one user message, or the placeholder in its place."""
     block = body["messages"][0]["content"][0]
     if block.get("type") != "image":
@@ -78,10 +78,10 @@ def picture_of(body: dict[str, Any]) -> Picture | str:
     source = block["source"]
     head = probe_header(base64.b64decode(source["data"]))
     width, height = (head.width, head.height) if head is not None else (0, 0)
-    return Picture(source["media_type"], source["data"], width, height)
+    return SentImage(source["media_type"], source["data"], width, height)
 
 
-def _was(normalized: Any) -> str | None:
+def _normalized_from(normalized: Any) -> str | None:
     """What admission did to the upload (oversize = "fit", strip_metadata), from the service's answer or
     the client's."""
     if normalized is None:
@@ -167,9 +167,9 @@ class Local:
         if answer.degraded:
             return answer.text or "The image was not attached."
         r = answer.attachments[0]
-        return Stored(r.ref, r.media_type, r.bytes, r.width, r.height, r.name, _was(r.normalized))
+        return Stored(r.ref, r.media_type, r.bytes, r.width, r.height, r.name, _normalized_from(r.normalized))
 
-    async def picture(self, ref: str) -> Picture | str:
+    async def sent_image(self, ref: str) -> SentImage | str:
         store = await self.store()
         messages = [MessageIn("user", [ImageBlock(ref)])]
         route, session = self.session.route, self.session.id
@@ -179,7 +179,7 @@ class Local:
             )
         except SessionNotFound:  # read_attachment before the first read_image: --route alone
             rendered = await render(store, RenderRequest(messages, "anthropic", route), tenant=self.tenant)
-        return picture_of(rendered.body)
+        return sent_image_of(rendered.body)
 
     async def meta(self, ref: str) -> Stored:
         r = await (await self.store()).meta(ref, self.tenant)
@@ -226,9 +226,9 @@ class Remote:
         if answer.degraded:
             return answer.text or "The image was not attached."
         a = answer.attachments[0]
-        return Stored(a.ref, a.media_type, a.bytes, a.width, a.height, a.name, _was(a.normalized))
+        return Stored(a.ref, a.media_type, a.bytes, a.width, a.height, a.name, _normalized_from(a.normalized))
 
-    async def picture(self, ref: str) -> Picture | str:
+    async def sent_image(self, ref: str) -> SentImage | str:
         messages = [{"role": "user", "content": [{"type": "image", "ref": ref}]}]
         route, session = self.session.route, self.session.id
         try:  # the session's route, unless --route names one
@@ -237,7 +237,7 @@ class Remote:
             if e.code != SessionNotFound.code:
                 raise
             rendered = await self.client.render(messages, provider="anthropic", route=route)
-        return picture_of(rendered.body)
+        return sent_image_of(rendered.body)
 
     async def meta(self, ref: str) -> Stored:
         a = await self.client.meta(ref)
@@ -270,10 +270,10 @@ class Remote:
 
 
 async def _bounded(calls: Sequence[Awaitable[T]], at_once: int) -> list[T]:
-    gate = asyncio.Semaphore(at_once)
+    room = asyncio.Semaphore(at_once)
 
     async def one(call: Awaitable[T]) -> T:
-        async with gate:
+        async with room:
             return await call
 
     return await asyncio.gather(*(one(c) for c in calls))

@@ -29,7 +29,7 @@ from ..errors import AttachstoreError, ConfigError, InvalidRef, NotFound, Reject
 from ..index import IndexUnusable
 from ..refs import Ref
 from ..service import Diagnostic, model_text
-from .backends import Backend, Picture, Stored
+from .backends import Backend, SentImage, Stored
 from .files import TooLarge, Unreadable, read_inside, shown
 from .roots import Roots
 
@@ -158,13 +158,13 @@ def _failed(what: str, e: AttachstoreError) -> types.CallToolResult:
     return refusal(f"{what}: attachstore answered {e.code}: {e.message}.{hint} Tell the user.")
 
 
-def _text(stored: Stored, path: Path | None, sent: Picture) -> str:
+def _text(stored: Stored, path: Path | None, sent: SentImage) -> str:
     where = f" from {path}" if path is not None else ""
     line = (
         f"{stored.ref}{where}: {stored.media_type}, {stored.width}x{stored.height}, {stored.bytes:,} bytes."
     )
-    if stored.was:
-        line += f" Stored normalized; the file was {stored.was}."
+    if stored.normalized_from:
+        line += f" Stored normalized; the file was {stored.normalized_from}."
     if (sent.width, sent.height) != (stored.width, stored.height):
         line += f" Shown here at {sent.width}x{sent.height}, within the model's request limits."
     line += f' Look at it again with read_attachment {{"ref": "{stored.ref}"}}.'
@@ -247,7 +247,7 @@ class Tools:
     async def _show(
         self, ctx: ServerRequestContext[Any, Any], stored: Stored, path: Path | None
     ) -> types.CallToolResult:
-        sent = await self.backend.picture(stored.ref)
+        sent = await self.backend.sent_image(stored.ref)
         if isinstance(sent, str):  # render's placeholder: a text-only route, no variant that fits, damaged
             return refusal(f"{stored.ref} is stored but cannot be shown: {sent}")
         metadata = {

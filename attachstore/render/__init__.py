@@ -1,6 +1,7 @@
 """Request assembly: refs to provider-ready payloads (SPEC section 10).
 
-Hosts that embed the store call `render(store, RenderRequest(...))`; the daemon serves it at POST /v1/render.
+Also the face of hosts that embed the store (docs/render.md, "Embedding it in Python"): besides what the
+daemon uses, they build `TextBlock`s and `ToolCallIn`s and read a `Summary`, so those stay exported.
 """
 
 from .assemble import Rendered, Summary, render

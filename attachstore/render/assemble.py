@@ -1,11 +1,6 @@
-"""Request assembly: decide for every image whether it is sent, left out, or unavailable; read the ones
-that are sent; hand provider-neutral turns to the provider's encoder.
-
-Rules (SPEC section 10): a text-only route gets one placeholder per message that had images and no image
-is read; otherwise the newest images are kept while they fit the budget (base64 bytes and count) and the
-older ones become placeholders, decided from the index alone, so dropped images are never read; an image
-whose object is missing or damaged becomes a placeholder and never fails the request.
-"""
+"""Request assembly: the plan's images read, the others placeholders, the turns handed to the provider's
+encoder. The rules: docs/render.md, "Which images are sent"; an image that cannot be read becomes a
+placeholder and never fails the request."""
 
 from __future__ import annotations
 
@@ -13,7 +8,6 @@ import asyncio
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any, get_args
 
 from ..config import Placeholders, Provider, Route
@@ -24,18 +18,10 @@ from ..service import Store, VariantSpec, accepts_images
 from . import tokens
 from .model import Image, Part, Text, ToolCall, Turn
 from .neutral import ImageBlock, RenderRequest, TextBlock, check
+from .plan import Fate, Occurrence, Plan, base64_size, occurrences_of
 from .providers import Embed, as_text, render_body
 
-DEFAULT_BUDGET = 20 * 1024 * 1024  # base64 bytes
-_NO_LIMIT = 1 << 62  # a variant limit the route does not set
 PROVIDERS = get_args(Provider)
-
-
-class Fate(Enum):
-    SENT = "sent"
-    TEXT_ONLY = "text_only"
-    OVER_BUDGET = "over_budget"
-    UNAVAILABLE = "unavailable"
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,18 +41,6 @@ class Rendered:
     summary: Summary
 
 
-@dataclass(frozen=True, slots=True)
-class _Occurrence:
-    message: int
-    block: int
-    image: ImageBlock
-    ref: str
-
-
-def _base64_size(n: int) -> int:
-    return 4 * ((n + 2) // 3)
-
-
 async def render(
     store: Store,
     request: RenderRequest,
@@ -83,125 +57,96 @@ async def render(
     if given, is called with the bytes of the images about to be read, before they are read; what it raises
     ends the render (the daemon counts them against the answers' memory budget)."""
     check(request)
+    route_name, route = await _route(store, request, tenant)
+    provider = _provider(request, route, route_name)
+    placeholders = route.placeholders if route else Placeholders()
+    vision = request.vision if request.vision is not None else accepts_images(store.routes, route_name)
+    occurrences = occurrences_of(request)
+    if vision is False:  # nothing is looked up, nothing is read
+        text_only = {(o.message, o.block): Fate.TEXT_ONLY for o in occurrences}
+        return _finish(request, provider, placeholders, embed, text_only, {}, {})
+
+    scope = store.scope(tenant)  # an image the caller may not see is unavailable, like a missing one
+    plan = await _plan(store, request, route, occurrences, scope)
+    data = await _act(store, plan, scope, tenant, claim)
+    finish = functools.partial(
+        _finish,
+        request,
+        provider,
+        placeholders,
+        embed,
+        plan.fates,
+        data,
+        plan.media(),
+        resized=len(plan.variants.keys() & data.keys()),
+    )
+    # The default `embed` encodes every image into the body's strings: off the event loop. Any other costs
+    # less than a trip to a thread (docs/performance.md).
+    return await asyncio.to_thread(finish) if embed is as_text else finish()
+
+
+async def _route(store: Store, request: RenderRequest, tenant: str) -> tuple[str | None, Route | None]:
+    """The request's route, else its session's."""
     route_name = request.route
     if request.session is not None:
         session = await store.sessions.get((tenant, request.session))
         route_name = route_name if route_name is not None else session.route
-    route = store.routes.route(route_name)
-    provider = _provider(request, route, route_name)
-    placeholders = route.placeholders if route else Placeholders()
-    vision = request.vision if request.vision is not None else accepts_images(store.routes, route_name)
-    occurrences = [
-        _Occurrence(i, j, b, str(Ref.parse(b.ref)))
-        for i, m in enumerate(request.messages)
-        for j, b in enumerate(m.blocks)
-        if isinstance(b, ImageBlock)
-    ]
-    if vision is False:  # nothing is looked up, nothing is read
-        text_only = {(o.message, o.block): Fate.TEXT_ONLY for o in occurrences}
-        return _finish(request, provider, placeholders, text_only, {}, {}, embed)
+    return route_name, store.routes.route(route_name)
 
-    scope = store.scope(tenant)  # an image the caller may not see is unavailable, like a missing one
+
+async def _plan(
+    store: Store,
+    request: RenderRequest,
+    route: Route | None,
+    occurrences: list[Occurrence],
+    scope: str | None,
+) -> Plan:
     unique = list(dict.fromkeys(o.ref for o in occurrences))
     found = await store.rows(unique, scope) if unique else {}
-    rows: dict[str, ObjectRow | None] = {ref: found.get(ref) for ref in unique}
-    # Known unavailable without a read: no row (or not visible), or quarantined. A row marked missing is
-    # tried, since its file may be back.
-    unavailable = {ref for ref, row in rows.items() if row is None or row.state == "quarantined"}
-    candidates = sum(1 for o in occurrences if o.ref not in unavailable)
-    spec = variant_spec(route, candidates)
-    oversize = {
-        ref for ref, row in rows.items() if row is not None and spec is not None and spec.exceeded_by(row)
-    }
-    budget, count = _budget(request, route)
-    variants: dict[str, ObjectRow] = {}  # source ref -> the variant sent in its place
-    unfit: set[str] = set()  # stored intact, but no variant within the route's limits could be made
+    return Plan.from_rows(request, route, occurrences, {ref: found.get(ref) for ref in unique})
+
+
+async def _act(
+    store: Store, plan: Plan, scope: str | None, tenant: str, claim: Callable[[int], None] | None
+) -> dict[str, bytes | bytearray]:
+    """The verified bytes of the images `plan` sends, deciding it again whenever what is learnt changes it:
+    variants are derived only for images it sends, and their real sizes may change it; an image that fails
+    its read gives its share of the budget back to older ones."""
     data: dict[str, bytes | bytearray] = {}
     while True:
-        sizes = {ref: _size(row, variants.get(ref), ref in oversize, spec) for ref, row in rows.items()}
-        fates = _plan(occurrences, sizes, unavailable, unfit, budget, count)
-        sent = {o.ref for o in occurrences if fates[(o.message, o.block)] is Fate.SENT}
-        # Variants are derived only for images the plan sends; their real sizes may change the plan.
-        if spec is not None and (derive := sorted((sent & oversize) - variants.keys())):
-            made = await _variants(store, [rows[ref] for ref in derive], spec, tenant)
+        if plan.spec is not None and (derive := plan.to_derive()):
+            made = await _variants(store, [plan.rows[ref] for ref in derive], plan.spec, tenant)
             for ref, v in zip(derive, made, strict=True):
                 if isinstance(v, ObjectRow):
-                    variants[ref] = v
+                    plan.variants[ref] = v
                 else:
-                    (unfit if v is Fate.OVER_BUDGET else unavailable).add(ref)
+                    (plan.unfit if v is Fate.OVER_BUDGET else plan.unavailable).add(ref)
+            plan.decide()
             continue
-        wanted = sorted(sent - data.keys())
+        wanted = sorted(plan.sent() - data.keys())
         if claim is not None and wanted:
-            claim(sum(_stored_size(rows[ref], variants.get(ref)) for ref in wanted))
+            claim(plan.read_size(wanted))
         read = await _read(
             store,
-            {ref: row for ref in wanted if (row := rows[ref]) is not None},
-            variants,
-            spec,
+            {ref: row for ref in wanted if (row := plan.rows[ref]) is not None},
+            plan.variants,
+            plan.spec,
             scope,
             tenant,
         )
         failed = set(wanted) - read.keys()
         data |= read
         if not failed:
-            break
-        # An image that failed its read gives its share of the budget back to older ones: plan again.
-        unavailable |= failed
-    media = {
-        ref: (sent_row.media_type, sent_row.width, sent_row.height)
-        for ref, row in rows.items()
-        if (sent_row := variants.get(ref, row)) is not None
-    }
-    resized = len(variants.keys() & data.keys())
-    finish = functools.partial(
-        _finish, request, provider, placeholders, fates, data, media, embed, resized=resized
-    )
-    # The default `embed` encodes every image into the body's strings: off the event loop. Any other costs
-    # less than a trip to a thread (0.4 ms here).
-    return await asyncio.to_thread(finish) if embed is as_text else finish()
-
-
-def variant_spec(route: Route | None, images: int) -> VariantSpec | None:
-    """The per-image limits of a request on `route` carrying `images` images, or None if it has none."""
-    if route is None:
-        return None
-    side = route.max_request_side
-    many = route.many_images
-    if many is not None and images > many.more_than:
-        side = min(side or many.max_side, many.max_side)
-    if side is None and route.max_request_pixels is None and route.max_request_bytes is None:
-        return None
-    return VariantSpec(
-        side or _NO_LIMIT, route.max_request_pixels or _NO_LIMIT, route.max_request_bytes or _NO_LIMIT
-    )
-
-
-def _size(
-    row: ObjectRow | None, variant: ObjectRow | None, oversize: bool, spec: VariantSpec | None
-) -> int | None:
-    """The bytes an image will take in the request: its variant's once known; until then, at most the
-    route's byte limit (a guess the plan corrects once the variant exists)."""
-    if row is None:
-        return None
-    if variant is not None:
-        return variant.bytes
-    if oversize and spec is not None:
-        return min(row.bytes, spec.max_bytes)
-    return row.bytes
-
-
-def _stored_size(row: ObjectRow | None, variant: ObjectRow | None) -> int:
-    """The bytes a read of an image the plan sends brings into memory."""
-    sent = variant or row
-    return sent.bytes if sent is not None else 0
+            return data
+        plan.unavailable |= failed
+        plan.decide()
 
 
 async def _variants(
     store: Store, rows: list[ObjectRow | None], spec: VariantSpec, tenant: str
 ) -> list[ObjectRow | Fate]:
-    """The variants of `rows` (each as _variant), derived in `tenant`'s turn, at most the tenant's cap of
-    derivations at a time, so that a render alone never meets the cap. Raises ServerBusy when the tenant's
-    other requests hold the cap."""
+    """At most the tenant's cap of derivations at a time, so that a render alone never meets the cap;
+    ServerBusy when the tenant's other requests hold it."""
     room = asyncio.Semaphore(store.config.admission.max_derivations_per_tenant)
 
     async def one(row: ObjectRow | None) -> ObjectRow | Fate:
@@ -212,10 +157,9 @@ async def _variants(
 
 
 async def _variant(store: Store, row: ObjectRow | None, spec: VariantSpec, tenant: str) -> ObjectRow | Fate:
-    """The variant, or why there is none: the source cannot be read (UNAVAILABLE), or its bytes are fine
-    but no variant within the route's limits could be made (OVER_BUDGET: the image is left out as too
-    large, with the budget's placeholder, not reported as damaged). ServerBusy is raised: the image is fine,
-    the request is to be tried again."""
+    """The variant, or why there is none: OVER_BUDGET when the source is fine but nothing within the limits
+    could be made (left out as too large, not reported as damaged). ServerBusy is raised: the image is
+    fine, the request is to be tried again."""
     if row is None:  # pragma: no cover - only rows found are oversize
         return Fate.UNAVAILABLE
     try:
@@ -228,50 +172,6 @@ async def _variant(store: Store, row: ObjectRow | None, spec: VariantSpec, tenan
         return Fate.UNAVAILABLE
 
 
-def _plan(
-    occurrences: list[_Occurrence],
-    sizes: dict[str, int | None],
-    unavailable: set[str],
-    unfit: set[str],
-    budget: int,
-    count: int | None,
-) -> dict[tuple[int, int], Fate]:
-    """Newest first, each image is sent while it and everything newer fits both budgets; from the first
-    that does not fit, everything older is left out. Sizes (bytes; None: no row) come from the index:
-    nothing is read to decide. An image in `unfit` is left out on its own, taking no budget."""
-    fates: dict[tuple[int, int], Fate] = {}
-    used = sent = 0
-    full = False
-    for o in reversed(occurrences):
-        size = sizes[o.ref]
-        if size is None or o.ref in unavailable:
-            fates[(o.message, o.block)] = Fate.UNAVAILABLE
-            continue
-        if o.ref in unfit:
-            fates[(o.message, o.block)] = Fate.OVER_BUDGET
-            continue
-        b64 = _base64_size(size)
-        full = full or used + b64 > budget or (count is not None and sent + 1 > count)
-        if full:
-            fates[(o.message, o.block)] = Fate.OVER_BUDGET
-            continue
-        fates[(o.message, o.block)] = Fate.SENT
-        used += b64
-        sent += 1
-    return fates
-
-
-def _budget(request: RenderRequest, route: Route | None) -> tuple[int, int | None]:
-    """Base64 bytes: the route's, else 20 MiB, or less if the request asks for less; a request never raises
-    it, since it is what bounds the answer. Image count: the request's, else the route's, else no limit."""
-    most = (route.max_request_image_bytes if route else None) or DEFAULT_BUDGET
-    budget = min(request.max_image_bytes or most, most)
-    count = request.max_images
-    if count is None and route is not None:
-        count = route.max_request_images
-    return budget, count
-
-
 async def _read(
     store: Store,
     wanted: dict[str, ObjectRow],
@@ -280,10 +180,8 @@ async def _read(
     scope: str | None,
     tenant: str,
 ) -> dict[str, bytes | bytearray]:
-    """The verified bytes of those of `wanted` that could be read: one bad object never fails the request, it
-    is left out. The rows were looked up under `scope` (their visibility checked) with all the others, in one
-    statement; an object collected since is unavailable like one that had no row. The stored objects are read
-    together (Reads.verified_many), the variants each on their own."""
+    """The verified bytes of those of `wanted` that could be read; one bad object is left out. An object
+    collected since its row was looked up is unavailable like one that had no row."""
     resized = [ref for ref in wanted if ref in variants]  # a variant exists only under a spec
     stored = [ref for ref in wanted if ref not in variants]
     reads = (
@@ -302,9 +200,8 @@ async def _read(
 async def _variant_bytes(
     store: Store, row: ObjectRow, variant: ObjectRow, spec: VariantSpec, tenant: str
 ) -> bytes | None:
-    """A variant's verified bytes, or None. A variant (which no tenant holds a grant to) whose bytes fail
-    their read, or that was collected since, is derived again in `tenant`'s turn (the same bytes, which
-    heals it) and read once more; ServerBusy is raised, as by _variant."""
+    """A variant's verified bytes, or None; one that fails its read is derived again (Store.read_variant),
+    which heals it. ServerBusy is raised, as by _variant."""
     try:
         _, data = await store.read_variant(row, variant, spec, tenant)
     except ServerBusy:
@@ -331,10 +228,10 @@ def _finish(
     request: RenderRequest,
     provider: Provider,
     placeholders: Placeholders,
+    embed: Embed,
     fates: dict[tuple[int, int], Fate],
     data: dict[str, bytes | bytearray],
     media: dict[str, tuple[str, int, int]],
-    embed: Embed,
     *,
     resized: int = 0,
 ) -> Rendered:
@@ -354,7 +251,7 @@ def _finish(
                 media_type, width, height = media[ref]
                 parts.append(Image(media_type, data[ref], b.detail))
                 included += 1
-                b64 += _base64_size(len(data[ref]))
+                b64 += base64_size(len(data[ref]))
                 estimated += tokens.estimate(provider, width, height, b.detail)
             elif fate is Fate.TEXT_ONLY:
                 omitted += 1

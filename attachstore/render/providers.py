@@ -48,7 +48,6 @@ def render_body(provider: str, turns: Sequence[Turn], embed: Embed = as_text) ->
 
 
 def _texts(turn: Turn) -> list[str]:
-    """The turn's non-empty texts, in order."""
     return [p.text for p in turn.parts if isinstance(p, Text) and p.text]
 
 
@@ -86,7 +85,6 @@ def _data_url(image: Image, embed: Embed) -> Any:
 
 
 def _runs(turns: Sequence[Turn]) -> Iterable[tuple[bool, list[Turn]]]:
-    """Consecutive turns grouped into runs of tool turns and runs of other turns."""
     for is_tool, run in groupby(turns, key=lambda t: t.role == "tool"):
         yield is_tool, list(run)
 

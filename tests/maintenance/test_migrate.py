@@ -34,7 +34,7 @@ from attachstore.maintenance import gc
 from attachstore.maintenance.migrate import JOBS
 from attachstore.refs import Ref
 from attachstore.render import RenderRequest, render
-from attachstore.render.assemble import variant_spec
+from attachstore.render.plan import variant_spec
 from attachstore.service import Store, Upload
 from attachstore.storage.s3 import S3BlobStore
 from attachstore.text import human_bytes

@@ -17,7 +17,7 @@ from attachstore.api.common import STORE
 from attachstore.api.render import Answer, ImageSlot
 from attachstore.errors import ServerBusy
 from attachstore.refs import Ref
-from attachstore.render import MessageIn, Rendered, RenderRequest, Summary, assemble, providers, tokens
+from attachstore.render import MessageIn, Rendered, RenderRequest, Summary, assemble, plan, providers, tokens
 from attachstore.render import render as render_in_process
 from attachstore.render.model import Image, Text, Turn
 from attachstore.render.neutral import MAX_NESTING
@@ -199,7 +199,7 @@ async def test_without_a_route_budget_a_request_gets_at_most_the_default(
 ) -> None:
     refs = await stored(client, *(png(8, 8, seed=i) for i in range(4)))
     each = len(base64.b64encode(png(8, 8)))
-    monkeypatch.setattr(assemble, "DEFAULT_BUDGET", 2 * each)
+    monkeypatch.setattr(plan, "DEFAULT_BUDGET", 2 * each)
     messages = [{"role": "user", "content": [image(r) for r in refs]}]
     for route in ("vision", None):
         fields = {"provider": "openai-chat", "max_image_bytes": 10**12} | ({"route": route} if route else {})

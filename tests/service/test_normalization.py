@@ -18,7 +18,7 @@ from attachstore.config import Route
 from attachstore.index import ObjectRow
 from attachstore.maintenance import gc
 from attachstore.refs import Ref
-from attachstore.render.assemble import variant_spec
+from attachstore.render.plan import variant_spec
 from attachstore.service import Store
 from tests.conftest import MakeClient
 from tests.support import images
