@@ -3,14 +3,14 @@
 
 `scanner` streams JSON text and hands over the strings a policy wants; `inline` knows images and
 placeholders; `formats` the hosts' files; `strip` and `restore` the two directions; `files` the safe
-replacement of a file and who has it open; `walk` the trees and sessions; `release` the end of a session."""
+replacement of a file and who has it open; `candidates` the files of a tree a run works on, and their sessions; `release` the end of a session."""
 
 from .files import TranscriptError, Writers, writers
 from .formats import FORMATS, Format, detect, named
 from .release import release
 from .restore import Restorer, RestoreReport, restore_file
 from .strip import Options, Report, Stripper, Tally
-from .walk import Candidate, candidates, session_for
+from .candidates import Candidate, candidates, session_for
 
 __all__ = [
     "FORMATS",

@@ -25,7 +25,7 @@ from .files import Snapshot, Staged, Steps, TranscriptError, outcome, refuse_wri
 from .formats import HEAD_BYTES, Format, detect
 from .restore import CHUNK, Restorer, Sink, restored_hash
 from .scanner import Event, Found, Scanner
-from .walk import session_for
+from .candidates import session_for
 
 _WAITING_BYTES = 16 << 20  # what may wait behind an admission still running, before reading stops
 _OUTCOMES_KEPT = 100_000  # outcomes of distinct images remembered for the rest of the run
