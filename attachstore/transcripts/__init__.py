@@ -2,15 +2,16 @@
 (docs/transcripts.md). Beside the service, like maintenance: it admits and reads through the `Store`.
 
 `scanner` streams JSON text and hands over the strings a policy wants; `inline` knows images and
-placeholders; `formats` the hosts' files; `strip` and `restore` the two directions; `files` the safe
-replacement of a file and who has it open; `candidates` the files of a tree a run works on, and their sessions; `release` the end of a session."""
+placeholders; `formats` the hosts' files; `strip` and `restore` the two directions, `reports` what they say
+of each file; `files` the safe replacement of a file, `writers` who has it open; `candidates` the files of a
+tree a run works on, and their sessions; `release` the end of a session."""
 
-from .files import TranscriptError, Writers, writers
+from .candidates import Candidate, candidates, session_for
 from .formats import FORMATS, Format, detect, named
 from .release import release
-from .restore import Restorer, RestoreReport, restore_file
-from .strip import Options, Report, Stripper, Tally
-from .candidates import Candidate, candidates, session_for
+from .reports import Report, RestoreReport, Tally, TranscriptError
+from .restore import Restorer, restore_file
+from .strip import Options, Stripper
 
 __all__ = [
     "FORMATS",
@@ -23,12 +24,10 @@ __all__ = [
     "Stripper",
     "Tally",
     "TranscriptError",
-    "Writers",
     "candidates",
     "detect",
     "named",
     "release",
     "restore_file",
     "session_for",
-    "writers",
 ]

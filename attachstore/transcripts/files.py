@@ -1,8 +1,6 @@
 """Replacing a transcript without ever losing it: the new version goes to a temporary file beside the target,
 is fsynced and checked, and only then renamed over it (then the directory is fsynced). Until the rename the
-target is untouched; after it, the target is the complete, checked new version. And whether a host has the
-file open for writing, which a rename would make it go on writing into the old, unlinked file (Codex keeps
-its rollout open for the whole session)."""
+target is untouched; after it, the target is the complete, checked new version."""
 
 from __future__ import annotations
 
@@ -12,33 +10,20 @@ import errno
 import fcntl
 import os
 import secrets
-import shutil
 import stat
-import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
 from ..errors import AttachstoreError
+from .reports import TranscriptError
+from .writers import refuse_writers, writers, writers_of_fd
 
 Steps = Callable[[str], None]
 TEMP_SUFFIX = ".tmp"
 _BUFFER = 1 << 20
-
-
-class TranscriptError(AttachstoreError):
-    """A transcript that cannot be stripped or restored now; `code` says why (docs/transcripts.md)."""
-
-    code = "TRANSCRIPT_BUSY"
-
-
-class Outcome(Protocol):
-    status: str
-    reason: str | None
-    message: str | None
-    seconds: float
 
 
 class Appended(Protocol):
@@ -56,24 +41,6 @@ def _appended_while(report: Appended, appended: int) -> None:
             f"a host appended {appended:,} bytes while it was replaced: they are kept at its end as they "
             "came (the next run strips their images)"
         )
-
-
-@contextlib.contextmanager
-def outcome(report: Outcome) -> Iterator[None]:
-    """Record how one file's strip or restore ended in `report`, and how long it took: a refusal of the file
-    (busy, changed, not a transcript) skips it, a result that would not restore or any other error fails it.
-    The caller sets the status of a success."""
-    started = time.monotonic()
-    try:
-        yield
-    except TranscriptError as e:  # a busy file is left for later; one that would not restore is a failure
-        report.status = "failed" if e.code == "TRANSCRIPT_UNVERIFIED" else "skipped"
-        report.reason, report.message = e.code, e.message
-    except AttachstoreError as e:
-        report.status, report.reason, report.message = "failed", e.code, e.message
-    except OSError as e:
-        report.status, report.reason, report.message = "failed", "IO_ERROR", str(e)
-    report.seconds = time.monotonic() - started
 
 
 def temp_name(target: Path) -> Path:
@@ -267,7 +234,7 @@ def _catch_up(
     busy = None
     if check_writers:  # one that opened it by path before the rename may not have written yet
         for _ in range(_WAITS):
-            busy = (writers(staged.path) if exchanged else _writers_of(kept)).refusal(staged.target)
+            busy = (writers(staged.path) if exchanged else writers_of_fd(kept)).refusal(staged.target)
             if busy is None:
                 break
             time.sleep(0.01)
@@ -338,147 +305,9 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(err, os.strerror(err), str(b))
 
 
-def refuse_writers(target: Path) -> None:
-    """TranscriptError if a process has `target` (when it exists) open for writing, or that cannot be told."""
-    if target.exists():
-        refusal = writers(target).refusal(target)
-        if refusal is not None:
-            raise refusal
-
-
 def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-@dataclass(frozen=True, slots=True)
-class Writers:
-    """The processes that have a file open for writing, or why that could not be told."""
-
-    found: list[tuple[int, str]]  # pid, command
-    unknown: str | None = None
-
-    def refusal(self, path: Path) -> TranscriptError | None:
-        if self.found:
-            who = ", ".join(f"{command} (pid {pid})" for pid, command in self.found)
-            return TranscriptError(
-                f"{path} is open for writing by {who}: a host is still writing it",
-                hint="stop that session (or wait for it to end), then run again",
-            )
-        if self.unknown is not None:
-            return TranscriptError(
-                f"cannot tell whether a process has {path} open for writing: {self.unknown}",
-                hint="make sure no host has the session open, then run again with --assume-closed",
-            )
-        return None
-
-
-def _writers_of(fd: int, proc: Path = Path("/proc")) -> Writers:
-    """Who has the file of `fd` open for writing, whatever its name now; without /proc, no one can be told."""
-    if (proc / "self" / "fd").is_dir():
-        return _proc_writers(os.fstat(fd), proc)
-    return Writers([])
-
-
-def writers(path: Path, proc: Path = Path("/proc")) -> Writers:
-    """Who has `path` open for writing: from /proc on Linux, else from lsof, else it cannot tell."""
-    st = os.stat(path)
-    if (proc / "self" / "fd").is_dir():
-        return _proc_writers(st, proc)
-    lsof = shutil.which("lsof")
-    if lsof is not None:
-        return _lsof_writers(path, lsof)
-    return Writers([], "this system has neither /proc nor lsof")
-
-
-def _proc_writers(st: os.stat_result, proc: Path) -> Writers:
-    found: list[tuple[int, str]] = []
-    hidden: list[int] = []
-    ours = {os.getuid(), st.st_uid}
-    for entry in os.scandir(proc):
-        if not entry.name.isdigit():
-            continue
-        pid = int(entry.name)
-        try:
-            fds = os.listdir(f"{entry.path}/fd")
-        except PermissionError:
-            # Another user's process cannot be looked at, and is not the host writing this user's session;
-            # one of the same user's (or of the file's owner) that cannot be looked at leaves it unknown.
-            if _owner(entry.path) in ours:
-                hidden.append(pid)
-            continue
-        except OSError:  # it exited meanwhile
-            continue
-        for fd in fds:
-            try:
-                target = os.stat(f"{entry.path}/fd/{fd}")
-            except OSError:
-                continue
-            if (target.st_dev, target.st_ino) != (st.st_dev, st.st_ino):
-                continue
-            if _writable(Path(entry.path) / "fdinfo" / fd):
-                found.append((pid, _command(Path(entry.path))))
-                break
-    if hidden and not found:
-        shown = ", ".join(str(p) for p in hidden[:5])
-        return Writers(
-            [], f"the open files of {len(hidden)} of this user's processes cannot be read ({shown})"
-        )
-    return Writers(found)
-
-
-def _owner(path: str) -> int | None:
-    try:
-        return os.stat(path).st_uid
-    except OSError:
-        return None
-
-
-def _writable(fdinfo: Path) -> bool:
-    try:
-        text = fdinfo.read_text()
-    except OSError:
-        return True  # it was open a moment ago; count it
-    for line in text.splitlines():
-        if line.startswith("flags:"):
-            return (int(line.split()[1], 8) & os.O_ACCMODE) in (os.O_WRONLY, os.O_RDWR)
-    return True
-
-
-def _command(process: Path) -> str:
-    try:
-        return (process / "comm").read_text().strip() or "?"
-    except OSError:
-        return "?"
-
-
-def _lsof_writers(path: Path, lsof: str) -> Writers:
-    try:
-        done = subprocess.run(
-            [lsof, "-w", "-F", "pca", "--", str(path)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return Writers([], f"lsof did not answer: {e}")
-    return parse_lsof(done.stdout)
-
-
-def parse_lsof(output: str) -> Writers:
-    """lsof -F pca: 'p<pid>', 'c<command>', then per descriptor 'a<access>' (r, w or u)."""
-    found: list[tuple[int, str]] = []
-    pid, command = 0, "?"
-    for line in output.splitlines():
-        field, value = line[:1], line[1:]
-        if field == "p":
-            pid, command = int(value), "?"
-        elif field == "c":
-            command = value
-        elif field == "a" and value in ("w", "u") and (pid, command) not in found:
-            found.append((pid, command))
-    return Writers(found)

@@ -9,9 +9,9 @@ import functools
 import os
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 import blake3
 
@@ -20,89 +20,20 @@ from ..index import SessionKey
 from ..refs import Ref
 from ..service import Store, Upload
 from . import inline
+from .candidates import session_for
 from .digest import Digest
-from .files import Snapshot, Staged, Steps, TranscriptError, outcome, refuse_writers, replace, same_file
+from .files import Snapshot, Staged, Steps, replace, same_file
 from .formats import HEAD_BYTES, Format, detect
+from .reports import Report, Tally, TranscriptError, outcome
 from .restore import CHUNK, Restorer, Sink, restored_hash
 from .scanner import Event, Found, Scanner
-from .candidates import session_for
+from .writers import refuse_writers
 
 _WAITING_BYTES = 16 << 20  # what may wait behind an admission still running, before reading stops
 _OUTCOMES_KEPT = 100_000  # outcomes of distinct images remembered for the rest of the run
 _HOLDS_PER_CALL = 1000
 # Why a wanted string was cut short, as the code it is counted under.
 _CUT = {"cap": "IMAGE_TOO_LARGE", "torn": "INVALID_IMAGE", "escape": "INVALID_IMAGE_BASE64"}
-
-
-@dataclass
-class Tally:
-    """What strip found: counts of occurrences, and the distinct images, stored (by ref) or refused (by code,
-    each by the hash of its text)."""
-
-    found: int = 0  # inline images
-    replaced: int = 0  # of them, now placeholders
-    inline: int = 0  # of them, left inline (refused)
-    already: int = 0  # placeholders of an earlier strip
-    stored: set[str] = field(default_factory=set)
-    refused: dict[str, set[bytes]] = field(default_factory=dict)
-
-    def add(self, other: Tally) -> None:
-        self.found += other.found
-        self.replaced += other.replaced
-        self.inline += other.inline
-        self.already += other.already
-        self.stored |= other.stored
-        for code, keys in other.refused.items():
-            self.refused.setdefault(code, set()).update(keys)
-
-    def refuse(self, code: str, key: bytes) -> None:
-        self.inline += 1
-        self.refused.setdefault(code, set()).add(key)
-
-    def summary(self) -> dict[str, Any]:
-        refused = {code: len(keys) for code, keys in sorted(self.refused.items())}
-        return {
-            "found": self.found,
-            "distinct": len(self.stored) + len(set().union(*self.refused.values())),
-            "stored": len(self.stored),
-            "refused": refused,
-            "replaced": self.replaced,
-            "inline": self.inline,
-            "already": self.already,
-        }
-
-
-@dataclass
-class Report:
-    """One file: what was done to it (`status`: stripped, unchanged, dry-run, skipped, failed)."""
-
-    path: str
-    status: str
-    output: str | None = None
-    format: str | None = None
-    session: str | None = None
-    reason: str | None = None  # why it was skipped, or the code it failed with
-    message: str | None = None
-    tally: Tally = field(default_factory=Tally)
-    bytes_before: int = 0
-    bytes_after: int = 0
-    sha256: str | None = None  # of the file as it was read
-    sha256_after: str | None = None  # of what was written
-    appended: int = 0  # bytes a host appended while the file was replaced, kept after it as they came
-    seconds: float = 0.0
-
-    def summary(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"file": self.path, "status": self.status}
-        for key in ("output", "format", "session", "reason", "message"):
-            if getattr(self, key) is not None:
-                out[key] = getattr(self, key)
-        out["images"] = self.tally.summary()
-        out["bytes"] = {"before": self.bytes_before, "after": self.bytes_after}
-        if self.appended:
-            out["bytes"]["appended"] = self.appended
-        out["sha256"] = {"before": self.sha256, "after": self.sha256_after}
-        out["seconds"] = round(self.seconds, 3)
-        return out
 
 
 @dataclass(frozen=True, slots=True)
