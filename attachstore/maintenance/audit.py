@@ -24,28 +24,15 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..config import Limits
-from ..errors import Rejected, StorageUnavailable
+from ..errors import StorageUnavailable
 from ..gate import probe_header
 from ..index import Index, ObjectRow
 from ..progress import Progress
 from ..refs import Ref
 from ..service import Store
 from ..storage import IN_FLIGHT, LocalBlobStore, StoredFile, StoredObject
-from . import filepass
+from . import filepass, repairs
 from .findings import AuditReport, Finding, Kind
-
-# Re-indexing a stray file must not re-apply admission limits: reads never do.
-_NO_LIMITS = Limits(
-    max_image_bytes=1 << 40,
-    max_side=1 << 30,
-    max_pixels=1 << 60,
-    max_frames=1 << 30,
-    max_animation_pixels=1 << 62,
-    max_batch_images=1,
-    max_batch_bytes=1 << 40,
-)
-
 
 _FETCHES = 16  # objects fetched at once from a remote backend (S3): latency, not CPU, bounds it
 
@@ -272,7 +259,7 @@ class Audit:
         f = look.file
         path = str(f.path)
         if f.ref is None:
-            done = await self._quarantine_path(f.path) if self.repair else None
+            done = await repairs.set_aside(self.store, f.path) if self.repair else None
             report.findings.append(
                 Finding(
                     Kind.STRAY_FILE, None, path, "not an object: its name or place is not a reference's", done
@@ -287,7 +274,7 @@ class Audit:
         if row is None:
             await self._stray(ref, f, look.data, report)
         elif look.data is None:
-            done = await self._quarantine(ref) if self.repair else None
+            done = await repairs.quarantine(self.store, ref) if self.repair else None
             report.findings.append(
                 Finding(Kind.CORRUPT, str(ref), path, "the bytes do not hash to the object's name", done)
             )
@@ -320,7 +307,7 @@ class Audit:
             report.checks_recorded += 1
         if not problems:
             return
-        done = await self._reindex(ref, data, row.name) if self.repair else None
+        done = await repairs.reindex(self.store, ref, data, row.name) if self.repair else None
         report.findings.append(Finding(Kind.METADATA_MISMATCH, str(ref), None, "; ".join(problems), done))
 
     async def _stray(self, ref: Ref, f: StoredFile, data: bytes | None, report: AuditReport) -> None:
@@ -335,7 +322,7 @@ class Audit:
         )
         done = None
         if self.repair and data is not None:
-            done = await self._reindex(ref, data, None)
+            done = await repairs.reindex(self.store, ref, data, None)
         elif self.repair:
             found = await self.store.blobs.quarantine(ref)  # re-checks the bytes after moving them
             done = {"quarantined": "quarantined", "missing": "gone meanwhile"}.get(found, "healed meanwhile")
@@ -390,56 +377,3 @@ class Audit:
                     "admitted again, or gc removes it when nothing holds it",
                 )
             )
-
-    # -- repairs ---------------------------------------------------------------------------------------
-
-    async def _quarantine(self, ref: Ref) -> str:
-        # As a read does: moved and marked under the ref's lock, so no heal's publish comes in between.
-        found = await self.store.reads.quarantine(ref)
-        if found is None:
-            return "collected meanwhile"
-        if found == "intact":
-            return "healed meanwhile; left in place"
-        return "quarantined" if found == "quarantined" else "marked missing"
-
-    async def _quarantine_path(self, path: Path) -> str:
-        return await self.store.blobs.set_aside(str(path))
-
-    async def _reindex(self, ref: Ref, data: bytes, name: str | None) -> str:
-        """Publish a row for intact bytes, with metadata read from the bytes themselves."""
-        try:
-            found = await self.store.pool.inspect(data, None, _NO_LIMITS, ref.algorithm)
-        except Rejected as e:
-            return f"not re-indexed: {e.code}: {e.message}"
-        now = time.time()
-        existing = await self.store.index.get(str(ref))
-        row = ObjectRow(
-            str(ref),
-            found.media_type,
-            len(data),
-            found.width,
-            found.height,
-            found.frames,
-            name,
-            existing.created_at if existing else now,
-            now,
-            keyed_check=(
-                self.store.checker.of(str(ref), len(data), found.media_type, data)
-                if ref.algorithm == "sha256"
-                else None
-            ),
-        )
-
-        async def still_there() -> None:
-            if await self.store.blobs.stat(ref) is None:
-                raise FileNotFoundError(str(ref))
-
-        # Durable before published, as for an admission: a stray's name may never have been made durable
-        # (its writer was killed between its link and its directory fsyncs); put verifies the file and
-        # fsyncs its directory chain (and writes it again from `data` if it changed meanwhile).
-        await self.store.blobs.put(ref, data)
-        try:
-            await self.store.index.publish([row], still_there)
-        except FileNotFoundError:
-            return "gone meanwhile"
-        return "re-indexed"
