@@ -16,8 +16,9 @@ from ..service import Store
 from . import inline
 from .digest import Digest
 from .files import Snapshot, Staged, Steps, replace, same_file
+from .policy import Found
 from .reports import RestoreReport, TranscriptError, outcome
-from .scanner import Found, Scanner
+from .scanner import Scanner
 from .writers import refuse_writers
 
 CHUNK = 1 << 20

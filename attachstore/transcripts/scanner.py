@@ -11,11 +11,9 @@ is passed through, and the next line is read afresh.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
+from .policy import HEAD, Event, Found, Held, Policy
 
 _QUOTE, _BACKSLASH, _NEWLINE = 0x22, 0x5C, 0x0A
-HEAD = 32  # the bytes a policy may look at before it must say whether it wants a string
 _SMALL = 64  # the longest key remembered
 _GAP = 4096  # the most whitespace looked through between a key and its value
 _WHITESPACE = b" \t\r\n"
@@ -27,59 +25,6 @@ _OUT, _OPENING, _FAST, _HOLD, _DEEP = range(5)
 # How a stretch of a string's content ends: its closing quote, a newline (a torn line), the chunk's end, or an
 # escape that the chunk's end cuts after its backslash.
 _END, _TORN, _MORE, _CUT = range(4)
-
-
-@dataclass(frozen=True, slots=True)
-class Found:
-    """A wanted string: its content between the quotes exactly as written (`raw`), the level it is at, the
-    key it is the value of, and the line it starts on. `complete` is False when it was handed over cut short:
-    longer than the cap, or its line ended inside it (`reason` "cap" or "torn"); the rest of it then follows
-    as plain bytes."""
-
-    raw: bytes
-    level: int
-    key: bytes | None
-    line: int
-    complete: bool = True
-    reason: str | None = None
-
-
-Event = bytes | memoryview | Found
-
-
-class Policy(Protocol):
-    """Which strings the scanner hands over. `may_want` sees the first byte of a string (0: its first byte is
-    an escape's backslash); `wanted` sees up to HEAD bytes of it (`final`: that is all of it) and answers
-    True, False, or None (need more; at HEAD bytes or at the end, None means no)."""
-
-    cap: int
-
-    def may_want(self, first: int, level: int, key: bytes | None) -> bool: ...
-
-    def wanted(self, head: bytes, level: int, key: bytes | None, final: bool) -> bool | None: ...
-
-
-class _Hold:
-    __slots__ = ("decided", "key", "level", "line", "parts", "size")
-
-    def __init__(self, level: int, key: bytes | None, line: int) -> None:
-        self.level = level
-        self.key = key
-        self.line = line
-        self.parts: list[bytes] = []
-        self.size = 0
-        self.decided = False
-
-    def raw(self) -> bytes:
-        return b"".join(self.parts)
-
-    def head(self) -> bytes:
-        head = b""
-        for part in self.parts:
-            head += part[: HEAD - len(head)]
-            if len(head) >= HEAD:
-                break
-        return head
 
 
 class Scanner:
@@ -94,7 +39,7 @@ class Scanner:
         self._cut = -1  # where an escape cut by the chunk's end begins
         self._found: dict[bytes, int] = {}  # _next's positions in this chunk
         self._esc = b""  # that escape's bytes so far
-        self._hold: _Hold | None = None
+        self._hold: Held | None = None
         # The document's level.
         self._mode = _OUT
         self._key: bytes | None = None  # the current string's key
@@ -391,7 +336,7 @@ class Scanner:
         if self._from < at:
             self._events.append(self._mv[self._from : at])
         self._from = at
-        self._hold = _Hold(level, key, self._line if level == 0 else self.line)
+        self._hold = Held(level, key, self._line if level == 0 else self.line)
 
     def _add(self, pos: int, end: int) -> None:
         hold = self._hold

@@ -24,9 +24,10 @@ from .candidates import session_for
 from .digest import Digest
 from .files import Snapshot, Staged, Steps, replace, same_file
 from .formats import HEAD_BYTES, Format, detect
+from .policy import Event, Found
 from .reports import Report, Tally, TranscriptError, outcome
 from .restore import CHUNK, Restorer, Sink, restored_hash
-from .scanner import Event, Found, Scanner
+from .scanner import Scanner
 from .writers import refuse_writers
 
 _WAITING_BYTES = 16 << 20  # what may wait behind an admission still running, before reading stops
