@@ -50,7 +50,11 @@ class Held:
         self.line = line
         self.parts: list[bytes] = []
         self.size = 0
-        self.decided = False
+        self.decided = False  # the policy wants it
+
+    def add(self, part: bytes) -> None:
+        self.parts.append(part)
+        self.size += len(part)
 
     def raw(self) -> bytes:
         return b"".join(self.parts)
