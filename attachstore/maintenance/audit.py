@@ -1,11 +1,9 @@
-"""The audit: re-hash every object, check every row against its file and every file against its row.
+"""The audit: re-hash every object, check every row against its file and every file against its row
+(docs/design.md, "Garbage collection and the audit"; docs/operations.md, "The audit").
 
-Every file is read and hashed in one lean pass, on a thread against a snapshot of the rows (on a large store,
-on one process per core against the rows as the index has them); a file that is not clean there is only a
-suspect, read again in full for a closer look before anything is said about it.
-Findings are collected, typed, and the audit keeps going after each one. Suspected findings (a row without a
-file, a file without a row) are confirmed under the index's write lock, so that an admission or a GC sweep
-running beside the audit is never reported as damage. `repair` acts on each confirmed finding.
+A file that is not clean in the file pass is only a suspect, read again in full before anything is said of
+it; a row without a file and a file without a row are confirmed under the index's write lock, so that an
+admission or a GC sweep running beside the audit is never reported as damage.
 """
 
 from __future__ import annotations
@@ -39,10 +37,9 @@ _FETCHES = 16  # objects fetched at once from a remote backend (S3): latency, no
 
 @contextlib.contextmanager
 def _no_cycle_collection() -> Iterator[None]:
-    """The audit holds a row per object for its whole run and makes short-lived objects by the hundred
-    thousand, none in a cycle: the cycle collector would traverse the rows again and again for nothing
-    (a tenth of the run on 150,000 small objects). Reference counting frees everything as before. The
-    switch is process-wide: the audit runs in a command of its own, never in the daemon."""
+    """The audit holds a row per object for its whole run and makes none in a cycle: the collector would only
+    traverse the rows again and again (docs/performance.md, "What the profiles showed"). The switch is
+    process-wide: the audit runs in a command of its own, never in the daemon."""
     if not gc.isenabled():
         yield
         return

@@ -185,13 +185,11 @@ def replace(
     check_writers: bool,
     done: str,
 ) -> None:
-    """The last steps. What takes time comes first: the new version made ready, and the search for processes
-    that have the target open for writing. Then the check that `source` is as it was read (`before`), and at
-    once the rename. When the target is `source` itself, what a host appended to it in between (seen through
-    `kept`, a descriptor of it open since it was read) is added to the end of the new version as it came; if
-    the host did more than append, or still has it open, the replaced file is put back; `report` says how
-    many bytes were so added. Else TranscriptError, and the target is left as it was (with whatever a host
-    wrote to it)."""
+    """The last steps of docs/transcripts.md, "Nothing lost, ever": what takes time first, then the check that
+    `source` is as it was read (`before`) and at once the rename, so that a host's write has the least time
+    to fall in between. What a host appended to `source` meanwhile (seen through `kept`, open since it was
+    read) goes to the end of the new version, as `report` says; else TranscriptError, the target as it
+    was."""
     in_place = (before.dev, before.ino) == _inode(staged.target) == _inode(source)
     edge = b""
     if in_place:

@@ -28,7 +28,6 @@ class Nested:
         self.after = NOT_KEY
 
     def reset(self) -> None:
-        """A new string of the document holds JSON text."""
         self.in_string = self.escaping = self.opening = False
         self.last, self.after = None, NOT_KEY
 

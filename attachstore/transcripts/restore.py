@@ -52,8 +52,8 @@ class Restored:
 
 
 class Restorer:
-    """Restores transcripts from one store, for one tenant. Keeps the base64 of the images it restored last
-    (up to 32 MiB), since a transcript names the same image many times."""
+    """Restores transcripts from one store, for one tenant. Keeps the base64 of the images it restored last,
+    since a transcript names the same image many times."""
 
     def __init__(self, store: Store, tenant: str = "") -> None:
         self.store = store
