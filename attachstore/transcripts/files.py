@@ -179,27 +179,27 @@ def replace(
     staged: Staged,
     source: Path,
     before: Snapshot,
-    kept: int,
+    source_fd: int,
     report: Appended,
     *,
     check_writers: bool,
-    done: str,
+    action: str,
 ) -> None:
     """The last steps of docs/transcripts.md, "Nothing lost, ever": what takes time first, then the check that
     `source` is as it was read (`before`) and at once the rename, so that a host's write has the least time
-    to fall in between. What a host appended to `source` meanwhile (seen through `kept`, open since it was
-    read) goes to the end of the new version, as `report` says; else TranscriptError, the target as it
-    was."""
+    to fall in between. What a host appended to `source` meanwhile (seen through `source_fd`, open since
+    it was read) goes to the end of the new version, as `report` says; else TranscriptError, the target as
+    it was."""
     in_place = (before.dev, before.ino) == _inode(staged.target) == _inode(source)
     edge = b""
     if in_place:
-        edge = os.pread(kept, min(_EDGE, before.size), before.size - min(_EDGE, before.size))
+        edge = os.pread(source_fd, min(_EDGE, before.size), before.size - min(_EDGE, before.size))
     staged.prepare(before)
     if check_writers:
         refuse_writers(staged.target)
     if not before.unchanged(source):
         raise TranscriptError(
-            f"{source} changed while it was {done} (a host wrote to it); it is left as it was",
+            f"{source} changed while it was {action} (a host wrote to it); it is left as it was",
             hint="run again once its session is idle",
         )
     staged.steps("checked")
@@ -207,7 +207,7 @@ def replace(
     added = 0
     if in_place:
         added = _catch_up(
-            staged, kept, before, edge, exchanged=exchanged, check_writers=check_writers, done=done
+            staged, source_fd, before, edge, exchanged=exchanged, check_writers=check_writers, action=action
         )
     staged.close(exchanged)
     _appended_while(report, added)
@@ -219,30 +219,30 @@ _WAITS = 100  # polls, 10 ms apart, for a host to close the replaced file
 
 def _catch_up(
     staged: Staged,
-    kept: int,
+    source_fd: int,
     before: Snapshot,
     edge: bytes,
     *,
     exchanged: bool,
     check_writers: bool,
-    done: str,
+    action: str,
 ) -> int:
     """After the rename: what a host appended to the replaced file (it opened it by path before the rename)
     goes to the end of the new version. Returns how many bytes."""
     busy = None
     if check_writers:  # one that opened it by path before the rename may not have written yet
         for _ in range(_WAITS):
-            busy = (writers(staged.path) if exchanged else writers_of_fd(kept)).refusal(staged.target)
+            busy = (writers(staged.path) if exchanged else writers_of_fd(source_fd)).refusal(staged.target)
             if busy is None:
                 break
             time.sleep(0.01)
-    size = os.fstat(kept).st_size
-    appended = size >= before.size and os.pread(kept, len(edge), before.size - len(edge)) == edge
+    size = os.fstat(source_fd).st_size
+    appended = size >= before.size and os.pread(source_fd, len(edge), before.size - len(edge)) == edge
     if busy is None and appended:
         staged.appending()
         offset = before.size
-        while offset < (size := os.fstat(kept).st_size):
-            chunk = os.pread(kept, min(size - offset, _BUFFER), offset)
+        while offset < (size := os.fstat(source_fd).st_size):
+            chunk = os.pread(source_fd, min(size - offset, _BUFFER), offset)
             if not chunk:
                 break
             staged.append(chunk)
@@ -251,13 +251,14 @@ def _catch_up(
     if not exchanged:
         what = "rewritten by a host" if busy is None else f"opened for good by a host ({busy.message})"
         raise AttachstoreError(
-            f"{staged.target} was {what} while it was {done}, and the file system cannot swap it back: what "
-            f"the host wrote, or writes, to the replaced file is lost (the {done} version took its place)",
+            f"{staged.target} was {what} while it was {action}, and the file system cannot swap it back: "
+            f"what the host wrote, or writes, to the replaced file is lost (the {action} version took its "
+            "place)",
             code="TRANSCRIPT_LOST",
         )
     _put_back(staged)
     raise busy or TranscriptError(
-        f"{staged.target} was rewritten by a host while it was {done}; it is left as the host wrote it",
+        f"{staged.target} was rewritten by a host while it was {action}; it is left as the host wrote it",
         hint="run again once its session is idle",
     )
 

@@ -182,7 +182,7 @@ async def _restore_file(
                 f.fileno(),
                 report,
                 check_writers=check_writers,
-                done="restored",
+                action="restored",
             )
             report.status = "restored" if done.placeholders else "unchanged"
         except BaseException:

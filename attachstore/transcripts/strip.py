@@ -48,23 +48,23 @@ class Options:
 
 
 @dataclass(frozen=True, slots=True)
-class _Outcome:
+class _ImageOutcome:
     replacement: bytes | None  # the placeholder; None: the image stays inline
     ref: str | None
     code: str | None  # why it stays inline
     session: SessionKey | None  # the session that holds it since its admission
 
 
-class _Ordered:
+class _InOrder:
     """The stripped text, written in input order while admissions finish in any order: an image's slot waits
     for its admission, and what follows it waits behind it, up to a bound."""
 
-    def __init__(self, sink: Sink, settle: Callable[[_Outcome, bytes, bytes], bytes]) -> None:
+    def __init__(self, sink: Sink, written_for: Callable[[_ImageOutcome, bytes, bytes], bytes]) -> None:
         self.sink = sink
-        self.settle = settle
-        self.queue: deque[tuple[asyncio.Future[_Outcome] | _Outcome | None, bytes | memoryview, bytes]] = (
-            deque()
-        )
+        self.written_for = written_for
+        self.queue: deque[
+            tuple[asyncio.Future[_ImageOutcome] | _ImageOutcome | None, bytes | memoryview, bytes]
+        ] = deque()
         self.waiting = 0  # bytes queued
         self.running = 0  # admissions queued and not done
 
@@ -76,9 +76,9 @@ class _Ordered:
         self.queue.append((None, data, b""))
         self.waiting += len(data)
 
-    def image(self, job: asyncio.Future[_Outcome] | _Outcome, raw: bytes, key: bytes) -> None:
-        if not self.queue and isinstance(job, _Outcome):
-            self.sink.write(self.settle(job, raw, key))
+    def image(self, job: asyncio.Future[_ImageOutcome] | _ImageOutcome, raw: bytes, key: bytes) -> None:
+        if not self.queue and isinstance(job, _ImageOutcome):
+            self.sink.write(self.written_for(job, raw, key))
             return
         self.queue.append((job, raw, key))
         self.waiting += len(raw)
@@ -95,7 +95,7 @@ class _Ordered:
                 job = job.result()
             queue.popleft()
             self.waiting -= len(data)
-            self.sink.write(data if job is None else self.settle(job, bytes(data), key))
+            self.sink.write(data if job is None else self.written_for(job, bytes(data), key))
 
     async def relieve(self, depth: int) -> None:
         """Wait for the oldest admissions until at most `depth` run and what waits is within its bound."""
@@ -124,7 +124,7 @@ class Stripper:
         self.options = options
         self.restorer = Restorer(store, options.tenant)
         self.total = Tally()
-        self._outcomes: OrderedDict[bytes, asyncio.Task[_Outcome] | _Outcome] = OrderedDict()
+        self._outcomes: OrderedDict[bytes, asyncio.Task[_ImageOutcome] | _ImageOutcome] = OrderedDict()
         self._sessions: dict[SessionKey, asyncio.Future[None]] = {}
         limits = store.config.limits
         b64 = (limits.max_image_bytes + 2) // 3 * 4
@@ -189,7 +189,7 @@ class Stripper:
     async def _finish(
         self,
         source: Path,
-        kept: int,
+        source_fd: int,
         output: Path,
         staged: Staged,
         before: Snapshot,
@@ -228,7 +228,7 @@ class Stripper:
             report.session = key[1]
         check_writers = not self.options.assume_closed
         await asyncio.to_thread(
-            replace, staged, source, before, kept, report, check_writers=check_writers, done="stripped"
+            replace, staged, source, before, source_fd, report, check_writers=check_writers, action="stripped"
         )
         report.status = "stripped" if tally.replaced else "unchanged"
 
@@ -258,7 +258,7 @@ class Stripper:
         tally = report.tally
         read = Digest()
 
-        def settle(outcome: _Outcome, raw: bytes, image_key: bytes) -> bytes:
+        def written_for(outcome: _ImageOutcome, raw: bytes, image_key: bytes) -> bytes:
             if outcome.replacement is None:
                 tally.refuse(outcome.code or "INVALID_IMAGE", image_key)
                 return raw
@@ -269,7 +269,7 @@ class Stripper:
                     held.add(outcome.ref)
             return outcome.replacement
 
-        ordered = _Ordered(sink, settle)
+        ordered = _InOrder(sink, written_for)
         scanner = Scanner(inline.Finder(fmt.keys, self.cap))
         depth = max(1, self.options.concurrency)
         while chunk := await asyncio.to_thread(source.read, CHUNK):
@@ -287,7 +287,7 @@ class Stripper:
         return read.hexdigest()
 
     def _event(
-        self, event: Event, ordered: _Ordered, key: SessionKey | None, tally: Tally, held: set[str]
+        self, event: Event, ordered: _InOrder, key: SessionKey | None, tally: Tally, held: set[str]
     ) -> None:
         if not isinstance(event, Found):
             ordered.plain(event)
@@ -310,7 +310,7 @@ class Stripper:
         if outcome is None:
             image = inline.image(raw)
             if isinstance(image, inline.Unusable):
-                outcome = _Outcome(None, None, image.code, None)
+                outcome = _ImageOutcome(None, None, image.code, None)
             else:
                 task = asyncio.create_task(self._admit(image, key))
                 task.add_done_callback(functools.partial(self._done, image_key))
@@ -320,7 +320,7 @@ class Stripper:
             self._outcomes.move_to_end(image_key)
         ordered.image(outcome, raw, image_key)
 
-    def _remember(self, image_key: bytes, outcome: asyncio.Task[_Outcome] | _Outcome) -> None:
+    def _remember(self, image_key: bytes, outcome: asyncio.Task[_ImageOutcome] | _ImageOutcome) -> None:
         self._outcomes[image_key] = outcome
         while len(self._outcomes) > _OUTCOMES_KEPT:
             oldest, value = next(iter(self._outcomes.items()))
@@ -328,7 +328,7 @@ class Stripper:
                 break
             del self._outcomes[oldest]
 
-    def _done(self, image_key: bytes, task: asyncio.Task[_Outcome]) -> None:
+    def _done(self, image_key: bytes, task: asyncio.Task[_ImageOutcome]) -> None:
         """A finished admission is remembered by its outcome; one that failed is forgotten (and raises in the
         file that waits for it)."""
         if self._outcomes.get(image_key) is not task:
@@ -338,19 +338,19 @@ class Stripper:
         else:
             self._outcomes[image_key] = task.result()
 
-    async def _admit(self, image: inline.Inline, key: SessionKey | None) -> _Outcome:
+    async def _admit(self, image: inline.Inline, key: SessionKey | None) -> _ImageOutcome:
         upload = Upload.of_bytes(image.data, image.declared)
         tenant = self.options.tenant
         if key is None:  # a dry run
             [verdict] = await self.store.check([upload], "user", tenant=tenant, exact=True)
             if verdict is not None:
-                return _Outcome(None, None, verdict.code, None)
+                return _ImageOutcome(None, None, verdict.code, None)
             ref = str(Ref.of(self.store.config.hash, image.data))
-            return _Outcome(image.placeholder(ref), ref, None, None)
+            return _ImageOutcome(image.placeholder(ref), ref, None, None)
         await self._session(key)
         try:
             result = await self.store.admit([upload], "user", session=key[1], tenant=tenant, exact=True)
         except Rejected as e:
-            return _Outcome(None, None, e.code, key)
+            return _ImageOutcome(None, None, e.code, key)
         ref = result.attachments[0].ref
-        return _Outcome(image.placeholder(ref), ref, None, key)
+        return _ImageOutcome(image.placeholder(ref), ref, None, key)
