@@ -206,7 +206,6 @@ class Audit:
         await self._advance(run, len(batch), before)
 
     async def _advance(self, run: _Pass, files: int, before: int) -> None:
-        """`files` more done, with the bytes counted since `before`: the progress line, then the pace."""
         if run.bar:
             run.bar.advance(files, run.report.bytes - before)
         await self._throttle(run.report.bytes, run.started)

@@ -89,8 +89,6 @@ class Snapshot:
 
 
 class Staged:
-    """The temporary file a new version is written to, beside its target."""
-
     def __init__(self, target: Path, steps: Steps) -> None:
         self.target = target
         self.path = temp_name(target)

@@ -55,7 +55,6 @@ class Placeholder:
     prefix: bytes
 
     def base64(self, data: bytes | bytearray) -> bytes:
-        """The base64 text it stands for, written as it was."""
         text = base64.b64encode(data)
         return text.replace(b"/", b"\\/") if self.escaped else text
 
@@ -65,7 +64,6 @@ class Placeholder:
 
 
 def placeholder(raw: bytes) -> Placeholder | None:
-    """The placeholder `raw` is, if it is one."""
     match = _PLACEHOLDER.fullmatch(raw) if len(raw) <= PLACEHOLDER_MAX else None
     if match is None:
         return None

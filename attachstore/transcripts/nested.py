@@ -14,8 +14,6 @@ _ESCAPED |= {ord(c): c for c in '"\\/'}
 
 
 class Nested:
-    """Level 1: the JSON text inside the document's current string, read through that string's escapes."""
-
     __slots__ = ("after", "escaping", "in_string", "key", "last", "opening", "text")
 
     def __init__(self) -> None:
@@ -32,7 +30,6 @@ class Nested:
         self.last, self.after = None, NOT_KEY
 
     def run(self, data: bytes, pos: int, end: int) -> None:
-        """Bytes of the inner text with no escape among them."""
         if not self.in_string:
             if self.after != NOT_KEY:
                 self.after = after_step(self.after, data, pos, end)
@@ -46,7 +43,6 @@ class Nested:
         return self.in_string and char == '"' and not self.escaping
 
     def escape(self, char: str, closing: bool) -> None:
-        """One escape of the outer string: a character of the inner text, maybe a quote or a backslash."""
         if not self.in_string:
             if char == '"':
                 self.in_string, self.escaping, self.opening = True, False, True

@@ -114,7 +114,6 @@ class Restorer:
 async def restored_hash(
     restorer: Restorer, path: Path, name: str, on_bytes: Callable[[int], None] | None = None
 ) -> Restored:
-    """What restoring `path` would give, hashed, with nothing written."""
     with await asyncio.to_thread(open, path, "rb") as source:
         return await restorer.restore(source, Sink(), name, on_bytes)
 

@@ -22,8 +22,6 @@ def refuse_writers(target: Path) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Writers:
-    """The processes that have a file open for writing, or why that could not be told."""
-
     found: list[tuple[int, str]]  # pid, command
     unknown: str | None = None
 
