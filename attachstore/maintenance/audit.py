@@ -51,7 +51,7 @@ def _no_cycle_collection() -> Iterator[None]:
 
 
 @dataclass(slots=True)
-class _Pass:
+class _Run:
     """What one run carries from file to file: the snapshot of the rows, the report, the progress line, the
     refs whose files were seen, and when the reading started (for --max-rate)."""
 
@@ -108,7 +108,7 @@ class Audit:
         bar = None
         if self.progress:
             bar = self.progress(round(len(rows) * self.sample), round(total * self.sample))
-        run = _Pass(rows, report, bar, time.monotonic())
+        run = _Run(rows, report, bar, time.monotonic())
         if self.store.local is not None:
             await self._local_pass(self.store.local, run, per_trip)
         else:
@@ -126,7 +126,7 @@ class Audit:
         await self.store.index.record_run("audit" if self.sample >= 1 else "audit_sample", figures)
         return report
 
-    async def _local_pass(self, local: LocalBlobStore, run: _Pass, per_trip: int) -> None:
+    async def _local_pass(self, local: LocalBlobStore, run: _Run, per_trip: int) -> None:
         """Every file under objects/, read in trips by one thread (on a large store with an SQLite index, by
         one process per core); suspects looked at again on the loop."""
         # The walk is listed as it goes, on the audit's thread, a trip at a time: nothing is listed ahead.
@@ -145,21 +145,23 @@ class Audit:
         loop = asyncio.get_running_loop()
         checker = self.store.checker
 
-        def trip() -> filepass.Trip | None:
+        def on_the_thread() -> filepass.Trip | None:
             parts = next(trips, None)
             return None if parts is None else filepass.examine(parts, run.rows, checker)
 
-        async def elsewhere() -> filepass.Trip | None:
+        async def in_a_process() -> filepass.Trip | None:
             parts = await loop.run_in_executor(lister, next, trips, None)
             if parts is None or database is None:
                 return None
             try:
-                return await loop.run_in_executor(pool, filepass.examine_elsewhere, parts, database, checker)
+                return await loop.run_in_executor(pool, filepass.examine_in_process, parts, database, checker)
             except (sqlite3.Error, BrokenProcessPool) as e:  # the index, or a worker killed (out of memory)
                 raise StorageUnavailable(f"an audit process failed: {e or type(e).__name__}") from e
 
         def start() -> asyncio.Future[filepass.Trip | None]:
-            return asyncio.ensure_future(elsewhere()) if pool else loop.run_in_executor(lister, trip)
+            return (
+                asyncio.ensure_future(in_a_process()) if pool else loop.run_in_executor(lister, on_the_thread)
+            )
 
         # Two trips per worker wait while the loop looks at the one before: no worker ever idles.
         pending = deque(start() for _ in range(2 * processes))
@@ -185,7 +187,7 @@ class Audit:
             if pool:
                 pool.shutdown(cancel_futures=True)
 
-    async def _backend_pass(self, run: _Pass) -> None:
+    async def _backend_pass(self, run: _Run) -> None:
         """Every object a remote backend (S3) lists, fetched _FETCHES at a time as it is, hashed off the
         loop, and checked against its row like a local file's closer look."""
         batch: list[StoredObject] = []
@@ -198,19 +200,19 @@ class Audit:
         if batch:
             await self._backend_batch(batch, run)
 
-    async def _backend_batch(self, batch: list[StoredObject], run: _Pass) -> None:
+    async def _backend_batch(self, batch: list[StoredObject], run: _Run) -> None:
         looks = await asyncio.gather(*(self._fetch(found) for found in batch))
         before = run.report.bytes
         for look in looks:
             await self._look(look, run)
         await self._advance(run, len(batch), before)
 
-    async def _advance(self, run: _Pass, files: int, before: int) -> None:
+    async def _advance(self, run: _Run, files: int, before: int) -> None:
         if run.bar:
             run.bar.advance(files, run.report.bytes - before)
         await self._throttle(run.report.bytes, run.started)
 
-    async def _look(self, look: filepass.Look | None, run: _Pass) -> None:
+    async def _look(self, look: filepass.Look | None, run: _Run) -> None:
         """Count a file looked at closely and check it against its row; None: gone since the listing (a GC
         sweep), and the row pass decides about its row."""
         if look is None:

@@ -150,7 +150,7 @@ def worker_start() -> None:
         threading.Thread(target=watch, name="audit-parent", daemon=True).start()
 
 
-def examine_elsewhere(parts: list[Part], index: str, checker: Checker) -> Trip:
+def examine_in_process(parts: list[Part], index: str, checker: Checker) -> Trip:
     """`examine` in a worker process, against the rows of the trip's files as the index has them now, a
     moment after the audit's snapshot. A file clean against its current row is clean; anything else is a
     suspect, looked at again and judged against the snapshot like any other."""
