@@ -1,11 +1,9 @@
-"""The audit: re-hash every object, check every row against its file and every file against its row.
+"""The audit: re-hash every object, check every row against its file and every file against its row
+(docs/design.md, "Garbage collection and the audit"; docs/operations.md, "The audit").
 
-Every file is read and hashed in one lean pass, on a thread against a snapshot of the rows (on a large store,
-on one process per core against the rows as the index has them); a file that is not clean there is only a
-suspect, read again in full for a closer look before anything is said about it.
-Findings are collected, typed, and the audit keeps going after each one. Suspected findings (a row without a
-file, a file without a row) are confirmed under the index's write lock, so that an admission or a GC sweep
-running beside the audit is never reported as damage. `repair` acts on each confirmed finding.
+A file that is not clean in the file pass is only a suspect, read again in full before anything is said of
+it; a row without a file and a file without a row are confirmed under the index's write lock, so that an
+admission or a GC sweep running beside the audit is never reported as damage.
 """
 
 from __future__ import annotations
@@ -24,38 +22,24 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..config import Limits
-from ..errors import Rejected, StorageUnavailable
+from ..errors import StorageUnavailable
 from ..gate import probe_header
 from ..index import ObjectRow, SqliteIndex
 from ..progress import Progress
 from ..refs import Ref
 from ..service import Store
 from ..storage import IN_FLIGHT, LocalBlobStore, StoredFile, StoredObject
-from . import filepass
+from . import filepass, repairs
 from .findings import AuditReport, Finding, Kind
-
-# Re-indexing a stray file must not re-apply admission limits: reads never do.
-_NO_LIMITS = Limits(
-    max_image_bytes=1 << 40,
-    max_side=1 << 30,
-    max_pixels=1 << 60,
-    max_frames=1 << 30,
-    max_animation_pixels=1 << 62,
-    max_batch_images=1,
-    max_batch_bytes=1 << 40,
-)
-
 
 _FETCHES = 16  # objects fetched at once from a remote backend (S3): latency, not CPU, bounds it
 
 
 @contextlib.contextmanager
 def _no_cycle_collection() -> Iterator[None]:
-    """The audit holds a row per object for its whole run and makes short-lived objects by the hundred
-    thousand, none in a cycle: the cycle collector would traverse the rows again and again for nothing
-    (a tenth of the run on 150,000 small objects). Reference counting frees everything as before. The
-    switch is process-wide: the audit runs in a command of its own, never in the daemon."""
+    """The audit holds a row per object for its whole run and makes none in a cycle: the collector would only
+    traverse the rows again and again (docs/performance.md, "What the profiles showed"). The switch is
+    process-wide: the audit runs in a command of its own, never in the daemon."""
     if not gc.isenabled():
         yield
         return
@@ -67,7 +51,7 @@ def _no_cycle_collection() -> Iterator[None]:
 
 
 @dataclass(slots=True)
-class _Pass:
+class _Run:
     """What one run carries from file to file: the snapshot of the rows, the report, the progress line, the
     refs whose files were seen, and when the reading started (for --max-rate)."""
 
@@ -124,7 +108,7 @@ class Audit:
         bar = None
         if self.progress:
             bar = self.progress(round(len(rows) * self.sample), round(total * self.sample))
-        run = _Pass(rows, report, bar, time.monotonic())
+        run = _Run(rows, report, bar, time.monotonic())
         if self.store.local is not None:
             await self._local_pass(self.store.local, run, per_trip)
         else:
@@ -142,7 +126,7 @@ class Audit:
         await self.store.index.record_run("audit" if self.sample >= 1 else "audit_sample", figures)
         return report
 
-    async def _local_pass(self, local: LocalBlobStore, run: _Pass, per_trip: int) -> None:
+    async def _local_pass(self, local: LocalBlobStore, run: _Run, per_trip: int) -> None:
         """Every file under objects/, read in trips by one thread (on a large store with an SQLite index, by
         one process per core); suspects looked at again on the loop."""
         # The walk is listed as it goes, on the audit's thread, a trip at a time: nothing is listed ahead.
@@ -161,21 +145,23 @@ class Audit:
         loop = asyncio.get_running_loop()
         checker = self.store.checker
 
-        def trip() -> filepass.Trip | None:
+        def on_the_thread() -> filepass.Trip | None:
             parts = next(trips, None)
             return None if parts is None else filepass.examine(parts, run.rows, checker)
 
-        async def elsewhere() -> filepass.Trip | None:
+        async def in_a_process() -> filepass.Trip | None:
             parts = await loop.run_in_executor(lister, next, trips, None)
             if parts is None or database is None:
                 return None
             try:
-                return await loop.run_in_executor(pool, filepass.examine_elsewhere, parts, database, checker)
+                return await loop.run_in_executor(pool, filepass.examine_in_process, parts, database, checker)
             except (sqlite3.Error, BrokenProcessPool) as e:  # the index, or a worker killed (out of memory)
                 raise StorageUnavailable(f"an audit process failed: {e or type(e).__name__}") from e
 
         def start() -> asyncio.Future[filepass.Trip | None]:
-            return asyncio.ensure_future(elsewhere()) if pool else loop.run_in_executor(lister, trip)
+            return (
+                asyncio.ensure_future(in_a_process()) if pool else loop.run_in_executor(lister, on_the_thread)
+            )
 
         # Two trips per worker wait while the loop looks at the one before: no worker ever idles.
         pending = deque(start() for _ in range(2 * processes))
@@ -201,7 +187,7 @@ class Audit:
             if pool:
                 pool.shutdown(cancel_futures=True)
 
-    async def _backend_pass(self, run: _Pass) -> None:
+    async def _backend_pass(self, run: _Run) -> None:
         """Every object a remote backend (S3) lists, fetched _FETCHES at a time as it is, hashed off the
         loop, and checked against its row like a local file's closer look."""
         batch: list[StoredObject] = []
@@ -214,20 +200,19 @@ class Audit:
         if batch:
             await self._backend_batch(batch, run)
 
-    async def _backend_batch(self, batch: list[StoredObject], run: _Pass) -> None:
+    async def _backend_batch(self, batch: list[StoredObject], run: _Run) -> None:
         looks = await asyncio.gather(*(self._fetch(found) for found in batch))
         before = run.report.bytes
         for look in looks:
             await self._look(look, run)
         await self._advance(run, len(batch), before)
 
-    async def _advance(self, run: _Pass, files: int, before: int) -> None:
-        """`files` more done, with the bytes counted since `before`: the progress line, then the pace."""
+    async def _advance(self, run: _Run, files: int, before: int) -> None:
         if run.bar:
             run.bar.advance(files, run.report.bytes - before)
         await self._throttle(run.report.bytes, run.started)
 
-    async def _look(self, look: filepass.Look | None, run: _Pass) -> None:
+    async def _look(self, look: filepass.Look | None, run: _Run) -> None:
         """Count a file looked at closely and check it against its row; None: gone since the listing (a GC
         sweep), and the row pass decides about its row."""
         if look is None:
@@ -272,7 +257,7 @@ class Audit:
         f = look.file
         path = str(f.path)
         if f.ref is None:
-            done = await self._quarantine_path(f.path) if self.repair else None
+            done = await repairs.set_aside(self.store, f.path) if self.repair else None
             report.findings.append(
                 Finding(
                     Kind.STRAY_FILE, None, path, "not an object: its name or place is not a reference's", done
@@ -287,7 +272,7 @@ class Audit:
         if row is None:
             await self._stray(ref, f, look.data, report)
         elif look.data is None:
-            done = await self._quarantine(ref) if self.repair else None
+            done = await repairs.quarantine(self.store, ref) if self.repair else None
             report.findings.append(
                 Finding(Kind.CORRUPT, str(ref), path, "the bytes do not hash to the object's name", done)
             )
@@ -320,7 +305,7 @@ class Audit:
             report.checks_recorded += 1
         if not problems:
             return
-        done = await self._reindex(ref, data, row.name) if self.repair else None
+        done = await repairs.reindex(self.store, ref, data, row.name) if self.repair else None
         report.findings.append(Finding(Kind.METADATA_MISMATCH, str(ref), None, "; ".join(problems), done))
 
     async def _stray(self, ref: Ref, f: StoredFile, data: bytes | None, report: AuditReport) -> None:
@@ -335,7 +320,7 @@ class Audit:
         )
         done = None
         if self.repair and data is not None:
-            done = await self._reindex(ref, data, None)
+            done = await repairs.reindex(self.store, ref, data, None)
         elif self.repair:
             found = await self.store.blobs.quarantine(ref)  # re-checks the bytes after moving them
             done = {"quarantined": "quarantined", "missing": "gone meanwhile"}.get(found, "healed meanwhile")
@@ -390,56 +375,3 @@ class Audit:
                     "admitted again, or gc removes it when nothing holds it",
                 )
             )
-
-    # -- repairs ---------------------------------------------------------------------------------------
-
-    async def _quarantine(self, ref: Ref) -> str:
-        # As a read does: moved and marked under the ref's lock, so no heal's publish comes in between.
-        found = await self.store.reads.quarantine(ref)
-        if found is None:
-            return "collected meanwhile"
-        if found == "intact":
-            return "healed meanwhile; left in place"
-        return "quarantined" if found == "quarantined" else "marked missing"
-
-    async def _quarantine_path(self, path: Path) -> str:
-        return await self.store.blobs.set_aside(str(path))
-
-    async def _reindex(self, ref: Ref, data: bytes, name: str | None) -> str:
-        """Publish a row for intact bytes, with metadata read from the bytes themselves."""
-        try:
-            found = await self.store.pool.inspect(data, None, _NO_LIMITS, ref.algorithm)
-        except Rejected as e:
-            return f"not re-indexed: {e.code}: {e.message}"
-        now = time.time()
-        existing = await self.store.index.get(str(ref))
-        row = ObjectRow(
-            str(ref),
-            found.media_type,
-            len(data),
-            found.width,
-            found.height,
-            found.frames,
-            name,
-            existing.created_at if existing else now,
-            now,
-            keyed_check=(
-                self.store.checker.of(str(ref), len(data), found.media_type, data)
-                if ref.algorithm == "sha256"
-                else None
-            ),
-        )
-
-        async def still_there() -> None:
-            if await self.store.blobs.stat(ref) is None:
-                raise FileNotFoundError(str(ref))
-
-        # Durable before published, as for an admission: a stray's name may never have been made durable
-        # (its writer was killed between its link and its directory fsyncs); put verifies the file and
-        # fsyncs its directory chain (and writes it again from `data` if it changed meanwhile).
-        await self.store.blobs.put(ref, data)
-        try:
-            await self.store.index.publish([row], still_there)
-        except FileNotFoundError:
-            return "gone meanwhile"
-        return "re-indexed"

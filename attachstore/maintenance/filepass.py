@@ -36,9 +36,9 @@ READ_AT_ONCE = 64 << 20  # a larger object is read in chunks, on a closer look
 READ_CHUNK = 1 << 20
 _OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 # From this many index rows on (with an SQLite index, and no --max-rate), the trips go to one process per
-# core, at most MAX_PROCESSES, instead of the one thread. Each is spawned once (about 0.25 s) and reads the
-# rows of its trips' files from the index itself, so that a trip carries only names there and refs back.
-# On two cores that wins 15 % at a million rows and breaks even at 100,000.
+# core, at most MAX_PROCESSES, instead of the one thread (where that pays: docs/performance.md, "Audit at a
+# million objects"). Each reads the rows of its trips' files from the index itself, so that a trip carries
+# only names there and refs back.
 PROCESSES_FROM = 200_000
 MAX_PROCESSES = 4
 
@@ -150,7 +150,7 @@ def worker_start() -> None:
         threading.Thread(target=watch, name="audit-parent", daemon=True).start()
 
 
-def examine_elsewhere(parts: list[Part], index: str, checker: Checker) -> Trip:
+def examine_in_process(parts: list[Part], index: str, checker: Checker) -> Trip:
     """`examine` in a worker process, against the rows of the trip's files as the index has them now, a
     moment after the audit's snapshot. A file clean against its current row is clean; anything else is a
     suspect, looked at again and judged against the snapshot like any other."""

@@ -1,10 +1,7 @@
-"""Reference-aware garbage collection (SPEC section 7): plan, then execute.
-
-Garbage is an object with no hold, not named by any root, whose lease (last admission or hold change) is older
-than the grace period. The sweep re-checks every candidate under the index's write lock, removes the file and
-makes that durable, and only then deletes the row; an admission renews the lease before it touches a file.
-See docs/operations.md for the protocol and why it never loses a ref that was answered.
-"""
+"""Reference-aware garbage collection (SPEC section 7): plan, then execute. What is garbage, and why a sweep
+never loses a ref that was answered: docs/operations.md, "Garbage collection" and "Why gc is safe beside a
+live daemon". The order that keeps it so: re-check under the index's write lock, remove the file and make
+that durable, and only then delete the row."""
 
 from __future__ import annotations
 

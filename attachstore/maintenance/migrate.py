@@ -1,5 +1,5 @@
 """`attachstore migrate`: copy a single-node store (local files + SQLite) into the backends of another
-configuration, resumably, then verify the copy.
+configuration, resumably, then verify the copy (docs/scale-out.md, "Migrating a single-node store").
 
 The source is only read: its index through a read-only SQLite connection (one snapshot), its objects through
 `LocalBlobStore.read` (verified). The target is written only through the interfaces the daemon uses
@@ -15,9 +15,7 @@ short anywhere (Ctrl-C, a crash, a network failure) is finished by running it ag
 2. variant links, sessions and their holds (in their order, with their times), the runs of gc and audit;
 3. leases: adding a hold sets them to its time; they are set forward to the source's (a lease is never
    moved back: a daemon serving the target may have renewed it);
-4. verify (verify.py): every copied object is read back from the target (verified) and
-   every row compared with the source. In a copying run, an object whose target bytes fail is written again
-   from the source.
+4. verify (verify.py).
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """Replacing a transcript without ever losing it: the new version goes to a temporary file beside the target,
 is fsynced and checked, and only then renamed over it (then the directory is fsynced). Until the rename the
-target is untouched; after it, the target is the complete, checked new version. And whether a host has the
-file open for writing, which a rename would make it go on writing into the old, unlinked file (Codex keeps
-its rollout open for the whole session)."""
+target is untouched; after it, the target is the complete, checked new version."""
 
 from __future__ import annotations
 
@@ -12,33 +10,20 @@ import errno
 import fcntl
 import os
 import secrets
-import shutil
 import stat
-import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
 from ..errors import AttachstoreError
+from .reports import TranscriptError
+from .writers import refuse_writers, writers, writers_of_fd
 
 Steps = Callable[[str], None]
 TEMP_SUFFIX = ".tmp"
 _BUFFER = 1 << 20
-
-
-class TranscriptError(AttachstoreError):
-    """A transcript that cannot be stripped or restored now; `code` says why (docs/transcripts.md)."""
-
-    code = "TRANSCRIPT_BUSY"
-
-
-class Outcome(Protocol):
-    status: str
-    reason: str | None
-    message: str | None
-    seconds: float
 
 
 class Appended(Protocol):
@@ -56,24 +41,6 @@ def _appended_while(report: Appended, appended: int) -> None:
             f"a host appended {appended:,} bytes while it was replaced: they are kept at its end as they "
             "came (the next run strips their images)"
         )
-
-
-@contextlib.contextmanager
-def outcome(report: Outcome) -> Iterator[None]:
-    """Record how one file's strip or restore ended in `report`, and how long it took: a refusal of the file
-    (busy, changed, not a transcript) skips it, a result that would not restore or any other error fails it.
-    The caller sets the status of a success."""
-    started = time.monotonic()
-    try:
-        yield
-    except TranscriptError as e:  # a busy file is left for later; one that would not restore is a failure
-        report.status = "failed" if e.code == "TRANSCRIPT_UNVERIFIED" else "skipped"
-        report.reason, report.message = e.code, e.message
-    except AttachstoreError as e:
-        report.status, report.reason, report.message = "failed", e.code, e.message
-    except OSError as e:
-        report.status, report.reason, report.message = "failed", "IO_ERROR", str(e)
-    report.seconds = time.monotonic() - started
 
 
 def temp_name(target: Path) -> Path:
@@ -122,8 +89,6 @@ class Snapshot:
 
 
 class Staged:
-    """The temporary file a new version is written to, beside its target."""
-
     def __init__(self, target: Path, steps: Steps) -> None:
         self.target = target
         self.path = temp_name(target)
@@ -212,29 +177,27 @@ def replace(
     staged: Staged,
     source: Path,
     before: Snapshot,
-    kept: int,
+    source_fd: int,
     report: Appended,
     *,
     check_writers: bool,
-    done: str,
+    action: str,
 ) -> None:
-    """The last steps. What takes time comes first: the new version made ready, and the search for processes
-    that have the target open for writing. Then the check that `source` is as it was read (`before`), and at
-    once the rename. When the target is `source` itself, what a host appended to it in between (seen through
-    `kept`, a descriptor of it open since it was read) is added to the end of the new version as it came; if
-    the host did more than append, or still has it open, the replaced file is put back; `report` says how
-    many bytes were so added. Else TranscriptError, and the target is left as it was (with whatever a host
-    wrote to it)."""
+    """The last steps of docs/transcripts.md, "Nothing lost, ever": what takes time first, then the check that
+    `source` is as it was read (`before`) and at once the rename, so that a host's write has the least time
+    to fall in between. What a host appended to `source` meanwhile (seen through `source_fd`, open since
+    it was read) goes to the end of the new version, as `report` says; else TranscriptError, the target as
+    it was."""
     in_place = (before.dev, before.ino) == _inode(staged.target) == _inode(source)
     edge = b""
     if in_place:
-        edge = os.pread(kept, min(_EDGE, before.size), before.size - min(_EDGE, before.size))
+        edge = os.pread(source_fd, min(_EDGE, before.size), before.size - min(_EDGE, before.size))
     staged.prepare(before)
     if check_writers:
         refuse_writers(staged.target)
     if not before.unchanged(source):
         raise TranscriptError(
-            f"{source} changed while it was {done} (a host wrote to it); it is left as it was",
+            f"{source} changed while it was {action} (a host wrote to it); it is left as it was",
             hint="run again once its session is idle",
         )
     staged.steps("checked")
@@ -242,7 +205,7 @@ def replace(
     added = 0
     if in_place:
         added = _catch_up(
-            staged, kept, before, edge, exchanged=exchanged, check_writers=check_writers, done=done
+            staged, source_fd, before, edge, exchanged=exchanged, check_writers=check_writers, action=action
         )
     staged.close(exchanged)
     _appended_while(report, added)
@@ -254,30 +217,30 @@ _WAITS = 100  # polls, 10 ms apart, for a host to close the replaced file
 
 def _catch_up(
     staged: Staged,
-    kept: int,
+    source_fd: int,
     before: Snapshot,
     edge: bytes,
     *,
     exchanged: bool,
     check_writers: bool,
-    done: str,
+    action: str,
 ) -> int:
     """After the rename: what a host appended to the replaced file (it opened it by path before the rename)
     goes to the end of the new version. Returns how many bytes."""
     busy = None
     if check_writers:  # one that opened it by path before the rename may not have written yet
         for _ in range(_WAITS):
-            busy = (writers(staged.path) if exchanged else _writers_of(kept)).refusal(staged.target)
+            busy = (writers(staged.path) if exchanged else writers_of_fd(source_fd)).refusal(staged.target)
             if busy is None:
                 break
             time.sleep(0.01)
-    size = os.fstat(kept).st_size
-    appended = size >= before.size and os.pread(kept, len(edge), before.size - len(edge)) == edge
+    size = os.fstat(source_fd).st_size
+    appended = size >= before.size and os.pread(source_fd, len(edge), before.size - len(edge)) == edge
     if busy is None and appended:
         staged.appending()
         offset = before.size
-        while offset < (size := os.fstat(kept).st_size):
-            chunk = os.pread(kept, min(size - offset, _BUFFER), offset)
+        while offset < (size := os.fstat(source_fd).st_size):
+            chunk = os.pread(source_fd, min(size - offset, _BUFFER), offset)
             if not chunk:
                 break
             staged.append(chunk)
@@ -286,13 +249,14 @@ def _catch_up(
     if not exchanged:
         what = "rewritten by a host" if busy is None else f"opened for good by a host ({busy.message})"
         raise AttachstoreError(
-            f"{staged.target} was {what} while it was {done}, and the file system cannot swap it back: what "
-            f"the host wrote, or writes, to the replaced file is lost (the {done} version took its place)",
+            f"{staged.target} was {what} while it was {action}, and the file system cannot swap it back: "
+            f"what the host wrote, or writes, to the replaced file is lost (the {action} version took its "
+            "place)",
             code="TRANSCRIPT_LOST",
         )
     _put_back(staged)
     raise busy or TranscriptError(
-        f"{staged.target} was rewritten by a host while it was {done}; it is left as the host wrote it",
+        f"{staged.target} was rewritten by a host while it was {action}; it is left as the host wrote it",
         hint="run again once its session is idle",
     )
 
@@ -338,147 +302,9 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(err, os.strerror(err), str(b))
 
 
-def refuse_writers(target: Path) -> None:
-    """TranscriptError if a process has `target` (when it exists) open for writing, or that cannot be told."""
-    if target.exists():
-        refusal = writers(target).refusal(target)
-        if refusal is not None:
-            raise refusal
-
-
 def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-@dataclass(frozen=True, slots=True)
-class Writers:
-    """The processes that have a file open for writing, or why that could not be told."""
-
-    found: list[tuple[int, str]]  # pid, command
-    unknown: str | None = None
-
-    def refusal(self, path: Path) -> TranscriptError | None:
-        if self.found:
-            who = ", ".join(f"{command} (pid {pid})" for pid, command in self.found)
-            return TranscriptError(
-                f"{path} is open for writing by {who}: a host is still writing it",
-                hint="stop that session (or wait for it to end), then run again",
-            )
-        if self.unknown is not None:
-            return TranscriptError(
-                f"cannot tell whether a process has {path} open for writing: {self.unknown}",
-                hint="make sure no host has the session open, then run again with --assume-closed",
-            )
-        return None
-
-
-def _writers_of(fd: int, proc: Path = Path("/proc")) -> Writers:
-    """Who has the file of `fd` open for writing, whatever its name now; without /proc, no one can be told."""
-    if (proc / "self" / "fd").is_dir():
-        return _proc_writers(os.fstat(fd), proc)
-    return Writers([])
-
-
-def writers(path: Path, proc: Path = Path("/proc")) -> Writers:
-    """Who has `path` open for writing: from /proc on Linux, else from lsof, else it cannot tell."""
-    st = os.stat(path)
-    if (proc / "self" / "fd").is_dir():
-        return _proc_writers(st, proc)
-    lsof = shutil.which("lsof")
-    if lsof is not None:
-        return _lsof_writers(path, lsof)
-    return Writers([], "this system has neither /proc nor lsof")
-
-
-def _proc_writers(st: os.stat_result, proc: Path) -> Writers:
-    found: list[tuple[int, str]] = []
-    hidden: list[int] = []
-    ours = {os.getuid(), st.st_uid}
-    for entry in os.scandir(proc):
-        if not entry.name.isdigit():
-            continue
-        pid = int(entry.name)
-        try:
-            fds = os.listdir(f"{entry.path}/fd")
-        except PermissionError:
-            # Another user's process cannot be looked at, and is not the host writing this user's session;
-            # one of the same user's (or of the file's owner) that cannot be looked at leaves it unknown.
-            if _owner(entry.path) in ours:
-                hidden.append(pid)
-            continue
-        except OSError:  # it exited meanwhile
-            continue
-        for fd in fds:
-            try:
-                target = os.stat(f"{entry.path}/fd/{fd}")
-            except OSError:
-                continue
-            if (target.st_dev, target.st_ino) != (st.st_dev, st.st_ino):
-                continue
-            if _writable(Path(entry.path) / "fdinfo" / fd):
-                found.append((pid, _command(Path(entry.path))))
-                break
-    if hidden and not found:
-        shown = ", ".join(str(p) for p in hidden[:5])
-        return Writers(
-            [], f"the open files of {len(hidden)} of this user's processes cannot be read ({shown})"
-        )
-    return Writers(found)
-
-
-def _owner(path: str) -> int | None:
-    try:
-        return os.stat(path).st_uid
-    except OSError:
-        return None
-
-
-def _writable(fdinfo: Path) -> bool:
-    try:
-        text = fdinfo.read_text()
-    except OSError:
-        return True  # it was open a moment ago; count it
-    for line in text.splitlines():
-        if line.startswith("flags:"):
-            return (int(line.split()[1], 8) & os.O_ACCMODE) in (os.O_WRONLY, os.O_RDWR)
-    return True
-
-
-def _command(process: Path) -> str:
-    try:
-        return (process / "comm").read_text().strip() or "?"
-    except OSError:
-        return "?"
-
-
-def _lsof_writers(path: Path, lsof: str) -> Writers:
-    try:
-        done = subprocess.run(
-            [lsof, "-w", "-F", "pca", "--", str(path)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return Writers([], f"lsof did not answer: {e}")
-    return parse_lsof(done.stdout)
-
-
-def parse_lsof(output: str) -> Writers:
-    """lsof -F pca: 'p<pid>', 'c<command>', then per descriptor 'a<access>' (r, w or u)."""
-    found: list[tuple[int, str]] = []
-    pid, command = 0, "?"
-    for line in output.splitlines():
-        field, value = line[:1], line[1:]
-        if field == "p":
-            pid, command = int(value), "?"
-        elif field == "c":
-            command = value
-        elif field == "a" and value in ("w", "u") and (pid, command) not in found:
-            found.append((pid, command))
-    return Writers(found)

@@ -1,9 +1,6 @@
-"""The transcript formats strip recognizes, and how one is told from the others (docs/transcripts.md).
-
-Every format finds `data:image/…;base64,` URLs in any string; what a format adds is the keys under which bare
-base64 is an image when its bytes begin like one (the media type, where there is one, sits in a sibling key,
-before or after: the bytes decide, and the gate checks them).
-"""
+"""The transcript formats strip recognizes, and how one is told from the others. A format adds to the data
+URLs every format finds the keys under which bare base64 is an image (docs/transcripts.md, "What strip
+does")."""
 
 from __future__ import annotations
 

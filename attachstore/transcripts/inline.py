@@ -1,17 +1,6 @@
-"""Inline images as transcripts write them, and the placeholders that stand for them once stripped.
-
-An inline image is a whole JSON string: a `data:image/…;base64,` URL, or bare base64 under a key a format
-names (`data`, `base64`, `blob`, `result`) whose bytes begin like a PNG, JPEG, GIF or WebP. Only what can be
-written back byte for byte is replaced: canonical base64 (the only form `base64.b64encode` gives back),
-written either plainly or with every `/` escaped as `\\/` (PHP and Java JSON writers do that). Its
-placeholder is plain ASCII, valid in any JSON string at either level, and names the ref:
-
-    attachstore:<ref>[;esc=1][;<the data URL's prefix, as written>]
-
-e.g. `attachstore:sha256:9f86…` for a base64 field, `attachstore:sha256:9f86…;data:image/png;base64,` for a
-data URL. It does not look like an http(s) URL (Codex sends an `image_url` that is not a data URL to the
-provider as a remote URL).
-"""
+"""Inline images as transcripts write them, and the placeholders that stand for them once stripped: what
+counts as one, what can be written back byte for byte, and the placeholder's form
+`attachstore:<ref>[;esc=1][;<the data URL's prefix>]` are in docs/transcripts.md, "What strip does"."""
 
 from __future__ import annotations
 
@@ -66,7 +55,6 @@ class Placeholder:
     prefix: bytes
 
     def base64(self, data: bytes | bytearray) -> bytes:
-        """The base64 text it stands for, written as it was."""
         text = base64.b64encode(data)
         return text.replace(b"/", b"\\/") if self.escaped else text
 
@@ -76,7 +64,6 @@ class Placeholder:
 
 
 def placeholder(raw: bytes) -> Placeholder | None:
-    """The placeholder `raw` is, if it is one."""
     match = _PLACEHOLDER.fullmatch(raw) if len(raw) <= PLACEHOLDER_MAX else None
     if match is None:
         return None

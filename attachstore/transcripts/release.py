@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..index import SessionKey
 from ..service import Store
-from .files import TranscriptError
+from .reports import TranscriptError
 from .restore import placeholders_in
 
 

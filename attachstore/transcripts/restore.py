@@ -9,14 +9,17 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 from ..errors import AttachstoreError
 from ..service import Store
 from . import inline
 from .digest import Digest
-from .files import Snapshot, Staged, Steps, TranscriptError, outcome, refuse_writers, replace, same_file
-from .scanner import Found, Scanner
+from .files import Snapshot, Staged, Steps, replace, same_file
+from .policy import Found
+from .reports import RestoreReport, TranscriptError, outcome
+from .scanner import Scanner
+from .writers import refuse_writers
 
 CHUNK = 1 << 20
 _KEPT_BYTES = 32 << 20  # base64 of recently restored images kept for their next placeholder
@@ -49,8 +52,8 @@ class Restored:
 
 
 class Restorer:
-    """Restores transcripts from one store, for one tenant. Keeps the base64 of the images it restored last
-    (up to 32 MiB), since a transcript names the same image many times."""
+    """Restores transcripts from one store, for one tenant. Keeps the base64 of the images it restored last,
+    since a transcript names the same image many times."""
 
     def __init__(self, store: Store, tenant: str = "") -> None:
         self.store = store
@@ -111,40 +114,8 @@ class Restorer:
 async def restored_hash(
     restorer: Restorer, path: Path, name: str, on_bytes: Callable[[int], None] | None = None
 ) -> Restored:
-    """What restoring `path` would give, hashed, with nothing written."""
     with await asyncio.to_thread(open, path, "rb") as source:
         return await restorer.restore(source, Sink(), name, on_bytes)
-
-
-@dataclass
-class RestoreReport:
-    """One file: `status` restored, unchanged (no placeholder), checked (dry run), skipped or failed."""
-
-    path: str
-    status: str
-    output: str | None = None
-    placeholders: int = 0
-    refs: int = 0
-    bytes_before: int = 0
-    bytes_after: int = 0
-    sha256: str | None = None  # of the restored text
-    appended: int = 0  # bytes a host appended while the file was replaced, kept after it as they came
-    reason: str | None = None
-    message: str | None = None
-    seconds: float = 0.0
-
-    def summary(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"file": self.path, "status": self.status}
-        for key in ("output", "reason", "message"):
-            if getattr(self, key) is not None:
-                out[key] = getattr(self, key)
-        out |= {"placeholders": self.placeholders, "refs": self.refs}
-        out["bytes"] = {"before": self.bytes_before, "after": self.bytes_after}
-        if self.appended:
-            out["bytes"]["appended"] = self.appended
-        out["sha256"] = self.sha256
-        out["seconds"] = round(self.seconds, 3)
-        return out
 
 
 async def restore_file(
@@ -210,7 +181,7 @@ async def _restore_file(
                 f.fileno(),
                 report,
                 check_writers=check_writers,
-                done="restored",
+                action="restored",
             )
             report.status = "restored" if done.placeholders else "unchanged"
         except BaseException:

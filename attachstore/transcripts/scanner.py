@@ -1,85 +1,41 @@
 """The streaming scanner under strip and restore: JSON text in as raw bytes, the same bytes out, except that
-the strings a policy wants are handed over whole, as written, to be replaced or kept.
+the strings a policy wants are handed over whole, as written (docs/transcripts.md, "What strip does").
 
-It reads the bytes once, in chunks, and never holds a line: what it holds is one wanted string (at most the
-policy's `cap`), a chunk, and a few bytes of state. It follows two levels: the strings of the document (level
-0), and the strings of JSON text held inside a string that starts with `[` or `{` (level 1: a tool output
-logged as text, where quotes are written `\\"`). A string is the value of a key when it follows `"key":`
-directly; that key is handed over with it. A raw newline ends a string (JSON has none inside one): a torn line
-is passed through, and the next line is read afresh.
+It reads the bytes once, in chunks, and never holds a line: one wanted string (at most the policy's `cap`),
+a chunk, and the few bytes of `_Document` and `nested.Nested`. It follows the strings of the document
+(level 0) and those of JSON text held in a string that starts with `[` or `{` (level 1, where quotes are
+written `\\"`). A string right after `"key":` is handed over with that key. A raw newline ends a string
+(JSON has none inside one): a torn line is passed through, and the next line is read afresh.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
+from .nested import AFTER_COLON, AFTER_STRING, KEY_MAX, NOT_KEY, Nested, after_step, decoded
+from .policy import HEAD, Event, Found, Held, Policy
 
 _QUOTE, _BACKSLASH, _NEWLINE = 0x22, 0x5C, 0x0A
-HEAD = 32  # the bytes a policy may look at before it must say whether it wants a string
-_SMALL = 64  # the longest key remembered
-_GAP = 4096  # the most whitespace looked through between a key and its value
-_WHITESPACE = b" \t\r\n"
-_ESCAPED = {ord(k): v for k, v in {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f"}.items()}
-_ESCAPED |= {ord(c): c for c in '"\\/'}
 
-# What the current string of the document is being read as.
-_OUT, _OPENING, _FAST, _HOLD, _DEEP = range(5)
+# What the document's current string is read as: none is open, its first byte comes next, one no policy
+# wants (only its end is looked for), one held for the policy, one that holds JSON text (level 1).
+_BETWEEN, _OPENING, _SKIPPING, _HOLDING, _NESTED = range(5)
 # How a stretch of a string's content ends: its closing quote, a newline (a torn line), the chunk's end, or an
 # escape that the chunk's end cuts after its backslash.
 _END, _TORN, _MORE, _CUT = range(4)
 
 
-@dataclass(frozen=True, slots=True)
-class Found:
-    """A wanted string: its content between the quotes exactly as written (`raw`), the level it is at, the
-    key it is the value of, and the line it starts on. `complete` is False when it was handed over cut short:
-    longer than the cap, or its line ended inside it (`reason` "cap" or "torn"); the rest of it then follows
-    as plain bytes."""
+class _Document:
+    """Level 0: the document's current string, and the last one closed (a key if a ':' follows)."""
 
-    raw: bytes
-    level: int
-    key: bytes | None
-    line: int
-    complete: bool = True
-    reason: str | None = None
+    __slots__ = ("after", "carry", "key", "last", "line", "mode", "start")
 
-
-Event = bytes | memoryview | Found
-
-
-class Policy(Protocol):
-    """Which strings the scanner hands over. `may_want` sees the first byte of a string (0: its first byte is
-    an escape's backslash); `wanted` sees up to HEAD bytes of it (`final`: that is all of it) and answers
-    True, False, or None (need more; at HEAD bytes or at the end, None means no)."""
-
-    cap: int
-
-    def may_want(self, first: int, level: int, key: bytes | None) -> bool: ...
-
-    def wanted(self, head: bytes, level: int, key: bytes | None, final: bool) -> bool | None: ...
-
-
-class _Hold:
-    __slots__ = ("decided", "key", "level", "line", "parts", "size")
-
-    def __init__(self, level: int, key: bytes | None, line: int) -> None:
-        self.level = level
-        self.key = key
-        self.line = line
-        self.parts: list[bytes] = []
-        self.size = 0
-        self.decided = False
-
-    def raw(self) -> bytes:
-        return b"".join(self.parts)
-
-    def head(self) -> bytes:
-        head = b""
-        for part in self.parts:
-            head += part[: HEAD - len(head)]
-            if len(head) >= HEAD:
-                break
-        return head
+    def __init__(self) -> None:
+        self.mode = _BETWEEN
+        self.key: bytes | None = None  # the current string's key
+        self.line = 1  # the line it starts on
+        self.start = 0  # where its content begins in this chunk
+        self.carry: bytes | None = b""  # its content in earlier chunks, while short enough to be a key
+        self.last: bytes | None = None  # the last string closed, while short enough to be a key
+        self.after = NOT_KEY
 
 
 class Scanner:
@@ -87,110 +43,95 @@ class Scanner:
         self.policy = policy
         self.nested = nested
         self.line = 1
+        self._doc = _Document()
+        self._inner = Nested()
+        self._held: Held | None = None
+        self._pending_escape = b""  # an escape the last chunk's end cut, its bytes so far
+        # The chunk being read.
         self._events: list[Event] = []
         self._data = b""
-        self._mv = memoryview(b"")
-        self._from = 0  # where the plain bytes not yet handed out begin, in this chunk
-        self._cut = -1  # where an escape cut by the chunk's end begins
-        self._found: dict[bytes, int] = {}  # _next's positions in this chunk
-        self._esc = b""  # that escape's bytes so far
-        self._hold: _Hold | None = None
-        # The document's level.
-        self._mode = _OUT
-        self._key: bytes | None = None  # the current string's key
-        self._line = 1
-        self._start = 0  # where the current string's content begins in this chunk
-        self._carry: bytes | None = b""  # its content in earlier chunks, while short
-        self._last: bytes | None = None  # the last string closed, while short: a key if ':' follows
-        self._gap = -1  # since it closed: 0 whitespace, 1 a ':' (the next string is its value), -1 other
-        # Level 1, inside a _DEEP string.
-        self._in1 = False
-        self._bs1 = False  # an inner backslash waits for the character it escapes
-        self._opening1 = False
-        self._key1: bytes | None = None
-        self._small1: bytearray | None = None
-        self._last1: bytes | None = None
-        self._gap1 = -1
+        self._view = memoryview(b"")
+        self._plain_from = 0  # where the plain bytes not yet handed out begin
+        self._cut_at = -1  # where an escape cut by its end begins
+        self._next_at: dict[bytes, int] = {}  # _next's positions
 
     # -- the face ----------------------------------------------------------------------------------------
 
     def feed(self, data: bytes) -> list[Event]:
         """The events of one more chunk, in order: plain bytes to copy as they are, and wanted strings."""
         self._events = []
-        self._data, self._mv, self._from, self._cut = data, memoryview(data), 0, -1
-        self._found.clear()
+        self._data, self._view, self._plain_from, self._cut_at = data, memoryview(data), 0, -1
+        self._next_at.clear()
+        doc = self._doc
         n = len(data)
-        pos = self._stitch() if self._esc else 0
+        pos = self._complete_escape() if self._pending_escape else 0
         while pos < n:
-            mode = self._mode
-            if mode == _OUT:
-                pos = self._out(pos)
+            mode = doc.mode
+            if mode == _BETWEEN:
+                pos = self._between(pos)
             elif mode == _OPENING:
-                self._open(pos)
-            elif mode == _FAST:
-                pos = self._fast(pos)
-            elif mode == _HOLD:
-                pos = self._held(pos)
+                self._opening(pos)
+            elif mode == _SKIPPING:
+                pos = self._skipping(pos)
+            elif mode == _HOLDING:
+                pos = self._holding(pos)
             else:
-                pos = self._deep(pos)
-        end = n if self._cut < 0 else self._cut
-        if self._hold is None and self._from < end:
-            self._events.append(self._mv[self._from : end])
-        if self._mode != _OUT:  # the current string goes on in the next chunk (a cut escape with it)
-            carry = self._carry
-            size = n - self._start
-            self._carry = (
-                None if carry is None or len(carry) + size > _SMALL else carry + data[self._start : n]
-            )
-            self._start = 0
+                pos = self._nested_text(pos)
+        end = n if self._cut_at < 0 else self._cut_at
+        if self._held is None and self._plain_from < end:
+            self._events.append(self._view[self._plain_from : end])
+        if doc.mode != _BETWEEN:  # the current string goes on in the next chunk (a cut escape with it)
+            carry = doc.carry
+            size = n - doc.start
+            doc.carry = None if carry is None or len(carry) + size > KEY_MAX else carry + data[doc.start : n]
+            doc.start = 0
         return self._events
 
     def end(self) -> list[Event]:
         """The events left at the end of the input: a string still open there is cut short ("torn")."""
         self._events = []
-        self._data, self._mv, self._from, self._cut = b"", memoryview(b""), 0, -1
-        esc, self._esc = self._esc, b""
-        if self._hold is not None:
-            self._hold.parts.append(esc)
-            self._hold.size += len(esc)
+        self._data, self._view, self._plain_from, self._cut_at = b"", memoryview(b""), 0, -1
+        escape, self._pending_escape = self._pending_escape, b""
+        if self._held is not None:
+            self._held.add(escape)
             self._stop(0, "torn")
-        elif esc:
-            self._events.append(esc)
-        self._mode = _OUT
+        elif escape:
+            self._events.append(escape)
+        self._doc.mode = _BETWEEN
         return self._events
 
     # -- the document's level ----------------------------------------------------------------------------
 
-    def _out(self, pos: int) -> int:
-        data = self._data
+    def _between(self, pos: int) -> int:
+        data, doc = self._data, self._doc
         q = data.find(b'"', pos)
         end = len(data) if q < 0 else q
         if end > pos:
             self.line += data.count(b"\n", pos, end)
-            if self._gap >= 0:
-                self._gap = _gap_step(self._gap, data, pos, end)
+            if doc.after != NOT_KEY:
+                doc.after = after_step(doc.after, data, pos, end)
         if q < 0:
             return end
-        self._key = self._last if self._gap == 1 else None
-        self._last, self._gap = None, -1
-        self._line = self.line
-        self._start, self._carry = q + 1, b""
-        self._mode = _OPENING
+        doc.key = doc.last if doc.after == AFTER_COLON else None
+        doc.last, doc.after = None, NOT_KEY
+        doc.line = self.line
+        doc.start, doc.carry = q + 1, b""
+        doc.mode = _OPENING
         return q + 1
 
-    def _open(self, pos: int) -> None:
+    def _opening(self, pos: int) -> None:
+        doc = self._doc
         first = self._data[pos]
         if first in (_QUOTE, _NEWLINE):
-            self._mode = _FAST
+            doc.mode = _SKIPPING
         elif self.nested and first in b"[{":
-            self._mode = _DEEP
-            self._in1 = self._bs1 = self._opening1 = False
-            self._last1, self._gap1 = None, -1
-        elif self.policy.may_want(0 if first == _BACKSLASH else first, 0, self._key):
-            self._begin(pos, 0, self._key)
-            self._mode = _HOLD
+            doc.mode = _NESTED
+            self._inner.reset()
+        elif self.policy.may_want(0 if first == _BACKSLASH else first, 0, doc.key):
+            self._hold(pos, 0, doc.key)
+            doc.mode = _HOLDING
         else:
-            self._mode = _FAST
+            doc.mode = _SKIPPING
 
     def _scan(self, pos: int) -> tuple[int, int]:
         """Where the content of the current string stops in this chunk, and why. A quote ends it unless an odd
@@ -213,7 +154,7 @@ class Scanner:
                 return q, _END
             pos = q + 1
 
-    def _fast(self, pos: int) -> int:
+    def _skipping(self, pos: int) -> int:
         end, kind = self._scan(pos)
         if kind == _END:
             self._close(end)
@@ -222,12 +163,12 @@ class Scanner:
             return self._torn(end)
         return end if kind == _MORE else self._cut_escape(end)
 
-    def _held(self, pos: int) -> int:
+    def _holding(self, pos: int) -> int:
         end, kind = self._scan(pos)
         if end > pos:
             self._add(pos, end)
         if kind == _END:
-            if self._hold is not None:
+            if self._held is not None:
                 self._finish(end)
             self._close(end)
             return end + 1
@@ -236,77 +177,78 @@ class Scanner:
         return end if kind == _MORE else self._cut_escape(end)
 
     def _close(self, end: int) -> None:
-        if self._hold is not None:  # a level-1 string left open: its text was not JSON after all
+        doc = self._doc
+        if self._held is not None:  # a level-1 string left open: its text was not JSON after all
             self._stop(end, "torn")
-        carry = self._carry
-        size = end - self._start
-        if carry is not None and len(carry) + size <= _SMALL:
-            self._last = carry + self._data[self._start : end]
-        self._gap = 0
-        self._mode = _OUT
+        carry = doc.carry
+        size = end - doc.start
+        if carry is not None and len(carry) + size <= KEY_MAX:
+            doc.last = carry + self._data[doc.start : end]
+        doc.after = AFTER_STRING
+        doc.mode = _BETWEEN
 
     def _torn(self, at: int) -> int:
-        if self._hold is not None:
+        doc = self._doc
+        if self._held is not None:
             self._stop(at, "torn")
-        self._last, self._gap = None, -1
-        self._mode = _OUT
+        doc.last, doc.after = None, NOT_KEY
+        doc.mode = _BETWEEN
         return at
 
     def _cut_escape(self, at: int) -> int:
         """An escape that the chunk's end cuts: held back until the next chunk completes it."""
-        self._esc = bytes(self._data[at:])
-        self._cut = at
+        self._pending_escape = bytes(self._data[at:])
+        self._cut_at = at
         return len(self._data)
 
-    def _stitch(self) -> int:
-        """Complete the escape the last chunk ended in; returns where this chunk's bytes go on. Only a _DEEP
+    def _complete_escape(self) -> int:
+        """Complete the escape the last chunk ended in; returns where this chunk's bytes go on. Only a _NESTED
         string looks inside an escape (for the quotes and backslashes of the text it holds); elsewhere an
         escape is its backslash and the next byte."""
         data = self._data
-        deep = self._mode == _DEEP
-        raw = self._esc + data[: max(0, 6 - len(self._esc))]
-        length = 6 if deep and len(raw) > 1 and raw[1] == ord("u") else 2
+        nested = self._doc.mode == _NESTED
+        raw = self._pending_escape + data[: max(0, 6 - len(self._pending_escape))]
+        length = 6 if nested and len(raw) > 1 and raw[1] == ord("u") else 2
         if len(raw) < length:  # still not all of it (tiny chunks)
-            self._esc, self._cut = raw, 0
+            self._pending_escape, self._cut_at = raw, 0
             return len(data)
         raw = raw[:length]
-        used = length - len(self._esc)
-        self._esc = b""
+        used = length - len(self._pending_escape)
+        self._pending_escape = b""
         if raw[1] == _NEWLINE:  # a backslash, then the line ended: the backslash is the string's last byte
             self._emit_or_hold(raw[:1])
-            self._from = 0
+            self._plain_from = 0
             return self._torn(0)
-        if deep:
-            self._escape1(raw, -1, used)
+        if nested:
+            self._nested_escape(raw, -1, used)
         else:
             self._emit_or_hold(raw)
-        self._from = used
+        self._plain_from = used
         return used
 
     def _emit_or_hold(self, raw: bytes) -> None:
-        hold = self._hold
-        if hold is None:
+        held = self._held
+        if held is None:
             self._events.append(raw)
         else:
-            hold.parts.append(raw)
-            hold.size += len(raw)
+            held.add(raw)
             self._check(0)
 
     # -- level 1: JSON text inside a string --------------------------------------------------------------
 
-    def _deep(self, pos: int) -> int:
-        data = self._data
+    def _nested_text(self, pos: int) -> int:
+        data, inner = self._data, self._inner
         n = len(data)
-        if self._opening1:
-            self._opening1 = False
+        if inner.opening:
+            inner.opening = False
             first = data[pos]
             if first not in b'"\n' and self.policy.may_want(
-                0 if first == _BACKSLASH else first, 1, self._key1
+                0 if first == _BACKSLASH else first, 1, inner.key
             ):
-                self._begin(pos, 1, self._key1)
+                self._hold(pos, 1, inner.key)
         end = min(self._next(b"\\", pos), self._next(b'"', pos), self._next(b"\n", pos))
         if end > pos:
-            self._run1(pos, end)
+            self._nested_run(pos, end)
         if end == n:
             return end
         c = data[end]
@@ -318,43 +260,38 @@ class Scanner:
         if end + 1 == n:
             return self._cut_escape(end)
         if data[end + 1] == _NEWLINE:  # the backslash is the string's last byte
-            self._run1(end, end + 1)
+            self._nested_run(end, end + 1)
             return self._torn(end + 1)
         length = 6 if data[end + 1] == ord("u") else 2
         if end + length > n:
             return self._cut_escape(end)
-        self._escape1(data[end : end + length], end, end + length)
+        self._nested_escape(data[end : end + length], end, end + length)
         return end + length
 
     def _next(self, byte: bytes, pos: int) -> int:
         """The next `byte` from `pos` in this chunk (the chunk's length if none): each found once per chunk
         and stretch, so that a string dense with escapes is not searched to its end at each one."""
-        found = self._found.get(byte, -1)
+        found = self._next_at.get(byte, -1)
         if found < pos:
             found = self._data.find(byte, pos)
             found = len(self._data) if found < 0 else found
-            self._found[byte] = found
+            self._next_at[byte] = found
         return found
 
-    def _run1(self, pos: int, end: int) -> None:
-        if not self._in1:
-            if self._gap1 >= 0:
-                self._gap1 = _gap_step(self._gap1, self._data, pos, end)
-            return
-        self._bs1 = False
-        if self._hold is not None:
+    def _nested_run(self, pos: int, end: int) -> None:
+        inner = self._inner
+        if inner.in_string and self._held is not None:
             self._add(pos, end)
-        small = self._small1
-        if small is not None:
-            self._small1 = small + self._data[pos:end] if len(small) + end - pos <= _SMALL else None
+        inner.run(self._data, pos, end)
 
-    def _escape1(self, raw: bytes, at: int, end: int) -> None:
-        """One escape of a _DEEP string (`at` is where it starts in this chunk, -1 when it began in the last
-        one): a character of the text inside, and for that text maybe a quote or a backslash."""
-        char = _decoded(raw)
-        closing = self._in1 and char == '"' and not self._bs1
-        if self._hold is not None:  # an inner string held: it ends here, goes on ('\/' is a '/'), or is cut
-            if raw == b"\\/" and not self._bs1:
+    def _nested_escape(self, raw: bytes, at: int, end: int) -> None:
+        """One escape of a _NESTED string (`at` is where it starts in this chunk, -1 when it began in the last
+        one)."""
+        inner = self._inner
+        char = decoded(raw)
+        closing = inner.closes(char)
+        if self._held is not None:  # an inner string held: it ends here, goes on ('\/' is a '/'), or is cut
+            if raw == b"\\/" and not inner.escaping:
                 self._emit_or_hold(raw) if at < 0 else self._add(at, end)
                 return
             if closing:
@@ -363,65 +300,43 @@ class Scanner:
                 self._stop(max(at, 0), "escape")
         if at < 0:
             self._events.append(raw)
-            self._from = end
-        if not self._in1:
-            if char == '"':
-                self._in1, self._bs1, self._opening1 = True, False, True
-                self._key1 = self._last1 if self._gap1 == 1 else None
-                self._last1, self._gap1 = None, -1
-                self._small1 = bytearray()
-            elif char not in "\n\t\r":
-                self._gap1 = -1
-            return
-        if closing:
-            self._in1 = self._opening1 = False
-            small = self._small1
-            self._last1 = None if small is None else bytes(small)
-            self._gap1 = 0
-            return
-        small = self._small1  # the inner text as written: the escape's character
-        if small is not None:
-            text = char.encode("utf-8", "surrogatepass")
-            self._small1 = small + text if len(small) + len(text) <= _SMALL else None
-        self._bs1 = not self._bs1 and char == "\\"
+            self._plain_from = end
+        inner.escape(char, closing)
 
     # -- holding a string the policy may want ------------------------------------------------------------
 
-    def _begin(self, at: int, level: int, key: bytes | None) -> None:
-        if self._from < at:
-            self._events.append(self._mv[self._from : at])
-        self._from = at
-        self._hold = _Hold(level, key, self._line if level == 0 else self.line)
+    def _hold(self, at: int, level: int, key: bytes | None) -> None:
+        if self._plain_from < at:
+            self._events.append(self._view[self._plain_from : at])
+        self._plain_from = at
+        self._held = Held(level, key, self._doc.line if level == 0 else self.line)
 
     def _add(self, pos: int, end: int) -> None:
-        hold = self._hold
-        if hold is None:
+        if self._held is None:
             return
-        hold.parts.append(bytes(self._mv[pos:end]))
-        hold.size += end - pos
+        self._held.add(bytes(self._view[pos:end]))
         self._check(end)
 
     def _check(self, resume: int) -> None:
         """Decide as soon as the head allows; cut short past the cap. `resume`: where plain bytes go on."""
-        hold = self._hold
-        assert hold is not None
-        if not hold.decided:
-            head = hold.head()
-            verdict = self.policy.wanted(head, hold.level, hold.key, False)
-            if verdict is None and hold.size < HEAD:
+        held = self._held
+        assert held is not None
+        if not held.decided:
+            verdict = self.policy.wanted(held.head(), held.level, held.key, False)
+            if verdict is None and held.size < HEAD:
                 return
             if not verdict:
                 self._release(resume)
                 return
-            hold.decided = True
-        if hold.size > self.policy.cap:
+            held.decided = True
+        if held.size > self.policy.cap:
             self._hand(resume, complete=False, reason="cap")
 
     def _finish(self, at: int) -> None:
         """The held string ended at `at`: handed over if wanted, else given back as plain bytes."""
-        hold = self._hold
-        assert hold is not None
-        if hold.decided or self.policy.wanted(hold.head(), hold.level, hold.key, True):
+        held = self._held
+        assert held is not None
+        if held.decided or self.policy.wanted(held.head(), held.level, held.key, True):
             self._hand(at, complete=True, reason=None)
         else:
             self._release(at)
@@ -429,49 +344,29 @@ class Scanner:
     def _stop(self, at: int, reason: str) -> None:
         """The held string ends in a way no wanted one does (its line is torn, an inner one holds an escape):
         handed over cut short if it was wanted, else given back."""
-        hold = self._hold
-        assert hold is not None
-        if hold.decided:
+        held = self._held
+        assert held is not None
+        if held.decided:
             self._hand(at, complete=False, reason=reason)
         else:
             self._release(at)
 
     def _hand(self, resume: int, *, complete: bool, reason: str | None) -> None:
-        hold = self._hold
-        assert hold is not None
-        self._events.append(Found(hold.raw(), hold.level, hold.key, hold.line, complete, reason))
+        held = self._held
+        assert held is not None
+        self._events.append(Found(held.raw(), held.level, held.key, held.line, complete, reason))
         self._after_hold(resume)
 
     def _release(self, resume: int) -> None:
-        hold = self._hold
-        assert hold is not None
-        if hold.size:
-            self._events.append(hold.raw())
+        held = self._held
+        assert held is not None
+        if held.size:
+            self._events.append(held.raw())
         self._after_hold(resume)
 
     def _after_hold(self, resume: int) -> None:
-        level = self._hold.level if self._hold is not None else 0
-        self._hold = None
-        self._from = resume
-        if level == 0 and self._mode == _HOLD:
-            self._mode = _FAST
-
-
-def _gap_step(state: int, data: bytes, pos: int, end: int) -> int:
-    """What follows a closed string: whitespace, then ':' once (state 1), then whitespace; else -1."""
-    if end - pos > _GAP:
-        return -1
-    text = data[pos:end].strip(_WHITESPACE)
-    if not text:
-        return state
-    return 1 if state == 0 and text == b":" else -1
-
-
-def _decoded(raw: bytes) -> str:
-    """The character an escape stands for, as far as the text inside cares: quotes, backslashes, spaces."""
-    if raw[1] == ord("u"):
-        try:
-            return chr(int(raw[2:6], 16))
-        except ValueError:
-            return "?"
-    return _ESCAPED.get(raw[1], "?")
+        level = self._held.level if self._held is not None else 0
+        self._held = None
+        self._plain_from = resume
+        if level == 0 and self._doc.mode == _HOLDING:
+            self._doc.mode = _SKIPPING

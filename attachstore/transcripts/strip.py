@@ -9,9 +9,9 @@ import functools
 import os
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 import blake3
 
@@ -20,89 +20,21 @@ from ..index import SessionKey
 from ..refs import Ref
 from ..service import Store, Upload
 from . import inline
+from .candidates import session_for
 from .digest import Digest
-from .files import Snapshot, Staged, Steps, TranscriptError, outcome, refuse_writers, replace, same_file
+from .files import Snapshot, Staged, Steps, replace, same_file
 from .formats import HEAD_BYTES, Format, detect
+from .policy import Event, Found
+from .reports import Report, Tally, TranscriptError, outcome
 from .restore import CHUNK, Restorer, Sink, restored_hash
-from .scanner import Event, Found, Scanner
-from .walk import session_for
+from .scanner import Scanner
+from .writers import refuse_writers
 
 _WAITING_BYTES = 16 << 20  # what may wait behind an admission still running, before reading stops
 _OUTCOMES_KEPT = 100_000  # outcomes of distinct images remembered for the rest of the run
 _HOLDS_PER_CALL = 1000
 # Why a wanted string was cut short, as the code it is counted under.
 _CUT = {"cap": "IMAGE_TOO_LARGE", "torn": "INVALID_IMAGE", "escape": "INVALID_IMAGE_BASE64"}
-
-
-@dataclass
-class Tally:
-    """What strip found: counts of occurrences, and the distinct images, stored (by ref) or refused (by code,
-    each by the hash of its text)."""
-
-    found: int = 0  # inline images
-    replaced: int = 0  # of them, now placeholders
-    inline: int = 0  # of them, left inline (refused)
-    already: int = 0  # placeholders of an earlier strip
-    stored: set[str] = field(default_factory=set)
-    refused: dict[str, set[bytes]] = field(default_factory=dict)
-
-    def add(self, other: Tally) -> None:
-        self.found += other.found
-        self.replaced += other.replaced
-        self.inline += other.inline
-        self.already += other.already
-        self.stored |= other.stored
-        for code, keys in other.refused.items():
-            self.refused.setdefault(code, set()).update(keys)
-
-    def refuse(self, code: str, key: bytes) -> None:
-        self.inline += 1
-        self.refused.setdefault(code, set()).add(key)
-
-    def summary(self) -> dict[str, Any]:
-        refused = {code: len(keys) for code, keys in sorted(self.refused.items())}
-        return {
-            "found": self.found,
-            "distinct": len(self.stored) + len(set().union(*self.refused.values())),
-            "stored": len(self.stored),
-            "refused": refused,
-            "replaced": self.replaced,
-            "inline": self.inline,
-            "already": self.already,
-        }
-
-
-@dataclass
-class Report:
-    """One file: what was done to it (`status`: stripped, unchanged, dry-run, skipped, failed)."""
-
-    path: str
-    status: str
-    output: str | None = None
-    format: str | None = None
-    session: str | None = None
-    reason: str | None = None  # why it was skipped, or the code it failed with
-    message: str | None = None
-    tally: Tally = field(default_factory=Tally)
-    bytes_before: int = 0
-    bytes_after: int = 0
-    sha256: str | None = None  # of the file as it was read
-    sha256_after: str | None = None  # of what was written
-    appended: int = 0  # bytes a host appended while the file was replaced, kept after it as they came
-    seconds: float = 0.0
-
-    def summary(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"file": self.path, "status": self.status}
-        for key in ("output", "format", "session", "reason", "message"):
-            if getattr(self, key) is not None:
-                out[key] = getattr(self, key)
-        out["images"] = self.tally.summary()
-        out["bytes"] = {"before": self.bytes_before, "after": self.bytes_after}
-        if self.appended:
-            out["bytes"]["appended"] = self.appended
-        out["sha256"] = {"before": self.sha256, "after": self.sha256_after}
-        out["seconds"] = round(self.seconds, 3)
-        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,23 +48,23 @@ class Options:
 
 
 @dataclass(frozen=True, slots=True)
-class _Outcome:
+class _ImageOutcome:
     replacement: bytes | None  # the placeholder; None: the image stays inline
     ref: str | None
     code: str | None  # why it stays inline
     session: SessionKey | None  # the session that holds it since its admission
 
 
-class _Ordered:
+class _InOrder:
     """The stripped text, written in input order while admissions finish in any order: an image's slot waits
     for its admission, and what follows it waits behind it, up to a bound."""
 
-    def __init__(self, sink: Sink, settle: Callable[[_Outcome, bytes, bytes], bytes]) -> None:
+    def __init__(self, sink: Sink, written_for: Callable[[_ImageOutcome, bytes, bytes], bytes]) -> None:
         self.sink = sink
-        self.settle = settle
-        self.queue: deque[tuple[asyncio.Future[_Outcome] | _Outcome | None, bytes | memoryview, bytes]] = (
-            deque()
-        )
+        self.written_for = written_for
+        self.queue: deque[
+            tuple[asyncio.Future[_ImageOutcome] | _ImageOutcome | None, bytes | memoryview, bytes]
+        ] = deque()
         self.waiting = 0  # bytes queued
         self.running = 0  # admissions queued and not done
 
@@ -144,9 +76,9 @@ class _Ordered:
         self.queue.append((None, data, b""))
         self.waiting += len(data)
 
-    def image(self, job: asyncio.Future[_Outcome] | _Outcome, raw: bytes, key: bytes) -> None:
-        if not self.queue and isinstance(job, _Outcome):
-            self.sink.write(self.settle(job, raw, key))
+    def image(self, job: asyncio.Future[_ImageOutcome] | _ImageOutcome, raw: bytes, key: bytes) -> None:
+        if not self.queue and isinstance(job, _ImageOutcome):
+            self.sink.write(self.written_for(job, raw, key))
             return
         self.queue.append((job, raw, key))
         self.waiting += len(raw)
@@ -163,7 +95,7 @@ class _Ordered:
                 job = job.result()
             queue.popleft()
             self.waiting -= len(data)
-            self.sink.write(data if job is None else self.settle(job, bytes(data), key))
+            self.sink.write(data if job is None else self.written_for(job, bytes(data), key))
 
     async def relieve(self, depth: int) -> None:
         """Wait for the oldest admissions until at most `depth` run and what waits is within its bound."""
@@ -192,7 +124,7 @@ class Stripper:
         self.options = options
         self.restorer = Restorer(store, options.tenant)
         self.total = Tally()
-        self._outcomes: OrderedDict[bytes, asyncio.Task[_Outcome] | _Outcome] = OrderedDict()
+        self._outcomes: OrderedDict[bytes, asyncio.Task[_ImageOutcome] | _ImageOutcome] = OrderedDict()
         self._sessions: dict[SessionKey, asyncio.Future[None]] = {}
         limits = store.config.limits
         b64 = (limits.max_image_bytes + 2) // 3 * 4
@@ -257,7 +189,7 @@ class Stripper:
     async def _finish(
         self,
         source: Path,
-        kept: int,
+        source_fd: int,
         output: Path,
         staged: Staged,
         before: Snapshot,
@@ -296,7 +228,7 @@ class Stripper:
             report.session = key[1]
         check_writers = not self.options.assume_closed
         await asyncio.to_thread(
-            replace, staged, source, before, kept, report, check_writers=check_writers, done="stripped"
+            replace, staged, source, before, source_fd, report, check_writers=check_writers, action="stripped"
         )
         report.status = "stripped" if tally.replaced else "unchanged"
 
@@ -326,7 +258,7 @@ class Stripper:
         tally = report.tally
         read = Digest()
 
-        def settle(outcome: _Outcome, raw: bytes, image_key: bytes) -> bytes:
+        def written_for(outcome: _ImageOutcome, raw: bytes, image_key: bytes) -> bytes:
             if outcome.replacement is None:
                 tally.refuse(outcome.code or "INVALID_IMAGE", image_key)
                 return raw
@@ -337,7 +269,7 @@ class Stripper:
                     held.add(outcome.ref)
             return outcome.replacement
 
-        ordered = _Ordered(sink, settle)
+        ordered = _InOrder(sink, written_for)
         scanner = Scanner(inline.Finder(fmt.keys, self.cap))
         depth = max(1, self.options.concurrency)
         while chunk := await asyncio.to_thread(source.read, CHUNK):
@@ -355,7 +287,7 @@ class Stripper:
         return read.hexdigest()
 
     def _event(
-        self, event: Event, ordered: _Ordered, key: SessionKey | None, tally: Tally, held: set[str]
+        self, event: Event, ordered: _InOrder, key: SessionKey | None, tally: Tally, held: set[str]
     ) -> None:
         if not isinstance(event, Found):
             ordered.plain(event)
@@ -378,7 +310,7 @@ class Stripper:
         if outcome is None:
             image = inline.image(raw)
             if isinstance(image, inline.Unusable):
-                outcome = _Outcome(None, None, image.code, None)
+                outcome = _ImageOutcome(None, None, image.code, None)
             else:
                 task = asyncio.create_task(self._admit(image, key))
                 task.add_done_callback(functools.partial(self._done, image_key))
@@ -388,7 +320,7 @@ class Stripper:
             self._outcomes.move_to_end(image_key)
         ordered.image(outcome, raw, image_key)
 
-    def _remember(self, image_key: bytes, outcome: asyncio.Task[_Outcome] | _Outcome) -> None:
+    def _remember(self, image_key: bytes, outcome: asyncio.Task[_ImageOutcome] | _ImageOutcome) -> None:
         self._outcomes[image_key] = outcome
         while len(self._outcomes) > _OUTCOMES_KEPT:
             oldest, value = next(iter(self._outcomes.items()))
@@ -396,7 +328,7 @@ class Stripper:
                 break
             del self._outcomes[oldest]
 
-    def _done(self, image_key: bytes, task: asyncio.Task[_Outcome]) -> None:
+    def _done(self, image_key: bytes, task: asyncio.Task[_ImageOutcome]) -> None:
         """A finished admission is remembered by its outcome; one that failed is forgotten (and raises in the
         file that waits for it)."""
         if self._outcomes.get(image_key) is not task:
@@ -406,19 +338,19 @@ class Stripper:
         else:
             self._outcomes[image_key] = task.result()
 
-    async def _admit(self, image: inline.Inline, key: SessionKey | None) -> _Outcome:
+    async def _admit(self, image: inline.Inline, key: SessionKey | None) -> _ImageOutcome:
         upload = Upload.of_bytes(image.data, image.declared)
         tenant = self.options.tenant
         if key is None:  # a dry run
             [verdict] = await self.store.check([upload], "user", tenant=tenant, exact=True)
             if verdict is not None:
-                return _Outcome(None, None, verdict.code, None)
+                return _ImageOutcome(None, None, verdict.code, None)
             ref = str(Ref.of(self.store.config.hash, image.data))
-            return _Outcome(image.placeholder(ref), ref, None, None)
+            return _ImageOutcome(image.placeholder(ref), ref, None, None)
         await self._session(key)
         try:
             result = await self.store.admit([upload], "user", session=key[1], tenant=tenant, exact=True)
         except Rejected as e:
-            return _Outcome(None, None, e.code, key)
+            return _ImageOutcome(None, None, e.code, key)
         ref = result.attachments[0].ref
-        return _Outcome(image.placeholder(ref), ref, None, key)
+        return _ImageOutcome(image.placeholder(ref), ref, None, key)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from attachstore.transcripts import files
+from attachstore.transcripts import files, writers
 from attachstore.transcripts.files import Snapshot, Staged
 
 
@@ -74,7 +74,7 @@ def test_a_process_writing_the_file_is_named(tmp_path: Path) -> None:
     try:
         assert holder.stdout is not None
         assert holder.stdout.readline()
-        found = files.writers(target)
+        found = writers.writers(target)
         assert found.unknown is None
         assert [pid for pid, _ in found.found] == [holder.pid]
         refusal = found.refusal(target)
@@ -85,21 +85,21 @@ def test_a_process_writing_the_file_is_named(tmp_path: Path) -> None:
         holder.wait()
         assert holder.stdout is not None
         holder.stdout.close()
-    assert files.writers(target).found == []
+    assert writers.writers(target).found == []
 
 
 def test_readers_are_not_writers(tmp_path: Path) -> None:
     target = tmp_path / "t.jsonl"
     target.write_bytes(b"{}\n")
     with open(target, "rb"):
-        assert files.writers(target) == files.Writers([])
+        assert writers.writers(target) == writers.Writers([])
 
 
 def test_without_proc_or_lsof_it_says_it_cannot_tell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     target = tmp_path / "t.jsonl"
     target.write_bytes(b"{}\n")
-    monkeypatch.setattr(files.shutil, "which", lambda _name: None)
-    found = files.writers(target, proc=tmp_path / "no-proc")
+    monkeypatch.setattr(writers.shutil, "which", lambda _name: None)
+    found = writers.writers(target, proc=tmp_path / "no-proc")
     assert found.found == []
     assert found.unknown is not None
     refusal = found.refusal(target)
@@ -109,7 +109,7 @@ def test_without_proc_or_lsof_it_says_it_cannot_tell(tmp_path: Path, monkeypatch
 
 def test_lsof_output_is_read() -> None:
     out = "p101\ncclaude\nfr3\nar\np202\nccodex\nf7\naw\nf8\nau\n"
-    assert files.parse_lsof(out).found == [(202, "codex")]
+    assert writers.parse_lsof(out).found == [(202, "codex")]
 
 
 @pytest.mark.parametrize(("owner", "unknown"), [("other", False), ("same", True)])
@@ -130,8 +130,8 @@ def test_processes_that_cannot_be_looked_at(
             raise PermissionError(13, "Permission denied")
         return listdir(path)
 
-    monkeypatch.setattr(files.os, "listdir", refuse)
-    monkeypatch.setattr(files, "_owner", lambda path: os.getuid() if owner == "same" else os.getuid() + 1)
-    found = files.writers(target, proc=proc)
+    monkeypatch.setattr(writers.os, "listdir", refuse)
+    monkeypatch.setattr(writers, "_owner", lambda path: os.getuid() if owner == "same" else os.getuid() + 1)
+    found = writers.writers(target, proc=proc)
     assert found.found == []
     assert (found.unknown is not None) == unknown

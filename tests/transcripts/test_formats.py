@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from attachstore.errors import InvalidRequest
-from attachstore.transcripts import detect, named
+from attachstore.transcripts.formats import detect, named
 from tests.transcripts import fixtures
 
 

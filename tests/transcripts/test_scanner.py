@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from attachstore.gate import sniff
 from attachstore.transcripts.inline import Finder, Placeholders
-from attachstore.transcripts.scanner import Found, Policy, Scanner
+from attachstore.transcripts.policy import Found, Policy
+from attachstore.transcripts.scanner import Scanner
 from tests.support.images import png
 
 PNG_B64 = base64.b64encode(png(6, 4, seed=9)).decode()

@@ -23,12 +23,12 @@ from attachstore.transcripts import (
     Options,
     Restorer,
     Stripper,
-    TranscriptError,
     inline,
     release,
     restore_file,
     session_for,
 )
+from attachstore.transcripts.reports import TranscriptError
 from tests.conftest import MakeConfig
 from tests.support.images import png
 from tests.transcripts import fixtures
