@@ -66,6 +66,7 @@ def recognize(head: bytes, max_line: int) -> PlainRead | None:
 
 
 def parse_head(head: bytes, max_line: int) -> PlainRead | None:
+    """`recognize`, line by line: what its one-match path must agree with (tests/api/test_lane.py)."""
     lines = head.split(b"\r\n")
     if len(lines) > _MAX_FIELDS + 1 or len(lines[0]) > max_line:
         return None
