@@ -26,7 +26,6 @@ _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 def duration_seconds(text: str) -> float:
-    """'24h' -> 86400.0; '1h30m' -> 5400.0. The pattern on `Duration` has already checked the form."""
     return sum(float(n) * _UNIT_SECONDS[u] for n, u in _DURATION_PART.findall(text))
 
 
@@ -35,8 +34,7 @@ class _Section(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=
 
 
 class _Timed(_Section, frozen=True, dict=True):
-    """A section with durations: each one's seconds are parsed once, then kept (a `cached_property` needs
-    the `__dict__`)."""
+    """Each duration's seconds are parsed once, then kept (a `cached_property` needs the `__dict__`)."""
 
 
 class Limits(_Section, frozen=True):
@@ -82,7 +80,6 @@ class Admission(_Timed, frozen=True):
     strip_metadata: bool = False
 
     def fit_limits(self, limits: Limits) -> Limits:
-        """The gate's limits for an upload that `fit` will bring within `limits`."""
         return msgspec.structs.replace(
             limits,
             max_image_bytes=max(limits.max_image_bytes, self.fit_max_bytes),
@@ -92,11 +89,9 @@ class Admission(_Timed, frozen=True):
         )
 
     def upload_limits(self, limits: Limits) -> Limits:
-        """What an upload is checked against before it is decoded: `fit`'s source bounds, else `limits`."""
         return self.fit_limits(limits) if self.oversize == "fit" else limits
 
     def tenant_places(self, tenants: int) -> int:
-        """How many of the max_concurrent places one tenant may hold, with `tenants` configured."""
         if self.max_concurrent_per_tenant:
             return min(self.max_concurrent_per_tenant, self.max_concurrent)
         return max(1, self.max_concurrent * 3 // 4) if tenants > 1 else self.max_concurrent
@@ -161,8 +156,6 @@ class Gc(_Timed, frozen=True):
 
 
 class Placeholders(_Section, frozen=True):
-    """What a model reads where an image was left out. `{path}` is replaced by the image's source path."""
-
     text_only: str = "[image omitted: this model does not accept images]"
     over_budget: str = (
         "[image omitted to keep the request within its image limits; to see it again, "
@@ -181,8 +174,6 @@ class Placeholders(_Section, frozen=True):
 
 
 class ManyImages(_Section, frozen=True):
-    """A tighter side limit for requests that carry many images (Anthropic: 2000 px past 20 images)."""
-
     more_than: Positive
     max_side: Positive
 
@@ -201,8 +192,6 @@ class Route(_Section, frozen=True):
 
 
 class Storage(_Section, frozen=True):
-    """Where object bytes live: the data dir ("local") or an S3-compatible bucket ("s3")."""
-
     backend: Literal["local", "s3"] = "local"
     endpoint: str | None = None  # e.g. "http://127.0.0.1:7480"; none: AWS S3 itself
     bucket: str = ""
@@ -219,17 +208,14 @@ class Storage(_Section, frozen=True):
 
 
 class IndexConfig(_Section, frozen=True):
-    """Where the index lives: SQLite in the data dir, or a PostgreSQL database shared by many daemons."""
-
     backend: Literal["sqlite", "postgresql"] = "sqlite"
     dsn: str | None = None  # postgresql://user@host:5432/db; $ATTACHSTORE_INDEX_DSN
     max_connections: Annotated[int, Meta(ge=2)] = 10  # connection pool of each daemon process
 
 
 class Integrity(_Section, frozen=True):
-    """The key of the keyed BLAKE3 check that reads verify sha256-addressed objects with (docs/security.md).
-    It must not live with the objects or the index. Neither set: $CREDENTIALS_DIRECTORY/check-key (a systemd
-    credential) if there is one, else a key generated once in $XDG_CONFIG_HOME/attachstore/check-key."""
+    """The key of the keyed check must not live with the objects or the index (docs/security.md, "The keyed
+    check of reads")."""
 
     check_key: Annotated[str, Meta(pattern=r"^[0-9a-f]{64}$")] | None = None  # 64 hex; $ATTACHSTORE_CHECK_KEY
     check_key_file: str | None = None  # a file holding the 64 hex
@@ -264,7 +250,6 @@ class Config(_Section, frozen=True):
 
     @property
     def is_open(self) -> bool:
-        """No tokens: one tenant (''), which sees everything, on a daemon reachable only locally."""
         return not self.tenants
 
     @property
@@ -301,7 +286,7 @@ def load(
     env: Mapping[str, str] | None = None,
     overrides: Mapping[str, Any] | None = None,
 ) -> Config:
-    """Read the file (`path`, else $ATTACHSTORE_CONFIG, else none), then the environment, then `overrides`."""
+    """The file (`path`, else $ATTACHSTORE_CONFIG, else none), then the environment, then `overrides`."""
     env = os.environ if env is None else env
     path = path or env.get("ATTACHSTORE_CONFIG") or None
     source = path or "configuration"  # what an error message starts with
@@ -351,7 +336,6 @@ def _convert(raw: dict[str, Any], source: str) -> Config:
 
 
 def _check(config: Config, source: str) -> None:
-    """What no single key's type can say."""
     for key, seconds in (
         ("admission.decode_timeout", config.admission.decode_timeout_seconds),
         ("admission.request_decode_timeout", config.admission.request_decode_timeout_seconds),
@@ -374,7 +358,6 @@ def _check(config: Config, source: str) -> None:
 
 
 def _name_the_key(message: str) -> str:
-    """msgspec says '... - at `$.limits.max_side`'; operators want 'limits.max_side: ...'."""
     match = re.match(r"^(.*?)(?: - at `\$(.*)`)?$", message, re.S)
     if match is None:  # pragma: no cover - the pattern matches every string
         return message

@@ -9,9 +9,8 @@ from pathlib import Path
 
 
 def cores(root: Path = Path("/")) -> int:
-    """Its CPU affinity (which a container or `taskset` narrows), and no more than the CPU quota of its
-    cgroups allows, rounded up (a container's `--cpus 0.5` is one): the host's core count would start more
-    workers than the container may run. `root` is where /proc and /sys are found."""
+    """Its CPU affinity, bounded by its cgroups' CPU quota rounded up: the host's core count would start
+    more workers than a container may run."""
     affinity = getattr(os, "sched_getaffinity", None)
     found = max(1, len(affinity(0))) if affinity is not None else os.cpu_count() or 1
     quota = cpu_quota(root)
@@ -19,9 +18,6 @@ def cores(root: Path = Path("/")) -> int:
 
 
 def cpu_quota(root: Path = Path("/")) -> float | None:
-    """How many CPUs' worth of time the cgroups of this process allow (cgroup v2 `cpu.max`, v1
-    `cpu.cfs_quota_us` over `cpu.cfs_period_us`): the smallest of its own cgroup's and of those above it.
-    None without a quota, or where it cannot be read."""
     try:
         lines = (root / "proc" / "self" / "cgroup").read_text().splitlines()
     except OSError:
@@ -44,8 +40,7 @@ def cpu_quota(root: Path = Path("/")) -> float | None:
 
 
 def _quotas(base: Path, path: str, read: Callable[[Path], float | None]) -> list[float]:
-    """The quotas of the cgroup `path` under the mount `base` and of those above it. Where the path is not
-    there (a container that sees its host's path), the mount's own: the container's cgroup."""
+    # where the path is not there (a container that sees its host's path), the mount's own is the container's
     here = base / path.strip("/")
     if not here.is_dir():
         here = base

@@ -27,7 +27,6 @@ class AttachstoreError(Exception):
         self.hint = hint if hint is not None else self.default_hint
 
     def at(self, index: int) -> AttachstoreError:
-        """The same error, naming the batch member it belongs to."""
         self.index = index
         return self
 
@@ -75,8 +74,6 @@ class UnsupportedMediaType(AttachstoreError):
 
 
 class Rejected(AttachstoreError):
-    """An admission check failed (SPEC section 4); `code` names which one."""
-
     status = 422
 
     def __init__(self, code: str, message: str, *, hint: str | None = None) -> None:
@@ -131,5 +128,4 @@ class UnsupportedContent(AttachstoreError):
     status = 422
 
 
-class ConfigError(Exception):
-    """A bad configuration; the message names the key. Stops start-up."""
+class ConfigError(Exception): ...

@@ -21,8 +21,7 @@ _STOP_SECONDS = 5.0  # how long a process exiting waits for its last lines to be
 
 
 class _Timestamps:
-    """The `ts` of a line, to the millisecond: formatted once per millisecond (and the date and time once
-    per second), not once per line."""
+    # formatted once per millisecond (the date and time once per second), not once per line
 
     def __init__(self) -> None:
         self._second = self._milli = -1
@@ -59,17 +58,16 @@ class JsonFormatter(logging.Formatter):
 
 
 class _Enqueue(logging.handlers.QueueHandler):
-    """Hands the record over as it is, for the writer's thread to format (the default formats it here, on
-    the event loop); the queue stays in the process, so nothing needs pickling."""
+    """The record is handed over as it is, for the writer's thread to format off the event loop; the queue
+    stays in the process, so nothing needs pickling."""
 
     def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
         return record
 
 
 class _Writer(logging.handlers.QueueListener):
-    """Formats the queued records and writes them on a thread of its own, off the event loop. Woken by the
-    first line of a burst, it waits for the rest and writes them all at once: one system call, and one turn
-    of the interpreter lock, for a burst of access lines rather than one each."""
+    """Woken by the first line of a burst, it writes them all at once: one system call, and one turn of the
+    interpreter lock, for a burst of access lines."""
 
     def __init__(self, records: queue.SimpleQueue[logging.LogRecord], stream: TextIO) -> None:
         super().__init__(records)
@@ -102,8 +100,7 @@ class _Writer(logging.handlers.QueueListener):
         super().enqueue_sentinel()
 
     def stop(self) -> None:
-        """Write what is queued, then end the thread, waiting a few seconds at most: a process exiting must
-        not hang on a log that nobody reads."""
+        # a few seconds at most: a process exiting must not hang on a log that nobody reads
         finishing = threading.Thread(target=self._finish, name="attachstore-log-stop", daemon=True)
         finishing.start()
         finishing.join(timeout=_STOP_SECONDS)
@@ -128,8 +125,7 @@ class _Writer(logging.handlers.QueueListener):
 
 
 def setup(level: int = logging.INFO) -> None:
-    """JSON lines on standard error, for the daemon, formatted and written on a thread of their own.
-    Lines still queued when the process exits normally are written first; a SIGKILL loses them."""
+    """Lines still queued when the process exits normally are written first; a SIGKILL loses them."""
     records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
     writer = _Writer(records, sys.stderr)
     writer.start()
@@ -144,5 +140,4 @@ def setup(level: int = logging.INFO) -> None:
 
 
 def fields(**values: Any) -> dict[str, Any]:
-    """`extra=` for a log call: the structured fields of its line."""
     return {FIELDS: {k: v for k, v in values.items() if v is not None}}

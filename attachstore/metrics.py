@@ -121,7 +121,6 @@ class Metrics:
         )
 
     def request_child(self, method: str, endpoint: str, status: int) -> Any:
-        """The request-latency histogram's child for these labels, looked up once."""
         key = (method, endpoint, status)
         child = self._request_children.get(key)
         if child is None:

@@ -77,11 +77,8 @@ _VERSION = "v2"  # checks of the bytes alone (schema 8) had none: they are not `
 
 
 class Checker:
-    """The keyed check recorded beside a sha256 address: `v2:<key id>:<keyed BLAKE3>` of an object's bytes,
-    under a key derived from its ref, size and media type, so that someone who can write the objects and the
-    index but does not hold the key cannot make one, and a check copied from another row fits nothing
-    (docs/security.md, "The keyed check of reads"). The key id says which key made a check without telling
-    the key."""
+    """The keyed check recorded beside a sha256 address, under a key derived from its ref, size and media
+    type (docs/security.md, "The keyed check of reads")."""
 
     __slots__ = ("_key", "_prefix", "key_id")
 
@@ -94,32 +91,22 @@ class Checker:
 
     @property
     def key(self) -> bytes:
-        """For the decode workers, which make the check of what they hash beside its address."""
         return self._key
 
     def of(self, ref: str, size: int, media_type: str, data: Buffer) -> str:
-        """The check of `data` stored as `ref` (its canonical text), `size` bytes of `media_type`."""
         return self._prefix + self._hash(ref, size, media_type, data)
 
     def mine(self, check: str | None) -> bool:
-        """Whether `check` was made with this key, and binds what this kind binds (else the bytes are
-        verified by their address)."""
         return check is not None and check.startswith(self._prefix)
 
     def holds(self, check: str, ref: str, size: int, media_type: str, data: Buffer) -> bool:
-        """`data` has the check `check` (one of `mine`) as the object `ref` of `size` bytes of
-        `media_type`."""
+        """`check` must be one of `mine`: only the hash after its prefix is compared."""
         return self._hash(ref, size, media_type, data) == check[len(self._prefix) :]
 
     def link(self, source: str, spec: str, variant: str) -> str:
-        """The check of a variant link: `source`'s variant derived with `spec` is the object `variant` (each
-        a canonical ref, and the spec's key). Written like an object's check, made over other fields after
-        another context."""
         return self._prefix + self._link_hash(source, spec, variant)
 
     def link_holds(self, check: str | None, source: str, spec: str, variant: str) -> bool:
-        """Whether `check` is this key's check of the link from `source` with `spec` to `variant`: False
-        for none (a link older than link checks), another key's, or one made for another link."""
         return (
             self.mine(check) and self._link_hash(source, spec, variant) == (check or "")[len(self._prefix) :]
         )
@@ -136,17 +123,15 @@ class Checker:
 
 
 def _bound(ref: str, size: int, media_type: str) -> bytes:
-    """The fields a check binds, each framed by its length, so that no two sets of them run together."""
     return _CHECK_CONTEXT + _framed(ref) + _SIZE.pack(size) + _framed(media_type)
 
 
 def _framed(*fields: str) -> bytes:
-    """Text fields, each framed by its length: no two lists of them run together."""
+    """Each framed by its length, so that no two lists of fields run together."""
     return b"".join(_FIELD.pack(len(b)) + b for b in (f.encode() for f in fields))
 
 
 def _what_is_wrong(text: str) -> tuple[str, str]:
-    """What keeps `text` from being a reference, and how to make it one where that can be said."""
     if not text:
         return "it is empty", _FORM
     if len(text) > MAX_REF_LENGTH:

@@ -77,8 +77,6 @@ def _clear_stale_socket(path: str) -> None:
 
 
 class ListenError(OSError):
-    """The TCP address cannot be had: which one, why, and how to choose another."""
-
     def __str__(self) -> str:
         return str(self.strerror)
 
@@ -100,8 +98,7 @@ def _cannot_listen(config: Config, e: OSError) -> ListenError:
 
 
 def _taken(host: str, port: int) -> bool:
-    """Whether a daemon answers on the address: binding with SO_REUSEPORT succeeds beside another process of
-    the same user that bound it so too (another `serve --workers N`), and the two would share the port."""
+    # binding with SO_REUSEPORT succeeds beside another `serve --workers N` of this user: ask instead
     try:
         socket.create_connection((host, port), timeout=1).close()
     except OSError:
@@ -110,10 +107,9 @@ def _taken(host: str, port: int) -> bool:
 
 
 def bind(config: Config, *, listen: bool = True, reuse_port: bool = False) -> socket.socket:
-    """The listening socket. A Unix socket is made once and shared by every worker process. For TCP with
-    several workers each binds its own with SO_REUSEPORT, so that the kernel spreads connections across
-    them (one shared socket lets whichever process wakes first accept every pending connection); the
-    supervisor then only holds the address, bound but not listening."""
+    """For TCP with several workers each binds its own socket with SO_REUSEPORT, so the kernel spreads
+    connections across them (on one shared socket whichever process wakes first accepts every pending
+    one); a Unix socket is made once and shared."""
     if config.unix_socket:
         _clear_stale_socket(config.unix_socket)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -137,8 +133,6 @@ def bind(config: Config, *, listen: bool = True, reuse_port: bool = False) -> so
 
 
 def run(config: Config, workers: int = 1, *, replace_policy: bool = False) -> int:
-    """`attachstore serve`: check, bind, then serve in this process or in `workers` processes. With
-    `replace_policy` this daemon's policy becomes the store's even while other nodes enforce another."""
     check_open_mode(config)
     checkkey.checker(config)  # a key that cannot be had stops here, said once, not by every worker
     spread = workers > 1 and not config.unix_socket
@@ -163,20 +157,18 @@ def run(config: Config, workers: int = 1, *, replace_policy: bool = False) -> in
 
 
 def _keep_freed_memory() -> None:
-    """glibc hands a freed block of more than 128 KiB back to the kernel at once, so every read's buffer and
-    every JSON admission's body had its pages faulted in anew. Blocks up to 32 MiB now come from the heap,
-    and each heap keeps up to 16 MiB free for reuse (a worker may hold a few times that more than it uses);
-    without glibc nothing changes. Measured in docs/performance.md, "Admissions over JSON: their buffers"."""
+    """glibc hands a freed block of more than 128 KiB back to the kernel at once, so every read's buffer
+    had its pages faulted in anew; blocks up to 32 MiB now come from the heap (docs/performance.md,
+    "Admissions over JSON: their buffers")."""
     with contextlib.suppress(OSError, AttributeError):
         import ctypes
 
         libc = ctypes.CDLL(None)
         libc.mallopt(_M_MMAP_THRESHOLD, 32 << 20)
-        libc.mallopt(_M_TRIM_THRESHOLD, 16 << 20)
+        libc.mallopt(_M_TRIM_THRESHOLD, 16 << 20)  # free kept per heap: a worker may hold a few times that
 
 
 def _run_loop(main: Coroutine[Any, Any, None]) -> None:
-    """uvloop when it is installed: a faster event loop for the same code."""
     _keep_freed_memory()
     try:
         import uvloop  # type: ignore[import-not-found, unused-ignore]
@@ -195,11 +187,9 @@ async def serve_on(
     replace_policy: bool = False,
     listening: Callable[[], None] = lambda: None,
 ) -> None:
-    """Serve until SIGTERM or SIGINT, then stop accepting, refuse new requests on open connections, let
-    those in progress finish (an upload's body still arrives) for up to SHUTDOWN_TIMEOUT, cancel the rest
-    (an admission cut off so publishes nothing), and close the store. Given a function, the socket is made
-    only once the store is open, so that no connection waits on a worker that cannot serve it yet.
-    `listening` is called once it accepts connections."""
+    """Serve until SIGTERM or SIGINT, then drain (`docs/design.md`, "Shutdown"). Given a function, the
+    socket is made only once the store is open, so that no connection waits on a worker that cannot
+    serve it yet."""
     app = make_app(config, replace_policy=replace_policy)
     # A client that disconnects cancels its request, as in aiohttp's test server: an admission stops its
     # decodes (and, cut off before its commit, publishes nothing), a render stops reading.
@@ -228,9 +218,7 @@ async def serve_on(
 def _supervise(
     config: Config, sock: socket.socket, workers: int, replace_policy: bool, serving: Callable[[], None]
 ) -> int:
-    """Several processes accept on one socket, each with its own event loop, index connections and decode
-    pool (the cores are shared out). SIGTERM/SIGINT are passed on; if one worker dies, all stop, and the log
-    says which and how. `serving` is called once every worker listens."""
+    """If one worker dies, all stop, and the log says which and how (`docs/design.md`, "Processes")."""
     child_config = _shared_out(config, workers)
     # Each worker keeps its metric samples in files here, so /metrics on any worker reports them all.
     samples = tempfile.TemporaryDirectory(prefix="attachstore-metrics-")
@@ -270,7 +258,6 @@ def _supervise(
 
 
 def _shared_out(config: Config, workers: int) -> Config:
-    """A worker's configuration: the decoders and the admission cap are the daemon's, shared out."""
     body_cap = config.http.body_cap(config.limits)
     admission = msgspec.structs.replace(
         config.admission,
@@ -285,8 +272,6 @@ def _shared_out(config: Config, workers: int) -> Config:
 
 
 class _Children:
-    """The worker processes, and whether they were asked to stop (by a signal, or a worker that failed)."""
-
     def __init__(self) -> None:
         self.processes: list[subprocess.Popen[bytes]] = []
         self.stopping = False
@@ -299,8 +284,6 @@ class _Children:
 
 
 def _wait(children: _Children, workers: int, listening_read: int, serving: Callable[[], None]) -> int | None:
-    """Until every worker has ended: `serving` once all of them listen (a byte each on `listening_read`),
-    and the others stopped when one fails. The exit status of the first that failed, if one did."""
     failed: int | None = None
     listening = 0
     while any(child.poll() is None for child in children.processes):
@@ -319,8 +302,6 @@ def _wait(children: _Children, workers: int, listening_read: int, serving: Calla
 
 
 def _exit_status(children: _Children, failed: int | None) -> int:
-    """The daemon's exit status, as one process would have ended: 2 where a worker could not serve this
-    configuration (the store's policy), 1 for any other failure."""
     statuses = [child.returncode for child in children.processes]
     if failed is None and not children.stopping and statuses:  # every one ended between two looks of _wait
         ended = ", ".join(f"worker {child.pid} {_ended(child.returncode)}" for child in children.processes)
@@ -334,7 +315,6 @@ def _exit_status(children: _Children, failed: int | None) -> int:
 
 
 def _ended(status: int | None) -> str:
-    """How a worker ended, from its exit status (negative: the signal that killed it)."""
     if status is not None and status < 0:
         with contextlib.suppress(ValueError):
             return f"was killed by {signal.Signals(-status).name}"
@@ -343,8 +323,6 @@ def _ended(status: int | None) -> str:
 
 
 def _die_with_parent() -> None:
-    """Linux: SIGTERM this worker if the supervisor goes (killed before it could pass a signal on), so
-    that no worker is left serving on its own."""
     with contextlib.suppress(OSError, AttributeError):
         import ctypes
 

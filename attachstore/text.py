@@ -7,7 +7,6 @@ from datetime import UTC, datetime
 
 
 def rfc3339(t: float, timespec: str = "milliseconds") -> str:
-    """A UTC timestamp as clients and logs expect it: 2026-11-30T08:00:00.000Z."""
     return datetime.fromtimestamp(t, UTC).isoformat(timespec=timespec).replace("+00:00", "Z")
 
 

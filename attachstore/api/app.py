@@ -76,8 +76,6 @@ OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json"})
 
 @web.middleware
 async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Bearer tokens, configured by their sha256, name the caller's tenant. Without any configured token the
-    daemon is open (and only reachable locally, see server.check_open_mode): everyone is tenant ''."""
     tokens = request.app[TOKENS]
     if not tokens or request.path in OPEN_PATHS:
         request[TENANT] = ""
@@ -116,8 +114,6 @@ async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _watch_writes(app: web.Application) -> AsyncIterator[None]:
-    """While the app runs (until its cleanup, once the requests in progress are done): abort the connections,
-    aiohttp's and the read lanes', whose client takes none of its answer for `[http] write_timeout`."""
     stalls = Stalls(app[CONFIG].http.write_timeout_seconds, app[STORE].metrics.write_stalls)
     lanes = app.get(LANES)
     watching = asyncio.create_task(stalls.run(app[ANSWERING], *([lanes] if lanes is not None else [])))
@@ -132,8 +128,8 @@ async def _watch_writes(app: web.Application) -> AsyncIterator[None]:
 def make_app(
     config: Config, *, file_ops: FileOps | None = None, replace_policy: bool = False
 ) -> web.Application:
-    """The daemon's application. Its store records the configuration's policy as the store's, or refuses to
-    open while another node enforces another policy, unless `replace_policy` (docs/configuration.md)."""
+    """Its store takes the configuration's policy as the store's, or refuses to open while another node
+    enforces another, unless `replace_policy` (docs/configuration.md)."""
     app = web.Application(
         client_max_size=config.http.body_cap(config.limits),
         middlewares=[observe.access, error_envelope, refuse_when_stopping, authenticate],

@@ -87,8 +87,8 @@ def _not_modified(etag: str) -> web.Response:
 
 
 def _verified(share: Sending, found: ImageRef, data: bytes | bytearray) -> web.Response:
-    """Verified bytes as an answer, counted once against the sending budget: `share` is the request's one
-    share, which a read has claimed them with already (unless it was a remembered read, or is a preview)."""
+    """Counted once against the sending budget: `share` has claimed the bytes already, unless the read was a
+    remembered one or a preview."""
     if not share.held:
         share.claim(len(data))
     return web.Response(body=View(data, found.media_type), headers=verified_headers(found))
@@ -116,7 +116,6 @@ def _preview_size(request: web.Request) -> int:
 
 
 async def preview(request: web.Request) -> web.Response:
-    """GET /v1/attachments/{ref}/preview?size=N: read as the bytes are, the preview's ref its ETag."""
     store, tenant = request.app[STORE], tenant_of(request)
     text, size = request.match_info["ref"], _preview_size(request)
     if_none_match = request.headers.get("If-None-Match")

@@ -1,8 +1,6 @@
-"""Reading request bodies under a cap, without buffering past it.
-
-Every byte of a body that is read counts: against the endpoint's cap, and through `hold` against the
-budget of the admission that reads it (the service's `Slot`), so that what bodies hold in memory is bounded
-by the configuration before a byte is decoded."""
+"""Reading request bodies under a cap, without buffering past it. Every byte read counts against the
+endpoint's cap and, through `hold`, the admission's budget (the service's `Slot`), so what bodies hold in
+memory is bounded before a byte is decoded."""
 
 from __future__ import annotations
 
@@ -53,7 +51,7 @@ def _too_large(cap: int, hint: str = IMAGES_HINT) -> PayloadTooLarge:
 
 @contextlib.asynccontextmanager
 async def _within(seconds: float) -> AsyncIterator[None]:
-    """The whole body must arrive within `seconds`: a client trickling bytes cannot hold a connection."""
+    # whole body within `seconds`: a client trickling bytes cannot hold a connection
     try:
         async with asyncio.timeout(seconds):
             yield
@@ -66,7 +64,6 @@ async def _within(seconds: float) -> AsyncIterator[None]:
 async def read_capped(
     request: web.Request, cap: int, within: float, hint: str = IMAGES_HINT, hold: Hold | None = None
 ) -> bytearray:
-    """The whole body, refused with 413 as soon as it is known to exceed `cap`."""
     hold = hold or _nothing
     if request.content_length is not None:
         if request.content_length > cap:
@@ -84,10 +81,9 @@ async def read_capped(
 
 
 class _Metered:
-    """The body as the multipart reader takes it: every byte it consumes (preamble, boundaries, part headers,
-    contents, epilogue) counts against the cap and is told to `hold`; between two parts' contents it may
-    read only a few lines, so that no run of tiny lines or empty parts costs the event loop more than the
-    parts an admission can have."""
+    """Every byte the multipart reader consumes (boundaries, part headers, preamble, epilogue too) counts
+    against the cap and is told to `hold`; between two parts' contents it may read only a few lines, so no
+    run of tiny lines or empty parts costs the event loop more than the parts an admission can have."""
 
     def __init__(self, request: web.Request, cap: int, hold: Hold) -> None:
         self._request = request
@@ -100,7 +96,6 @@ class _Metered:
         self._between = False
 
     def between_parts(self) -> None:
-        """From here to the start of the next part's content, lines are counted."""
         self._between, self._lines = True, 0
 
     def in_part(self) -> None:
@@ -147,7 +142,7 @@ class _Metered:
         return self._took(data)
 
     def unread_data(self, data: bytes) -> None:
-        """The multipart reader's way to look ahead, kept here: StreamReader.unread_data is deprecated."""
+        """The multipart reader's look-ahead, kept here: StreamReader.unread_data is deprecated."""
         self._unread[:0] = data
         self.consumed -= len(data)
 
@@ -158,13 +153,8 @@ class _Metered:
 async def read_multipart(
     request: web.Request, config: Config, hold: Hold | None = None
 ) -> tuple[dict[str, str], list[Upload]]:
-    """Text fields `source`, `route`, `session`, and one image per file part, in order, under the
-    configured body cap and `read_timeout`.
-
-    A part is kept up to the most the gate takes in (`max_image_bytes`, or with oversize = "fit" its source
-    bound); a larger one is counted to its end and only its head kept: the gate rejects it by its size, and
-    the batch checks still see the true total. A body with more parts than an admission has (its
-    `max_batch_images` images and the three text fields) is refused at the first part too many."""
+    """A part larger than the gate takes in is counted to its end and only its head kept: the gate rejects it
+    by its size, and the batch checks still see the true total."""
     cap = config.http.body_cap(config.limits)
     hold = hold or _nothing
     if request.content_length is not None:
@@ -189,7 +179,7 @@ async def read_multipart(
 
 
 def _is_multipart(content_type: str) -> bool:
-    """Whether MultipartReader takes the header as multipart (its own reading of it, which asserts so)."""
+    """MultipartReader's own reading of the header, which asserts so."""
     return content_type.split(";")[0].strip().lower().partition("/")[0] == "multipart"
 
 
@@ -251,21 +241,18 @@ async def _read_parts(
 
 
 async def _content(part: BodyPartReader, keep: int) -> tuple[bytes, int]:
-    """A part's content read to its end, its first `keep` bytes kept (only the first 64 of a larger one,
-    for the type checks: the size check decides), and its size."""
     kept = bytearray()
     size = 0
     while chunk := await part.read_chunk(_CHUNK):
         size += len(chunk)
         kept += chunk
         if size > keep:
-            del kept[64:]
+            del kept[64:]  # the head, for the type checks: the size check decides
     return bytes(kept), size
 
 
 async def _file_content(part: BodyPartReader, keep: int) -> tuple[bytes | SharedBuffer, int]:
-    """As _content, but the kept bytes go straight into shared memory as they arrive, where the decode
-    worker reads them: no buffer to grow, and no copy of the image on its way to the worker."""
+    # the kept bytes go straight into shared memory, where the decode worker reads them: no copy
     kept = SharedBuffer()
     head = b""
     size = 0
@@ -284,7 +271,6 @@ async def _file_content(part: BodyPartReader, keep: int) -> tuple[bytes | Shared
 
 
 def close_uploads(uploads: list[Upload]) -> None:
-    """Let go of the shared memory of uploads (see SharedBuffer.close)."""
     for u in uploads:
         if isinstance(u.payload, SharedBuffer):
             u.payload.close()

@@ -24,7 +24,6 @@ T = TypeVar("T")
 
 
 def tenant_of(request: web.Request) -> str:
-    """Set by the authentication middleware: the caller's tenant ('' while no tokens are configured)."""
     tenant: str = request[TENANT]
     return tenant
 
@@ -41,11 +40,10 @@ def error_response(e: AttachstoreError) -> web.Response:
 
 
 def decode_error(e: msgspec.DecodeError) -> InvalidRequest:
-    """Name the JSON path: msgspec says '... - at `$.images[0].data`', and nothing for the top level."""
     text = str(e)
     if not isinstance(e, msgspec.ValidationError):
         return InvalidRequest(f"malformed JSON: {text}")
-    what, _, where = text.partition(" - at `")
+    what, _, where = text.partition(" - at `")  # msgspec: '... - at `$.images[0].data`', nothing at the top
     return InvalidRequest(f"invalid request at {where.rstrip('`') or '$'}: {what}")
 
 
@@ -56,7 +54,6 @@ async def read_json(
     hint: str | None = None,
     hold: Hold | None = None,
 ) -> T:
-    """Every JSON body is decoded here. `hold` is told the body's size as it is read (an admission's slot)."""
     if request.content_type != "application/json":
         raise UnsupportedMediaType(
             f"{request.method} {request.path} takes application/json, not {request.content_type!r}",
@@ -77,13 +74,10 @@ async def read_json(
 
 
 def tenant_for(tokens: dict[str, str], authorization: str) -> str:
-    """The tenant whose bearer token `authorization` carries (Unauthorized for anything else), given the
-    configured tokens' sha256s. A header's bytes that are not UTF-8 come as lone surrogates (aiohttp
-    decodes with surrogateescape): they are hashed as the bytes the client sent, a wrong token like any
-    other."""
     scheme, _, token = authorization.partition(" ")
     tenant = None
     if scheme.lower() == "bearer":
+        # a header's bytes that are not UTF-8 came as lone surrogates: hashed as the bytes the client sent
         sent = token.strip().encode("utf-8", "surrogateescape")
         tenant = tokens.get(hashlib.sha256(sent).hexdigest())
     if tenant is None:

@@ -45,12 +45,12 @@ def not_modified_headers(etag: str) -> dict[str, str]:
 
 
 def verified_headers(found: ImageRef) -> dict[str, str]:
-    """Verified bytes on their way out: their ref is their ETag, and they may be cached for good."""
+    """Their ref is their ETag, and they may be cached for good."""
     return {"Content-Type": found.media_type, "ETag": f'"{found.ref}"', **READ_HEADERS}
 
 
 class _Date:
-    """The Date and Server header lines, made once a second."""
+    # the Date and Server lines, made once a second
 
     def __init__(self) -> None:
         self._second = -1
@@ -69,7 +69,7 @@ _STATUS_LINES: dict[int, str] = {}
 
 
 def head(status: int, headers: Mapping[str, str], length: int, close: bool) -> bytes:
-    """The status line and headers of an answer, as aiohttp writes them for the same response."""
+    """The status line and headers, as aiohttp writes them for the same response."""
     return _head_text(status, headers, str(length), close, _date()).encode("latin-1")
 
 
@@ -91,9 +91,7 @@ def _head_text(status: int, headers: Mapping[str, str], length: str, close: bool
 
 
 def _verified_pieces(close: bool) -> list[str]:
-    """`head` of a verified answer cut at its five varying values (the media type, the ref, the request id,
-    the length, the Date and Server lines), in that order: made from `verified_headers` itself, so that a
-    header added there is in the lane's answers too."""
+    """Made from `verified_headers` itself, so that a header added there is in the lane's answers too."""
     marks = "\x00\x01\x02\x03\x04"
     found = ImageRef(ref=marks[1], media_type=marks[0], bytes=0, width=0, height=0, frames=0, name=None)
     headers = {**verified_headers(found), "X-Request-Id": marks[2]}
@@ -108,8 +106,6 @@ _VERIFIED = {close: _verified_pieces(close) for close in (False, True)}
 
 
 def verified_head(found: ImageRef, request_id: str, length: int, close: bool) -> bytes:
-    """`head(200, verified_headers(found) | {"X-Request-Id": request_id}, length, close)` without building
-    the headers: what every answer of the read lane says."""
     p = _VERIFIED[close]
     return (
         f"{p[0]}{found.media_type}{p[1]}{found.ref}{p[2]}{request_id}{p[3]}{length}{p[4]}{_date()}{p[5]}"

@@ -66,7 +66,7 @@ def recognize(head: bytes, max_line: int) -> PlainRead | None:
 
 
 def parse_head(head: bytes, max_line: int) -> PlainRead | None:
-    """`recognize`, line by line: what it answers for every head."""
+    """`recognize`, line by line: what its one-match path must agree with (tests/api/test_lane.py)."""
     lines = head.split(b"\r\n")
     if len(lines) > _MAX_FIELDS + 1 or len(lines[0]) > max_line:
         return None
@@ -87,7 +87,6 @@ def parse_head(head: bytes, max_line: int) -> PlainRead | None:
 
 
 def _fields(lines: list[bytes], max_line: int) -> dict[bytes, str] | None:
-    """The values of the fields the lane reads or takes once, or None for lines it does not take."""
     seen: dict[bytes, str] = {}
     for line in lines:
         name, colon, value = line.partition(b":")
@@ -112,8 +111,7 @@ BARE_LF = re.compile(rb"(?<!\r)\n")  # it looks behind where the search starts, 
 
 
 def possible(start: bytes, max_line: int) -> bool:
-    """Whether `start`, the first bytes of a head, may still become one that `recognize` takes: False
-    for a start that aiohttp's parser, which reads as the bytes come, may already have refused."""
+    """False for a start that aiohttp's parser, which reads as the bytes come, may already have refused."""
     *lines, last = start.removesuffix(b"\r").split(b"\r\n")
     if len(lines) > _MAX_FIELDS or len(last) > max_line:
         return False

@@ -33,8 +33,6 @@ _READS_KEPT = 64  # where the last reads ended, kept to give them to aiohttp as 
 
 
 class _Lanes(Protocol):
-    """What a connection needs of the lanes it belongs to (`lanes.Lanes`)."""
-
     store: Store
     budget: Budget
     tokens: dict[str, str]
@@ -47,8 +45,6 @@ class _Lanes(Protocol):
 
 
 class Lane(asyncio.Protocol):
-    """One connection, in the lane until it hands itself to aiohttp."""
-
     def __init__(self, lanes: _Lanes) -> None:
         self.lanes = lanes
         self.transport: asyncio.Transport | None = None
@@ -121,13 +117,11 @@ class Lane(asyncio.Protocol):
 
     @property
     def _open(self) -> bool:
-        """The client may still be answered: the connection is neither lost nor closing (reset by the
-        client, found broken by a write, aborted as stalled, or closed after its last answer)."""
         return self.transport is not None and not self.transport.is_closing()
 
     def _parse(self) -> None:
-        """Take the heads the last read of the socket completed, all of them or none: aiohttp takes each
-        read whole (`docs/design.md`, "The read lane"), so it takes over at the first of a read it refuses."""
+        """All the heads of the last read or none: aiohttp takes each read whole (`docs/design.md`, "The read
+        lane"), so it takes over at the first of a read it refuses."""
         first = at = self._parsed
         heads = []
         while True:
@@ -168,8 +162,6 @@ class Lane(asyncio.Protocol):
             self._segments.popleft()
 
     def _next(self) -> None:
-        """Answer the complete requests received, in order, while nothing is in the way; then read on, or
-        stop reading while too much waits (`_flow`)."""
         while self._open and not self._close and self.idle:
             assert self.transport is not None
             if self._heads:
@@ -189,9 +181,9 @@ class Lane(asyncio.Protocol):
             self._flow()
 
     def _flow(self) -> None:
-        """Stop reading while more than `_PENDING_MAX` bytes wait behind an answer in the way; read while
-        the lane waits for the rest of a head (bounded by the hand-over, in `_next`)."""
         assert self.transport is not None
+        # stop reading while too much waits behind an answer; read on while a head is incomplete (the
+        # hand-over in `_next` bounds that)
         waiting = len(self._pending) > _PENDING_MAX and not (self.idle and self._open and not self._close)
         if waiting and self._reading:
             self._reading = False
@@ -248,7 +240,6 @@ class Lane(asyncio.Protocol):
         return await self.lanes.store.read(read.ref, tenant, lambda n: self._claim(tenant, n), mapped)
 
     def _claim(self, tenant: str, n: int) -> None:
-        """Count `n` bytes of this connection's answer against its tenant's budget (ServerBusy past it)."""
         self.lanes.budget.take(tenant, n, 0)
         self._held = (tenant, n)
 
@@ -261,8 +252,8 @@ class Lane(asyncio.Protocol):
         found: ImageRef,
         data: bytes | bytearray | Mapped,
     ) -> bool:
-        """Answer with the verified `data`; False (and nothing sent) for a mapping whose file someone has
-        asked to write to since its lease was granted: the caller reads again."""
+        """False (nothing sent) for a mapping whose file someone asked to write to since its lease was
+        granted: the caller reads again."""
         if isinstance(data, Mapped) and not data.intact():
             data.release()
             return False
@@ -306,8 +297,6 @@ class Lane(asyncio.Protocol):
         return self._send_head(head(status, headers, len(body), self._close), body)
 
     def _send_head(self, head_: bytes, body: bytes | bytearray | Mapped) -> bool:
-        """Write an answer; False when its client is gone (before the write, or found gone by it: a reset
-        connection's write fails and closes the transport), as nginx logs 499 for it."""
         transport = self.transport
         if transport is None or transport.is_closing():
             if isinstance(body, Mapped):
@@ -318,16 +307,15 @@ class Lane(asyncio.Protocol):
         else:
             transport.writelines([head_, body])
         if transport.is_closing():
-            return False
+            return False  # a reset connection's write fails and closes the transport (nginx's 499)
         if self._close:
             transport.close()  # once what is buffered is sent
         self.since = self._loop.time()
         return True
 
     def _send_mapped(self, transport: asyncio.Transport, head_: bytes, body: Mapped) -> None:
-        """Write the head and the mapping straight to the socket while the transport holds nothing unsent, so
-        that the mapping is let go at once; the rest is copied into the transport. Called on `intact()`'s
-        stack: the bytes written are the ones hashed (`docs/design.md`, "Mapped reads")."""
+        """Called on `intact()`'s stack: the bytes written are the ones hashed (`docs/design.md`, "Mapped
+        reads"). The mapping goes straight to the socket while nothing is unsent, so it is let go at once."""
         try:
             sent = 0
             if self._fd >= 0 and not transport.get_write_buffer_size():
@@ -370,7 +358,6 @@ class Lane(asyncio.Protocol):
             self._held = None
 
     def _hand_over(self) -> None:
-        """Give the connection, and every byte received and not answered, to aiohttp from here on."""
         transport = self.transport
         assert transport is not None
         assert self.idle

@@ -16,9 +16,6 @@ from .sending import BUDGET
 
 
 class Lanes:
-    """The read lanes of one app: the protocol its listening sockets start every connection in (aiohttp's
-    behind it, see `in_front_of`), and their connections."""
-
     answered = 0  # the requests the lanes answered: a test's proof that a read took this path
 
     def __init__(self, config: Config, tokens: dict[str, str]) -> None:
@@ -30,8 +27,6 @@ class Lanes:
         self.closing = False
 
     def in_front_of(self, server: web.Server) -> Lanes:
-        """The protocol factory for a listening socket, `server` (aiohttp's) taking the connections the lane
-        hands over."""
         self.server = server
         return self
 
@@ -39,8 +34,7 @@ class Lanes:
         return Lane(self)
 
     async def running(self, app: web.Application) -> AsyncIterator[None]:
-        """The lanes' part of `app`'s life (a cleanup context, after the store's): the store and budget they
-        answer with, the sweeps while it runs, and no connection left open after it."""
+        """A cleanup context after the store's: no connection is left open after it."""
         self.store, self.budget = app[STORE], app[BUDGET]
         sweeping = asyncio.create_task(self._sweep_forever())
         try:
@@ -57,8 +51,6 @@ class Lanes:
                 lane.transport.close()
 
     async def _sweep_forever(self) -> None:
-        """Close the idle connections past their keep-alive, and let go of the mapped reads kept past their
-        time or someone asked to write to (at once on the lease-break signal, where the loop handles it)."""
         loop = asyncio.get_running_loop()
         unwatch = self.store.watch_leases(loop) if self.mapped else None
         try:
@@ -71,7 +63,6 @@ class Lanes:
                 unwatch()
 
     async def shutdown(self, within: float) -> None:
-        """Close the idle connections now and the others once their answer is written (within `within` s)."""
         self.closing = True
         loop = asyncio.get_running_loop()
         deadline = loop.time() + within

@@ -30,8 +30,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class _Ids:
-    """Request ids without a system call each: a random prefix per process and a counter (unique, which is
-    all an id must be; os.urandom was a getrandom call on every request)."""
+    """A random prefix per process and a counter: unique, which is all an id must be, without a system call
+    each."""
 
     def __init__(self) -> None:
         self._prefix = os.urandom(8).hex()
@@ -46,7 +46,6 @@ _new_id = _Ids()
 
 @web.middleware
 async def access(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Accept the caller's X-Request-Id (if it is a plain token) or make one, echo it, and log the request."""
     request[REQUEST_ID] = rid = request_id(request.headers.get("X-Request-Id"))
     started = time.perf_counter()
     status = 500
@@ -83,7 +82,6 @@ async def access(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 
 def request_id(given: str | None) -> str:
-    """The caller's X-Request-Id if it is a plain token, else a new one."""
     return given if given is not None and _REQUEST_ID.fullmatch(given) else _new_id()
 
 
@@ -101,7 +99,6 @@ def record(
     body_bytes: int | None = None,
     parts: int | None = None,
 ) -> None:
-    """One request's latency sample and its log line, whichever path served it (aiohttp or the read lane)."""
     metrics.request_child(method, endpoint, status).observe(elapsed)
     fields = logs.fields(  # in the line's order; those left at None are absent from it
         request_id=request_id,

@@ -1,17 +1,6 @@
-"""What the daemon holds for answers on their way to clients, and for how long.
-
-aiohttp writes an answer into the connection's transport and then waits for the transport to drain, with no
-deadline: bytes a client does not read stay in memory for as long as its connection lives. Two bounds here:
-
-- `Budget`: the answers in flight for one tenant's clients (reads, renders) hold at most `[http]
-  max_sending_bytes` together; an answer past it is `503 SERVER_BUSY` before it is written. A request's share
-  (`Sending`) is counted from when its handler claims the bytes until the request's task ends: its answer
-  written whole, or its connection gone.
-- `Stalls`: a connection with bytes waiting to be sent, none of which its client took for `[http]
-  write_timeout`, is aborted, and what it held is freed.
-
-`View` writes bytes without the copy aiohttp makes of a body given whole.
-"""
+"""What the daemon holds for answers on their way to clients, and for how long: each tenant's byte budget
+(`Budget`), the watchdog of stalled connections (`Stalls`), and writes without a copy (`View`);
+`docs/design.md`, "Answers on their way to clients"."""
 
 from __future__ import annotations
 
@@ -33,8 +22,8 @@ log = logging.getLogger("attachstore.api")
 
 
 class Budget:
-    """Each tenant's bytes of answers in flight, within `cap`. A tenant with nothing in flight may send one
-    answer larger than the cap, so that no stored object or render is unservable."""
+    """A tenant with nothing in flight may send one answer larger than the cap, so that no stored object or
+    render is unservable."""
 
     def __init__(self, cap: int, gauge: Gauge) -> None:
         self.cap = cap
@@ -45,14 +34,11 @@ class Budget:
         return self._held.get(tenant, 0)
 
     def take(self, tenant: str, n: int, mine: int) -> None:
-        """Count `n` more bytes for a request of `tenant` that already holds `mine`, or refuse them."""
         self.check(tenant, n, mine)
         self._held[tenant] = self._held.get(tenant, 0) + n
         self._gauge.inc(n)
 
     def check(self, tenant: str, n: int, mine: int) -> None:
-        """Refuse what `take` refuses, counting nothing: for an answer that will be counted only if it is
-        still in flight once written."""
         held = self._held.get(tenant, 0)
         if held + n > self.cap and held > mine:
             raise ServerBusy(
@@ -72,8 +58,6 @@ class Budget:
 
 
 class Sending:
-    """One request's share of its tenant's budget, given back when the request's task ends."""
-
     __slots__ = ("_budget", "_tenant", "held")
 
     def __init__(self, budget: Budget, tenant: str) -> None:
@@ -82,8 +66,8 @@ class Sending:
         self.held = 0
 
     def claim(self, n: int) -> None:
-        """Count `n` more bytes against the budget (ServerBusy past it). Call it from the handler: the task
-        that runs it also writes the answer, so its end is when the bytes are let go."""
+        """Call it from the handler: the task that runs it also writes the answer, so its end is when the
+        bytes are let go."""
         if n <= 0:
             return
         self._budget.take(self._tenant, n, self.held)
@@ -103,14 +87,12 @@ BUDGET = web.AppKey("sending_budget", Budget)
 
 
 def sending(request: web.Request) -> Sending:
-    """The caller's share of its tenant's budget, for this request."""
     return Sending(request.app[BUDGET], tenant_of(request))
 
 
 class View(payload.Payload):
-    """Bytes written as views of themselves: the first piece with the headers, the rest as one view. Given
-    whole, a body is joined with the headers into a new buffer on Python before 3.12.9 (aiohttp avoids
-    `writelines` there), a second copy of every answer for as long as its client takes to read it."""
+    """Given whole, a body is joined with the headers into a second copy on Python before 3.12.9 (aiohttp
+    avoids `writelines` there)."""
 
     FIRST = 16 * 1024
 
@@ -140,9 +122,8 @@ class _Connection(Protocol):
 
 
 class Stalls:
-    """Aborts a connection once it has had bytes waiting to be sent for `timeout` seconds without its client
-    taking any of them. Progress is the transport's write buffer (what the kernel has not accepted) getting
-    smaller; a connection whose buffer is empty is not watched. `sweep` runs every `tick` seconds."""
+    """Progress is the transport's write buffer getting smaller; a connection whose buffer is empty is not
+    watched."""
 
     def __init__(self, timeout: float, aborted: Counter) -> None:
         self.timeout = timeout
@@ -184,8 +165,6 @@ class Stalls:
 
 
 class _Connections(Protocol):
-    """`Answering`, the read lanes (lanes.Lanes), or aiohttp's `web.Server`: the connections it serves."""
-
     @property
     def connections(self) -> Iterable[_Connection]: ...
 
@@ -198,8 +177,8 @@ class _Answered:
 
 
 class Answering:
-    """aiohttp's connections that have had an answer to write, for `Stalls`: taken from its public
-    `on_response_prepare` hook (`prepared`), where aiohttp's list of a server's connections is internal."""
+    """Taken from aiohttp's public `on_response_prepare` hook, where its list of a server's connections is
+    internal."""
 
     def __init__(self) -> None:
         self._seen: dict[asyncio.Transport, _Answered] = {}
@@ -211,7 +190,6 @@ class Answering:
 
     @property
     def connections(self) -> list[_Answered]:
-        """Those still open, or closing with bytes left to send (a closed one is let go here)."""
         done = [t for t in self._seen if t.is_closing() and not t.get_write_buffer_size()]
         for transport in done:
             del self._seen[transport]

@@ -12,8 +12,8 @@ from .lanes import LANES
 
 
 class DaemonSite(web.BaseSite):
-    """A listening socket served as the daemon serves it: every connection starts in the read lane, where
-    the app has one (`make_app` builds it unless `[http] read_lane = false`), else in aiohttp."""
+    """Every connection starts in the read lane, where the app has one (unless `[http] read_lane = false`),
+    else in aiohttp."""
 
     def __init__(self, runner: web.AppRunner, sock: socket.socket) -> None:
         super().__init__(runner)
@@ -32,15 +32,12 @@ class DaemonSite(web.BaseSite):
         self._listening = await asyncio.get_running_loop().create_server(factory, sock=self._sock)
 
     async def stop(self) -> None:
-        """Stop accepting connections; those open are left to the drain and the runner's cleanup."""
         if self._listening is not None:
             self._listening.close()
         await super().stop()
 
 
 def protocol_factory(runner: web.AppRunner) -> Callable[[], asyncio.BaseProtocol]:
-    """What a connection to `runner`'s app (set up) starts in: the app's read lanes in front of aiohttp's
-    server, or aiohttp's server alone."""
     server = runner.server
     if server is None:  # pragma: no cover - setup() makes it
         raise RuntimeError("protocol_factory needs a runner that is set up")

@@ -50,42 +50,37 @@ class StoredObject:
 class BlobStore(Protocol):
     kind: str  # "local" | "s3"
 
-    async def start(self) -> None:
-        """Create the layout, or check that the bucket is reachable."""
+    async def start(self) -> None: ...
 
     async def close(self) -> None: ...
 
     async def put(self, ref: Ref, data: bytes | memoryview) -> Put: ...
 
     async def read(self, ref: Ref, size: int, *, fresh: bool = False, verify: Verify | None = None) -> bytes:
-        """`fresh`: from the store itself, past any cache. `verify`: what the bytes must pass in place of
-        their address (run off the event loop)."""
+        """`fresh`: past any cache. `verify`: what the bytes must pass in place of their address."""
 
     async def quarantine(self, ref: Ref) -> str: ...
 
     async def stat(self, ref: Ref) -> StoredObject | None: ...
 
-    async def stat_many(self, refs: Sequence[Ref]) -> list[StoredObject | None]:
-        """`stat` of each, in order, in one go (an admission checks its batch under the index lock)."""
+    async def stat_many(self, refs: Sequence[Ref]) -> list[StoredObject | None]: ...
 
     async def discard(self, ref: Ref) -> None: ...
 
     async def probe_writable(self, room: int = 0, objects: int = 0) -> None:
-        """Prove that an object can be written now, and (where the backend can tell) that there is room for
-        `objects` new objects of `room` bytes in all: for /readyz. Raise StorageUnavailable if not."""
+        """For /readyz: an object can be written now, with room (where the backend can tell) for `objects`
+        objects of `room` bytes."""
 
     async def fetch(self, key: str) -> bytes | None:
-        """The bytes at `key` (a StoredObject's) as they are, unverified, for the audit; None if gone."""
+        """The bytes at `key` as they are, unverified, for the audit; None if gone."""
 
-    async def set_aside(self, key: str) -> str:
-        """Move what is at `key`, which is not an object's name, to quarantine; say where it went."""
+    async def set_aside(self, key: str) -> str: ...
 
     def walk(self) -> AsyncIterator[StoredObject]: ...
 
 
 class LocalBackend:
-    """`LocalBlobStore` behind the async interface; every file-system call runs off the event loop. The
-    wrapped store stays reachable as `blobs` for what only a file system has (staging, empty buckets)."""
+    """`LocalBlobStore` off the event loop; `blobs` stays reachable for what only a file system has."""
 
     kind = "local"
 
@@ -168,7 +163,7 @@ class LocalBackend:
                 yield item
 
     def _objects(self) -> Iterator[StoredObject]:
-        """walk_objects without a Path per file: the walk of gc's plan lists every object of the store."""
+        # No Path per file: gc's plan walks every object of the store.
         for listing in self.blobs.list_objects():
             for name in listing.names:
                 path = listing.path(name)

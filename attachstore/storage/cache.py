@@ -17,16 +17,9 @@ _CACHE_NAME = re.compile(r"(sha256|blake3)-([0-9a-f]{64})")
 
 
 class ReadCache:
-    """Objects kept on a local disk to spare GETs, bounded to `max_bytes`, least recently used evicted first.
-
-    Disposable: it is never trusted. Every hit is re-hashed in full like any object, and a damaged or
-    wrong-size entry is dropped and fetched again, never served. Entries are written to a temporary file and
-    renamed into place (no fsync: a torn file fails verification). Its failures are misses, never errors. At
-    `open` it takes over what an earlier run left (oldest use, by mtime, evicted first); one process per
-    directory, since its byte accounting is in memory.
-
-    Counters: every `get` is a hit or a miss; `drops` counts the misses that found a damaged entry.
-    """
+    """Never trusted: every hit is re-hashed in full, a damaged entry is dropped, never served, and its
+    failures are misses, never errors. Entries are renamed into place without an fsync (a torn one fails
+    verification); one process per directory, since the byte count is in memory."""
 
     def __init__(self, directory: Path, max_bytes: int) -> None:
         if max_bytes <= 0:

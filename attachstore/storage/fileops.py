@@ -1,6 +1,5 @@
-"""The system calls of the local write and read paths: `FileOps` (tests replace it to record the calls and
-to inject faults), the file modes, how an object file is opened to be read, and how an OS error becomes a
-storage error."""
+"""The system calls of the local write and read paths (`FileOps`, which tests replace to record calls and
+inject faults), and how an OS error becomes a storage error."""
 
 from __future__ import annotations
 
@@ -17,8 +16,6 @@ STAGING_MODE = 0o600
 
 
 class FileOps:
-    """The system calls of the write path, one method each, so tests can record them and inject faults."""
-
     def open_exclusive(self, path: Path) -> int:
         return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, STAGING_MODE)
 
@@ -65,12 +62,10 @@ class FileOps:
 OPEN_READ = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK
 
 
-class NotRegular(OSError):
-    """What is at an object's path is not a regular file (a directory, a FIFO, a device)."""
+class NotRegular(OSError): ...
 
 
 def open_regular(path: str | Path) -> BinaryIO:
-    """Open an object's file for reading (OPEN_READ); anything but a regular file raises NotRegular."""
     fd = os.open(path, OPEN_READ)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -82,9 +77,8 @@ def open_regular(path: str | Path) -> BinaryIO:
 
 
 def read_sized(path: str | Path, size: int) -> bytes | None:
-    """The bytes of the regular file at `path`, and one byte more if there is one (a file that grew is not
-    the object); None, without reading a byte, when its size is not `size`: a large (sparse) file planted at
-    an object's path costs no memory."""
+    """None, without reading a byte, when the file's size is not `size`: a sparse file planted at an object's
+    path costs no memory. One byte more is read if there is one (a file that grew is not the object)."""
     with open_regular(path) as f:
         return f.read(size + 1) if os.fstat(f.fileno()).st_size == size else None
 

@@ -13,7 +13,6 @@ def object_name(ref: Ref) -> str:
 
 
 def ref_at(name: str) -> Ref | None:
-    """The ref whose object_name is `name`, else None."""
     parts = name.split("/")
     if len(parts) != 4 or parts[0] not in ALGORITHMS:
         return None

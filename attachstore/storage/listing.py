@@ -15,8 +15,6 @@ from ..refs import ALGORITHMS, Ref
 
 @dataclass(frozen=True, slots=True)
 class StoredFile:
-    """A file found by walking the store. `ref` is None when its name and place are not an object's."""
-
     path: Path
     ref: Ref | None
     size: int
@@ -25,12 +23,8 @@ class StoredFile:
 
 @dataclass(frozen=True, slots=True)
 class Listing:
-    """One directory under objects/ and the names of the files in it (anything but a subdirectory), in
-    order, as plain strings: the audit reads a few hundred thousand of them and a Path each would dominate.
-
-    `algorithm` is set when the directory is a bucket, objects/<algorithm>/<xx>/<yy>, the only place an
-    object can be; `bucket` is then "<xx><yy>", the start of every object name in it. `irregular` names the
-    entries that are not regular files (a symlink, a fifo): never objects, whatever their names."""
+    """Names as plain strings, not Paths: the audit reads a few hundred thousand of them. `irregular` names
+    entries that are never objects, whatever their names (a symlink, a fifo)."""
 
     directory: str
     algorithm: str | None
@@ -42,7 +36,6 @@ class Listing:
         return f"{self.directory}/{name}"
 
     def ref(self, name: str) -> Ref | None:
-        """The reference that `name` names in this place, if any (the file's type aside)."""
         if self.algorithm is None or not name.startswith(self.bucket):
             return None
         try:
@@ -62,8 +55,6 @@ _NONE: frozenset[str] = frozenset()
 
 
 def listings(top: str) -> Iterator[Listing]:
-    """`top` and every directory below it, depth first. A directory that vanishes or cannot be read meanwhile
-    is skipped, as os.walk does."""
     stack: list[tuple[str, tuple[str, ...]]] = [(top, ())]  # (directory, the names between top and it)
     while stack:
         directory, parents = stack.pop()
@@ -92,7 +83,6 @@ def listings(top: str) -> Iterator[Listing]:
 
 
 def _bucket(parents: tuple[str, ...]) -> tuple[str | None, str]:
-    """(algorithm, "<xx><yy>") for objects/<algorithm>/<xx>/<yy>, else (None, "")."""
     if len(parents) == 3 and parents[0] in ALGORITHMS and len(parents[1]) == len(parents[2]) == 2:
         return parents[0], parents[1] + parents[2]
     return None, ""

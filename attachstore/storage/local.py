@@ -58,11 +58,10 @@ class LocalBlobStore:
             self.ops.fsync_dir(d)
 
     def path(self, ref: Ref) -> Path:
-        """Pure function of an already validated `Ref`: objects/<alg>/<hex[0:2]>/<hex[2:4]>/<hex>."""
+        """Pure function of an already validated `Ref`."""
         return Path(self.filename(ref))
 
     def filename(self, ref: Ref) -> str:
-        """`path(ref)` as a string, without building a Path (for the read path's hot loop)."""
         return f"{self._objects}/{object_name(ref)}"
 
     # -- async surface: every file-system call runs off the event loop ---------------------------------
@@ -137,7 +136,6 @@ class LocalBlobStore:
         return outcome
 
     def _replace(self, staging: Path, final: Path) -> None:
-        """Heal: keep the damaged copy for inspection, then swap in the good bytes atomically."""
         target = self._quarantine_name(final)
         try:
             self.ops.link(final, target)
@@ -147,8 +145,8 @@ class LocalBlobStore:
         self.ops.rename(staging, final)
 
     def _sync_chain(self, final: Path) -> None:
-        """Make the object's name durable: its bucket directory, then each directory up to objects/, whose
-        entries for the levels below may be new (ours or a concurrent writer's)."""
+        """Each directory up to objects/ is fsynced: its entries for the levels below may be new (ours or a
+        concurrent writer's)."""
         directory = final.parent
         while True:
             self.ops.fsync_dir(directory)
@@ -176,7 +174,6 @@ class LocalBlobStore:
         return path
 
     def _make_parents(self, directory: Path) -> None:
-        """mkdir -p below objects/; _sync_chain makes the new entries durable."""
         missing: list[Path] = []
         d = directory
         while not d.exists():
@@ -187,7 +184,6 @@ class LocalBlobStore:
                 self.ops.mkdir(d)
 
     def _check(self, ref: Ref, path: Path, size: int) -> str:
-        """'intact', 'missing' or 'damaged': size and a full hash, never trusting the name."""
         try:
             return "intact" if self._hash_file(ref, path, size) else "damaged"
         except FileNotFoundError:
@@ -197,8 +193,6 @@ class LocalBlobStore:
 
     @staticmethod
     def _hash_file(ref: Ref, path: Path, size: int | None) -> bool:
-        """The regular file at `path` is of `size` bytes (None: any) and hashes to `ref`; hashed a chunk at a
-        time, so a large file costs no memory."""
         try:
             f = open_regular(path)
         except NotRegular:
@@ -236,8 +230,8 @@ class LocalBlobStore:
         return data
 
     def quarantine_sync(self, ref: Ref) -> str:
-        """Move a damaged object out of its path. Returns what was found there: 'quarantined', 'missing', or
-        'intact' (a concurrent heal replaced the bytes meanwhile; they are put back)."""
+        """'quarantined', 'missing', or 'intact' (a concurrent heal got there first; its bytes are put
+        back)."""
         path = self.path(ref)
         target = self._quarantine_name(path)
         try:
@@ -256,7 +250,7 @@ class LocalBlobStore:
         return "intact" if intact else "quarantined"
 
     def discard_sync(self, ref: Ref) -> None:
-        """Remove an object file that no index row publishes (the caller holds the index write lock)."""
+        """The caller holds the index write lock: no row publishes the object."""
         path = self.path(ref)
         try:
             self.ops.unlink(path)
@@ -267,11 +261,8 @@ class LocalBlobStore:
         self._sync_after_removal(path.parent)
 
     def probe_writable(self, room: int = 0, objects: int = 0) -> None:
-        """Readiness: the file system has room for `objects` new objects of `room` bytes in all (blocks free
-        to an unprivileged writer, and inodes), and takes a block written and fsynced in tmp/. Creating an
-        empty file proves little: it succeeds on a full disk. The write goes where a full disk, a quota, a
-        read-only remount or a failing device says no (with delayed allocation, often only at the fsync);
-        its bytes are random, so that a compressing file system still has to store them."""
+        """An empty file proves little (it is created on a full disk): a block of random bytes is written and
+        fsynced, where a full disk, a quota or a read-only remount says no, often only at the fsync."""
         fs = self.ops.statvfs(self.staging)
         free = fs.f_bavail * fs.f_frsize
         if free < room:
@@ -284,19 +275,17 @@ class LocalBlobStore:
             raise StorageUnavailable(
                 f"the data dir has {fs.f_favail} inodes free, fewer than one admission may need ({inodes})"
             )
+        # random bytes: a compressing file system still has to store them
         self._remove_quietly(self._stage(os.urandom(_PROBE_BLOCK)))
 
     # -- walking, for the GC and the audit -----------------------------------------------------------------
 
     def walk_objects(self) -> Iterator[StoredFile]:
-        """Every file under objects/, at any depth, in path order; only one in its right place has a ref."""
         for listing in self.list_objects():
             for name in listing.names:
                 yield stored(listing.path(name), listing.ref(name))
 
     def list_objects(self) -> Iterator[Listing]:
-        """The directories under objects/ that hold files, with their names, in the order of walk_objects:
-        a directory's files, then each of its subdirectories in name order. Nothing is stat'ed."""
         return listings(str(self.objects))
 
     def walk_staging(self) -> Iterator[StoredFile]:
@@ -304,7 +293,6 @@ class LocalBlobStore:
             yield stored(entry, None)
 
     def remove_file(self, path: Path) -> None:
-        """Remove a staging or stray file and make the removal durable."""
         try:
             self.ops.unlink(path)
         except FileNotFoundError:
@@ -312,14 +300,13 @@ class LocalBlobStore:
         self._sync_after_removal(path.parent)
 
     def _sync_after_removal(self, directory: Path) -> None:
-        """Make a removal durable. If another remover (a concurrent gc) has already removed the directory
-        itself, that removal is the one to make durable, and it made it so."""
+        """If a concurrent gc removed the directory itself, that removal is the one to make durable, and it
+        made it so."""
         with contextlib.suppress(FileNotFoundError):
             self.ops.fsync_dir(directory)
 
     def remove_empty_buckets(self) -> int:
-        """rmdir every empty bucket directory, deepest first. A writer that loses its directory to this
-        between mkdir and link tries again (`put_sync`)."""
+        """A writer that loses its directory to this between mkdir and link tries again (`put_sync`)."""
         removed = 0
         for algorithm in sorted_entries(self.objects):
             for first in sorted_entries(algorithm):

@@ -1,10 +1,6 @@
 """An object's bytes where they lie in the page cache: a read-only shared mapping of its file under a read
-lease, which the read lane hashes and sends without a copy, kept for the next read of the same file.
-
-Why the bytes hashed are the bytes sent (the lease, nothing reading the mapping after the write, no mapping
-held across a wait, every page in the page cache), and why mappings are kept: docs/design.md, "Mapped
-reads". The lease's break signal is SIGURG, ignored unless handled, so a writer never disturbs a process.
-"""
+lease, which the read lane hashes and sends without a copy (`docs/design.md`, "Mapped reads"). The lease's
+break signal is SIGURG, ignored unless handled, so a writer never disturbs a process."""
 
 from __future__ import annotations
 
@@ -37,8 +33,7 @@ class _Stat(ctypes.Structure):
 
 
 def available() -> bool:
-    """Whether this kernel grants read leases and answers `cachestat`, and a writer waits for a lease at
-    least a second."""
+    """Leases, `cachestat`, and a lease-break time of a second at least."""
     try:
         enabled = (_PROC / "leases-enable").read_text().strip() == "1"
         waits = int((_PROC / "lease-break-time").read_text()) >= 1
@@ -54,8 +49,6 @@ def available() -> bool:
 
 
 def _cached_pages(fd: int, size: int) -> int | None:
-    """How many pages of the file's first `size` bytes (0: all) are in the page cache; None if the kernel
-    cannot say."""
     stat = _Stat()
     if _libc.syscall(_SYS_CACHESTAT, fd, ctypes.byref(_Range(0, size)), ctypes.byref(stat), 0) != 0:
         return None
@@ -71,9 +64,8 @@ def _cached(fd: int, size: int) -> bool:
 
 
 class Mapped(mmap.mmap):
-    """A read-only mapping of an object file under a read lease, made by `Mappings.map`. It is a buffer
-    (hash it, write it, probe its header). Once sent it is `served()` (kept for the next read of the file,
-    or let go); otherwise `release()`d. The lease goes with the mapping and the descriptor."""
+    """A buffer (hash it, write it, probe its header). Once sent it is `served()`, else `release()`d; the
+    lease goes with the mapping and the descriptor."""
 
     _fd = -1
     _keeper: Mappings | None = None
@@ -82,25 +74,21 @@ class Mapped(mmap.mmap):
     idle = 0.0  # monotonic seconds: kept until then unless used again
 
     def resident(self) -> bool:
-        """Every page it maps is in the page cache."""
         return self._fd >= 0 and _cached(self._fd, len(self))
 
     def intact(self) -> bool:
-        """Nobody has asked to write to or truncate the file since the lease was granted: its bytes are the
-        ones hashed, and stay so for lease-break-time seconds at least."""
+        """Nobody asked to write to the file since the lease was granted: its bytes are the ones hashed, for
+        lease-break-time seconds at least."""
         try:
             return self._fd >= 0 and fcntl.fcntl(self._fd, _F_GETLEASE) == fcntl.F_RDLCK
         except OSError:
             return False
 
     def served(self) -> None:
-        """Done with, once sent: kept for the next read of the file if there is room, else let go."""
         if self._keeper is None or not self._keeper.keep(self):
             self.release()
 
     def release(self) -> None:
-        """Let go of the mapping, the lease and the descriptor (a mapping kept is dropped when next looked
-        at, as one whose lease is gone)."""
         if self._fd >= 0:
             fd, self._fd = self._fd, -1
             with contextlib.suppress(BufferError):  # a view still held: unmapped with the last one
@@ -112,11 +100,9 @@ class Mapped(mmap.mmap):
 
 
 class Mappings:
-    """The mappings of one process: once served, kept (at most `entries`, each until `idle` seconds after its
-    last use) for the next read of the same file, since one made and unmapped per read costs more than the
-    copy it saves (docs/performance.md, "Mapped reads"). A full table keeps nothing more until an entry goes:
-    no churn of mappings. A kept mapping holds its lease, so a writer of its file waits until `sweep` lets
-    it go: on the lease-break signal (`watch`), and every second from the read lane's timer."""
+    """Served mappings are kept for the next read of the same file, since one made per read costs more than
+    the copy it saves; a kept mapping holds its lease until `sweep` lets it go, so a writer waits at most
+    until the next sweep."""
 
     def __init__(self, entries: int, idle: float) -> None:
         self.entries = entries
@@ -124,17 +110,13 @@ class Mappings:
         self._kept: dict[str, Mapped] = {}
 
     def map(self, path: str, fd: int, size: int, file: FileId) -> Mapped | None:
-        """`path`, open read-only at `fd` (which the mapping then takes over; on None the caller keeps it),
-        mapped under a lease if it is granted and every page is in the page cache."""
         mapped = map_resident(fd, size)
         if mapped is not None:
             mapped.path, mapped.file, mapped._keeper = path, file, self
         return mapped
 
     def again(self, path: str, size: int, file: FileId | None) -> tuple[Mapped, os.stat_result] | None:
-        """The kept mapping of `path` and the path's stat, if the path still names that very file (and,
-        given `file`, it is that file) of `size` bytes, its lease is intact and every page is in the page
-        cache; else None, and the mapping, if any, let go."""
+        # only if `path` still names that very file, of `size` bytes, its lease intact, every page cached
         kept = self._kept.pop(path, None)
         if kept is None:
             return None
@@ -156,10 +138,10 @@ class Mappings:
         return kept, st
 
     def keep(self, mapped: Mapped) -> bool:
-        """Keep a served mapping for the next read of its file, if there is room (or it is kept already)."""
         kept = self._kept.get(mapped.path)
         if kept is not None:
             return kept is mapped
+        # a full table keeps nothing more until an entry goes: no churn of mappings
         if len(self._kept) >= self.entries or not mapped.intact():
             return False
         mapped.idle = time.monotonic() + self.idle
@@ -167,7 +149,6 @@ class Mappings:
         return True
 
     def sweep(self) -> None:
-        """Let go of the kept mappings unused for `idle` seconds and of those someone asked to write to."""
         now = time.monotonic()
         for path, kept in list(self._kept.items()):
             if kept.idle < now or not kept.intact():
@@ -184,8 +165,7 @@ class Mappings:
 
 
 def watch(mappings: Mappings, loop: asyncio.AbstractEventLoop) -> bool:
-    """Sweep `mappings` on the lease-break signal, from `loop` (its thread must be the main thread): a
-    writer then waits only until the loop gets to it. False where the loop cannot handle signals."""
+    """From `loop`, which must run on the main thread; False where the loop cannot handle signals."""
     try:
         loop.add_signal_handler(BREAK_SIGNAL, mappings.sweep)
     except (RuntimeError, ValueError):  # not the main thread
@@ -194,10 +174,7 @@ def watch(mappings: Mappings, loop: asyncio.AbstractEventLoop) -> bool:
 
 
 def map_resident(fd: int, size: int) -> Mapped | None:
-    """A mapping of the `size` bytes of the regular file open (read-only) at `fd`, under a read lease, if
-    the lease is granted and every page is in the page cache; None otherwise, for any reason (someone has
-    the file open for writing, another owner's file without CAP_LEASE, a file system without leases). The
-    mapping takes `fd` over (its `release` closes it); on None the caller keeps it."""
+    """The mapping takes `fd` over (its `release` closes it); on None, for any reason, the caller keeps it."""
     try:
         fcntl.fcntl(fd, _F_SETSIG, BREAK_SIGNAL)
         fcntl.fcntl(fd, _F_SETLEASE, fcntl.F_RDLCK)

@@ -1,10 +1,6 @@
-"""Verified reads on the event loop, for small objects whose bytes are already in the page cache, and the
-index rows remembered for the next read of the same file (docs/design.md, "Verified reads": "Where the work
-runs", "Remembered rows" and why a successor is never taken for the remembered file; "Mapped reads").
-
-Every read here serves or steps aside (None) for the thread path, which alone decides what a failure means.
-Every byte served is hashed on that read; only the look-up of the row is ever saved.
-"""
+"""Verified reads on the event loop for small objects already in the page cache, and the index rows remembered
+for the next read of the same file (`docs/design.md`, "Verified reads"). Every read here serves or steps
+aside (None) for the thread path, which alone decides what a failure means."""
 
 from __future__ import annotations
 
@@ -33,13 +29,11 @@ _NOWAIT = getattr(os, "RWF_NOWAIT", 0)
 
 
 def wall_ns() -> int:
-    """The wall clock, which the kernel stamps change times from."""
+    """The clock the kernel stamps change times from."""
     return time.time_ns()
 
 
 class Row(Protocol):
-    """What is remembered of an index row here: which object it describes, and its size."""
-
     @property
     def ref(self) -> str: ...
 
@@ -72,19 +66,14 @@ class Resident(Generic[R]):
     def read(
         self, ref: Ref, size: int, verify: Verify, mapped: bool = False
     ) -> tuple[bytearray | Mapped, FileId | None] | None:
-        """The object's bytes and which file they came from, if it is a regular file of exactly `size`
-        bytes, all of them are in the page cache, and they pass `verify` (their keyed check, or their
-        address). The file is None when it changed too recently to be told apart from a successor.
-        `mapped`: the bytes where they lie, a `Mapped` that the caller releases, when the kernel grants
-        it; else a copy."""
+        """The file is None when it changed too recently to be told apart from a successor; `mapped` asks for
+        a `Mapped` (the caller releases it) where the kernel grants one."""
         return self._read(self.blobs.filename(ref), size, verify, None, mapped)
 
     async def read_all(self, wanted: Sequence[tuple[Ref, int, Verify]]) -> list[bytes | None]:
-        """The bytes of many objects (a render's), of any size, each thread of one per core reading its share
-        one after another: a thread per object costs more in wake-ups and lock hand-overs than the reads
-        (docs/performance.md, "The render's reads, this round"). None for each object left to the caller, a
-        cold one or any doubt: the caller reads those in a thread each, so a cold store's reads overlap on
-        the disk instead of queueing in a share."""
+        """One thread per core reads its share (docs/performance.md, "The render's reads, this round"); None
+        for each object left to the caller, cold or in doubt, so that a cold store's reads overlap on the
+        disk."""
         found: list[bytes | None] = [None] * len(wanted)
         if not self.enabled or not wanted:
             return found
@@ -99,10 +88,8 @@ class Resident(Generic[R]):
         return found
 
     def _read_warm(self, path: str, size: int, verify: Verify) -> bytes | None:
-        """`_read` for a thread, where a wait for the disk holds up only its share: the last page asked for
-        with RWF_NOWAIT is the sign that the object is in the page cache, and the object is read with a plain
-        read, into a buffer that is not zeroed first as RWF_NOWAIT's must be (the zeroing's cost:
-        docs/performance.md, "The render's reads, this round")."""
+        """The last page asked for with RWF_NOWAIT says the object is in the page cache; then a plain read,
+        into a buffer not zeroed first as RWF_NOWAIT's must be."""
         try:
             fd = os.open(path, OPEN_READ)
         except OSError:
@@ -171,8 +158,7 @@ class Resident(Generic[R]):
             self.mappings.close()
 
     def remember(self, row: R, scope: str | None, file: FileId | None) -> None:
-        """`row`, just looked up under `scope`, was served from `file`: skip the look-up next time (unless the
-        file is None: too young to be known by its identity)."""
+        """Unless `file` is None: too young to be known by its identity."""
         if file is None:
             return
         key = (row.ref, scope)
@@ -186,9 +172,8 @@ class Resident(Generic[R]):
     def recall(
         self, ref: str, scope: str | None, verify: Callable[[R], Verify], mapped: bool = False
     ) -> tuple[R, bytearray | Mapped] | None:
-        """The row remembered for `ref` (a reference's text, looked up as it is: anything but a reference's
-        canonical text is simply not found) and the object's bytes, read from the same file as before and
-        verified as `verify(row)` says (`mapped` as for `read`); None (and the row forgotten) on any doubt."""
+        """Only from the same file as before; None, and the row forgotten, on any doubt. `ref` is looked up as
+        it is: anything but a reference's canonical text is simply not found."""
         key = (ref, scope)
         got = self._rows.get(key)
         if got is None:
@@ -203,18 +188,15 @@ class Resident(Generic[R]):
         return got.row, found[0]
 
     def forget(self, ref: str) -> None:
-        """The row of `ref` changed here (its state), or did not fit its bytes: drop it in every scope."""
         for key in [k for k in self._rows if k[0] == ref]:
             del self._rows[key]
 
 
 def _kept_entries() -> int:
-    """KEPT_MAX, or an eighth of the descriptors this process may open if that is fewer."""
     return min(KEPT_MAX, resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 16)
 
 
 def _shares(sizes: Sequence[int], n: int) -> list[list[int]]:
-    """The indexes of `sizes` dealt into at most `n` shares of about equal total, the largest first."""
     shares: list[list[int]] = [[] for _ in range(max(1, min(n, len(sizes))))]
     totals = [0] * len(shares)
     for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):

@@ -1,21 +1,6 @@
-"""The S3-compatible backend (AWS S3, Ceph RGW, MinIO, R2); its optional node-local read cache is cache.py.
-
-Keys mirror the local layout under a prefix: `<prefix>objects/<alg>/<hex[0:2]>/<hex[2:4]>/<hex>`, damaged
-copies under `<prefix>quarantine/<alg>-<hex>.<time_ns>`, the readiness probe under `<prefix>probe/`. It keeps
-the contract written in backend.py; how, where S3 differs from a file system:
-
-- put: when a HEAD finds nothing, a conditional create (`If-None-Match: *`) sent with `Content-MD5`, so that
-  the server refuses bytes damaged on the way. When the key exists (or the create is refused), the object is
-  read back and re-hashed in full: intact is EXISTED; damaged is kept in quarantine and overwritten (HEALED).
-  A PUT that answers 200 is durable (S3's promise).
-- quarantine: read, re-hash, copy the damaged bytes to quarantine, then delete the original only if it is
-  still the copy that was read: a HEAD right before the DELETE compares its ETag and Last-Modified, the DELETE
-  carries `If-Match` for servers that honour it (AWS does; Ceph RGW 16 ignores it). What is left on a server
-  that ignores it: a heal landing between that HEAD and the DELETE is deleted; the next read then finds the
-  object missing, and the next admission of those bytes writes it again.
-- Errors: connection failures, 5xx and throttling (after botocore's standard retries), a missing bucket and
-  refused credentials are StorageUnavailable, a bucket quota is StorageFull; messages name the bucket.
-"""
+"""The S3-compatible backend (AWS S3, Ceph RGW, MinIO, R2), keeping the contract of backend.py; what it relies
+on each server for, and where S3 differs from a file system: `docs/scale-out.md`, "The object store". Its
+node-local read cache is cache.py."""
 
 from __future__ import annotations
 
@@ -94,10 +79,8 @@ class S3BlobStore:
         read_timeout: float = 30.0,
         max_attempts: int = 3,
     ) -> None:
-        """`endpoint` None means AWS itself; a custom endpoint is addressed path-style. Credentials None
-        means botocore's usual chain (environment, profile, instance role). `max_connections` bounds the
-        connection pool (size it for the number of concurrent requests); `max_attempts` counts the first
-        try too; the timeouts are per attempt, in seconds."""
+        """`endpoint` None means AWS itself (a custom one is addressed path-style); credentials None,
+        botocore's usual chain; the timeouts are per attempt."""
         self.endpoint = endpoint
         self.bucket = bucket
         self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
@@ -126,7 +109,6 @@ class S3BlobStore:
         return f"S3BlobStore({self._where()})"
 
     def key(self, ref: Ref) -> str:
-        """Pure function of an already validated `Ref`."""
         return f"{self.prefix}objects/{object_name(ref)}"
 
     def quarantine_key(self, ref: Ref) -> str:
@@ -135,7 +117,6 @@ class S3BlobStore:
     # -- lifetime --------------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Open the one client (and its connection pool) of the store's lifetime and check the bucket."""
         self._stack = AsyncExitStack()
         try:
             client = _session().create_client("s3", **self._client_args)
@@ -165,7 +146,7 @@ class S3BlobStore:
         md5 = await _off_loop(_md5, data)
         for _ in range(_ATTEMPTS):
             # A HEAD first: a refused create would upload the bytes for nothing (and RGW answers any error
-            # about 40 ms late). The conditional create alone decides who creates.
+            # late: docs/performance.md). The conditional create alone decides who creates.
             if await self._head(key) is None and await self._create(key, data, md5):
                 outcome = Put.CREATED
                 break
@@ -260,11 +241,9 @@ class S3BlobStore:
         return f"moved to {target}"
 
     async def probe_writable(self, room: int = 0, objects: int = 0) -> None:
-        """A block written as an object's first write is (a conditional create with Content-MD5, its ETag
-        checked), then deleted: a HEAD of the bucket would not notice read-only credentials, a full quota, or
-        a gateway that refuses conditional writes. S3 has no free space to ask about: `room` and `objects`
-        are not checked, and a quota with less than one admission left shows only when that admission is
-        refused (STORAGE_FULL)."""
+        """A block written as an object's first write is, then deleted: a HEAD of the bucket would not notice
+        read-only credentials, a full quota, or a gateway that refuses conditional writes. `room` and
+        `objects` are not checked: S3 has no free space to ask about."""
         key = f"{self._probe_key}-{secrets.token_hex(4)}"  # new each time: the create is conditional
         block = secrets.token_bytes(_PROBE_BLOCK)
         try:
@@ -293,8 +272,8 @@ class S3BlobStore:
     # -- requests --------------------------------------------------------------------------------------
 
     async def _put_object(self, key: str, data: bytes, md5: tuple[str, str], **conditions: str) -> None:
-        """PUT with Content-MD5: the server refuses bytes that do not match (BadDigest). Where S3 defines
-        the ETag as the MD5 (a single PUT, not encrypted), the answer's ETag is checked too."""
+        """Where S3 defines the ETag as the MD5 (a single PUT, not encrypted), the answer's ETag is checked
+        too."""
         answer = await self._call(
             "writing an object", "put_object", Key=key, Body=data, ContentMD5=md5[0], **conditions
         )
@@ -305,7 +284,7 @@ class S3BlobStore:
             )
 
     async def _create(self, key: str, data: bytes, md5: tuple[str, str]) -> bool:
-        """A conditional create; False when a concurrent create got there first (or is in flight)."""
+        """False when a concurrent create got there first (or is in flight)."""
         try:
             await self._put_object(key, data, md5, IfNoneMatch="*")
         except _ConditionFailed:
@@ -329,7 +308,6 @@ class S3BlobStore:
         return head
 
     async def _keep(self, ref: Ref, damaged: bytes) -> None:
-        """Keep damaged bytes for inspection before they are replaced or removed (as the local store does)."""
         await self._call("keeping damaged bytes", "put_object", Key=self.quarantine_key(ref), Body=damaged)
 
     async def _body(self, body: Any, doing: str) -> bytes:
@@ -340,8 +318,6 @@ class S3BlobStore:
         return data
 
     async def _call(self, doing: str, operation: str, /, **params: Any) -> Any:
-        """One request; what the caller handles becomes _KeyMissing or _ConditionFailed, the rest an
-        AttachstoreError that names the bucket."""
         try:
             return await getattr(self._require_client(), operation)(Bucket=self.bucket, **params)
         except ClientError as e:
@@ -392,6 +368,5 @@ async def _off_loop(fn: Callable[[bytes], T], data: bytes) -> T:
 
 @functools.cache
 def _session() -> Any:
-    """One botocore session per process: making one parses botocore's service models, a cost every store
-    would pay again, and its clients are independent of each other."""
+    """Making a session parses botocore's service models: once per process."""
     return get_session()
