@@ -1,6 +1,6 @@
 """The admission gate: the checks of SPEC section 4, pure functions of the bytes, and the pool of decode
 worker processes that runs the expensive ones (docs/design.md, "The gate"). The face holds what the other
-packages use; the tests import the rest from its modules."""
+packages use."""
 
 from .base64text import base64_decoded_size, decode_base64_shared
 from .batch import AlreadyDecided, Batch

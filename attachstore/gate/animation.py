@@ -1,6 +1,5 @@
-"""normalize.fit for animations (GIF, APNG, animated WebP): the same format, frames, durations, loop count
-and disposal, every frame resized alike; only the sides shrink until the bytes fit (docs/normalization.md).
-Pure functions."""
+"""normalize.fit for animations (GIF, APNG, animated WebP): the same format, frames, timing and disposal,
+every frame resized alike until the bytes fit (docs/normalization.md)."""
 
 from __future__ import annotations
 
@@ -81,7 +80,6 @@ def _options(
 
 
 def _uniform(frames: list[Image.Image], media_type: str) -> list[Image.Image]:
-    """Frames in one mode (RGBA if any has alpha, else RGB), as a GIF's palette frames for a GIF."""
     alpha = any(resize.has_alpha(frame) for frame in frames)
     mode = "RGBA" if alpha else "RGB"
     frames = [f if f.mode == mode else f.convert(mode) for f in frames]
@@ -89,13 +87,12 @@ def _uniform(frames: list[Image.Image], media_type: str) -> list[Image.Image]:
 
 
 def _gif_frame(im: Image.Image) -> Image.Image:
-    """A palette frame of up to 255 colours, by fast octree (median cut is far slower:
-    docs/performance.md, "The gate's walks and figures"); with alpha, index 255 is transparent where alpha
-    is under half, since a GIF pixel is opaque or not."""
+    # fast octree: median cut is far slower (docs/performance.md, "The gate's walks and figures")
     paletted = (im.convert("RGB") if im.mode == "RGBA" else im).quantize(255, Image.Quantize.FASTOCTREE)
     if im.mode == "RGBA":
         palette = paletted.getpalette() or []
         paletted.putpalette(palette + [0] * (768 - len(palette)))
+        # a GIF pixel is opaque or not: index 255 is transparent where alpha is under half
         paletted.paste(255, mask=im.getchannel("A").point(lambda a: 255 if a < 128 else 0))
         paletted.info["transparency"] = 255
     return paletted

@@ -15,9 +15,8 @@ _NOT_BASE64 = re.compile(r"[^A-Za-z0-9+/=]")
 
 
 def decode_base64(text: str) -> bytes:
-    """Bytes from canonical base64 only: the standard alphabet, '=' padding, no whitespace, no data: URL, and
-    zero bits after the last character, so that re-encoding gives back the identical text. The empty text is
-    canonical: it gives no bytes, which the gate refuses as an empty image, as over multipart."""
+    """Canonical base64 only (docs/design.md, "The gate"), so that re-encoding gives back the identical text.
+    The empty text gives no bytes, which the gate refuses as an empty image, as over multipart."""
     if text[:5].lower() == "data:":
         raise _bad_base64(
             "the image is a data: URL, not bare base64",
@@ -39,9 +38,8 @@ _CHUNK = 1 << 16  # characters per decoded piece: a multiple of 4
 
 
 def decode_base64_shared(text: str) -> SharedBuffer:
-    """decode_base64, straight into shared memory for the decode worker, a piece at a time, with pybase64's
-    SIMD decoder (docs/performance.md, "The gate's walks and figures"). Whatever the pieces find wrong is
-    settled by decode_base64 on the whole text, so the refusals (and what is accepted) are exactly its own."""
+    """Whatever the pieces find wrong is settled by decode_base64 on the whole text, so the refusals (and what
+    is accepted) are exactly its own."""
     last = max(0, len(text) - 4)  # only the last 4 characters may hold '=', or bits left over
     if text[:5].lower() == "data:" or len(text) % 4 or "=" in text[:last]:
         return SharedBuffer.of(decode_base64(text))  # raises, with the words for what is wrong
@@ -60,8 +58,7 @@ def decode_base64_shared(text: str) -> SharedBuffer:
 
 
 def base64_decoded_size(text: str) -> int:
-    """The byte count `text` decodes to, from its length and padding alone; exact for canonical base64, an
-    estimate otherwise (decode_base64 refuses those later)."""
+    # exact for canonical base64, an estimate otherwise (decode_base64 refuses those later)
     return max(0, len(text) * 3 // 4 - _padding(text))
 
 

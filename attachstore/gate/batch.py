@@ -8,18 +8,13 @@ import asyncio
 _LEAST = 0.01  # seconds: a budget with less left than this is spent
 
 
-class AlreadyDecided(Exception):
-    """A job that was not decoded: an image before it in its batch failed, which decides the admission."""
+class AlreadyDecided(Exception): ...
 
 
 class Batch:
-    """The jobs of one admission share `seconds` of decoder time, each job also within the pool's timeout.
-    A job reserves its time before it waits for a worker and gives back what it did not use when it ends,
-    so that what is used never exceeds `seconds`; a job that finds the rest reserved by its siblings waits
-    for their returns, and one that finds it spent is refused without being decoded.
-
-    With `first_failure_decides`, a failed job makes every job after it unneeded: the pool starts none of
-    them, since they cannot change the verdict. The pool marks the failure before it hands the worker on."""
+    """A job reserves its time before it waits for a worker and gives back what it did not use, so that what
+    is used never exceeds `seconds` (docs/design.md, "The decode worker pool"). The pool marks a failure
+    before it hands the worker on."""
 
     def __init__(self, seconds: float, *, first_failure_decides: bool = False) -> None:
         self.seconds = seconds
@@ -37,8 +32,6 @@ class Batch:
             self._failed = position
 
     async def reserve(self, most: float, position: int) -> float:
-        """Up to `most` seconds for the job at `position`; 0 when the budget is spent. Raises
-        AlreadyDecided."""
         while self.needed(position) and self._left < _LEAST and self._out:
             await self._returned.wait()
         if not self.needed(position):

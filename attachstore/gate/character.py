@@ -26,9 +26,8 @@ class Character:
 
 
 def character(im: Image.Image) -> Character:
-    """The measures of `im` (in L, LA, RGB, RGBA or CMYK); an image one pixel wide is all flat."""
     width, height = im.size
-    if width < 2:
+    if width < 2:  # an image one pixel wide is all flat
         return Character(1.0, 0.0)
     rows = min(height, SAMPLE_ROWS)
     sample = Image.new(im.mode, (width, rows))

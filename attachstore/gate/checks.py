@@ -1,9 +1,5 @@
-"""The admission gate's image checks (SPEC section 4), as pure functions.
-
-They run inside a decode worker process (worker.py): no asyncio and no I/O. The time bound on decoding is the
-pool's job, which kills a worker that takes too long. Checks run cheapest first and the first failure decides
-the code, so the order of the statements below is the order in the SPEC's tables.
-"""
+"""The admission gate's image checks (SPEC section 4), pure functions run inside a decode worker: no asyncio
+and no I/O. The first failure decides the code, so the statements run in the order of the SPEC's tables."""
 
 from __future__ import annotations
 
@@ -74,15 +70,13 @@ def check_batch(sizes: Sequence[int], limits: Limits) -> None:
 
 
 def canonical_type(declared: str) -> str:
-    """A declared media type as the gate reads it: lower case, without parameters ('image/PNG; x=y' is
-    image/png), an alias as the type it names (ALIASES)."""
     wanted = declared.partition(";")[0].strip().lower()
     return ALIASES.get(wanted, wanted)
 
 
 def precheck(size: int, head: bytes, declared: str | None, limits: Limits, *, again: str = READ_AGAIN) -> str:
-    """The cheap checks on one image, run in the daemon; returns its sniffed media type. `head` is at least
-    its first 64 bytes; `again` ends the hints that ask for the image once more (READ_AGAIN, ATTACH_AGAIN)."""
+    """`head` is at least the image's first 64 bytes; `again` ends the hints that ask for the image once more
+    (READ_AGAIN, ATTACH_AGAIN)."""
     if size == 0:
         raise Rejected(
             "UNSUPPORTED_IMAGE_TYPE",
@@ -151,9 +145,8 @@ def inspect(
     trailing_data: str = "allow",
     again: str = READ_AGAIN,
 ) -> Inspection:
-    """Every per-image check of the gate, in the SPEC's order (docs/design.md, "The gate"); raises Rejected.
-    Not thread-safe: it sets Pillow's process-wide limits while it runs (a decode worker runs one at a time).
-    The size reported is the header's (for GIF the logical screen, for MPO the first picture)."""
+    """Not thread-safe: it sets Pillow's process-wide limits while it runs (a decode worker runs one at a
+    time)."""
     if trailing_data not in TRAILING_DATA:
         raise ValueError(f"trailing_data must be 'allow' or 'reject', not {trailing_data!r}")
     media_type = precheck(len(data), data, declared, limits, again=again)
@@ -265,8 +258,7 @@ def _check_extent(im: Image.Image, decoded: int, limits: Limits) -> None:
 
 
 def _container_fault(data: bytes, media_type: str) -> str | None:
-    """What the container walk finds wrong, for the formats where Pillow is too lenient to tell; None for
-    JPEG, whose decoder stops at a missing end marker itself."""
+    # only where Pillow is too lenient to tell; a JPEG decoder stops at a missing end marker itself
     walk = _WALKS.get(media_type)
     if walk is None:
         return None
@@ -292,7 +284,6 @@ def _trailing(media_type: str, extra: int, end: int, again: str) -> Rejected:
 
 @contextmanager
 def strict_pillow(limits: Limits) -> Iterator[None]:
-    """Pillow's process-wide knobs, set for one inspection (a worker runs one at a time) and then restored."""
     saved = Image.MAX_IMAGE_PIXELS, ImageFile.LOAD_TRUNCATED_IMAGES
     Image.MAX_IMAGE_PIXELS = limits.max_pixels  # Pillow's own bomb check agrees with ours
     ImageFile.LOAD_TRUNCATED_IMAGES = False  # a truncated image must fail, not decode to grey
@@ -308,8 +299,7 @@ def strict_pillow(limits: Limits) -> Iterator[None]:
         Image.MAX_IMAGE_PIXELS, ImageFile.LOAD_TRUNCATED_IMAGES = saved
 
 
-class _Damaged(Exception):
-    """A fault the gate found itself while decoding; becomes INVALID_IMAGE with the frame it was found in."""
+class _Damaged(Exception): ...
 
 
 def _reason(e: BaseException) -> str:
@@ -351,7 +341,6 @@ def _describe(head: bytes) -> str:
 
 
 def _fit(width: int, height: int, limits: Limits) -> str:
-    """The largest size of the same aspect ratio within max_side and max_pixels, as 'WxH'."""
     scale = min(1.0, limits.max_side / max(width, height), sqrt(limits.max_pixels / (width * height)))
     w, h = max(1, int(width * scale)), max(1, int(height * scale))
     while max(w, h) > limits.max_side or w * h > limits.max_pixels:  # float rounding can land one over

@@ -16,9 +16,8 @@ Conversion = Callable[[Image.Image], Image.Image]
 
 
 def to_srgb(mode: str, profile: bytes | None) -> tuple[Conversion | None, bool]:
-    """The conversion of a `mode` image with this embedded profile to sRGB (None: nothing to do), and
-    whether it goes through the profile. A profile that is sRGB already, cannot be read or does not match
-    the mode is only dropped. CMYK becomes RGB through its profile, or without one by Pillow's formula."""
+    """None: nothing to do. A profile that is sRGB already, cannot be read or does not match the mode is only
+    dropped."""
     embedded = _read_profile(profile)
     space = embedded.profile.xcolor_space.strip() if embedded else ""
     if embedded is not None and (space, mode) in _MATCHING:
@@ -50,7 +49,7 @@ def _conversion(mode: str, embedded: ImageCms.ImageCmsProfile, space: str) -> tu
 
 
 def _is_srgb(embedded: ImageCms.ImageCmsProfile, srgb: ImageCms.ImageCmsProfile) -> bool:
-    """Whether an RGB profile is sRGB under another name: 125 colours through it come out as they went in."""
+    # sRGB under another name: 125 colours through it come out as they went in
     levels = (0, 64, 128, 192, 255)
     probe = Image.frombytes(
         "RGB", (125, 1), bytes(v for r in levels for g in levels for b in levels for v in (r, g, b))

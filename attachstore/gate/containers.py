@@ -1,12 +1,6 @@
-"""The structure of the four container formats, read without decoding a pixel: one walk per format and one
-set of constants, shared by the header probe (probe.py), the gate's container checks and the lossless
-metadata surgery (metadata.py).
-
-The gate walks PNG chunks, GIF blocks and the WebP RIFF header on every image, because Pillow is too lenient
-to notice a bad chunk CRC or a GIF cut between two frames; it walks JPEG segments to find the end, when bytes
-after the end are refused (docs/design.md, "The gate"). Pure functions of the bytes, linear in their length;
-a walk raises Malformed naming the first structural fault it meets.
-"""
+"""The structure of the four container formats, read without decoding a pixel: one walk per format and one set
+of constants, shared by the header probe, the gate's checks and the metadata strip (docs/design.md, "The
+gate"). Pure and linear in the length of the bytes; a walk raises Malformed at the first structural fault."""
 
 from __future__ import annotations
 
@@ -52,13 +46,10 @@ GIF_COMMENT, GIF_APPLICATION = 0xFE, 0xFF  # extension labels
 _MP_ENTRIES = 0xB002  # the MP index tag whose value is one 16-byte entry per picture (CIPA DC-007)
 
 
-class Malformed(Exception):
-    """The first structural fault a walk found, worded for a rejection message."""
+class Malformed(Exception): ...
 
 
 class HeaderTooDeep(Exception):
-    """A bounded walk met a JPEG whose frame header comes after more than JPEG_HEADER_STEPS steps."""
-
     def __init__(self) -> None:
         super().__init__(
             f"its frame header comes after more than {JPEG_HEADER_STEPS:,} markers and fill bytes, "
@@ -70,8 +61,7 @@ class HeaderTooDeep(Exception):
 
 
 def png_chunks(data: bytes) -> Iterator[tuple[bytes, int, int]]:
-    """(type, start, end) of each chunk whose length and type are there, through IEND. data[start:end] is
-    the whole chunk, its CRC included, when end <= len(data); the caller checks that, and the rest."""
+    # data[start:end] is the whole chunk, CRC included, when end <= len(data): the caller checks that
     pos = len(PNG_SIGNATURE)
     while pos + 12 <= len(data):
         length, kind = _PNG_CHUNK.unpack_from(data, pos)
@@ -83,9 +73,8 @@ def png_chunks(data: bytes) -> Iterator[tuple[bytes, int, int]]:
 
 
 def png_end(data: bytes) -> int:
-    """The offset just past the IEND chunk. Every chunk before it must be whole with a letters-only type and
-    a good CRC (Pillow's verify() skips the IEND CRC), and an acTL must come before IDAT, once, and declare
-    as many frames as there are fcTL chunks (Pillow leaves frames past the acTL count undecoded)."""
+    """Stricter than Pillow, whose verify() skips the IEND CRC and which leaves frames past the acTL count
+    undecoded."""
     view = memoryview(data)
     declared, controls, image_data = None, 0, False
     for kind, pos, end in png_chunks(data):
@@ -117,9 +106,7 @@ def png_end(data: bytes) -> int:
 
 
 def gif_blocks(data: bytes) -> Iterator[tuple[int, int, int]]:
-    """(introducer, start, end) of each block after the logical screen descriptor and its colour table: an
-    extension or an image with its sub-blocks, through the trailer or the first unknown byte, which are
-    yielded as one byte. `end` may pass len(data) when the data is cut inside the block."""
+    # the trailer or the first unknown byte is yielded as one byte; `end` may pass len(data) when it is cut
     if len(data) < 13:
         return
     pos = 13 + _colour_table(data[10])
@@ -145,8 +132,8 @@ def _colour_table(flags: int) -> int:
 
 
 def gif_end(data: bytes) -> int:
-    """The offset just past the trailer. Every block before it must be known and whole: Pillow takes a GIF
-    that stops between two frames for a complete, shorter animation; the trailer tells them apart."""
+    """Pillow takes a GIF that stops between two frames for a complete, shorter animation; the trailer tells
+    them apart."""
     if len(data) < 13:
         raise Malformed("the file is truncated: it ends inside the logical screen descriptor")
     for block, start, end in gif_blocks(data):
@@ -161,9 +148,9 @@ def gif_end(data: bytes) -> int:
 
 
 def webp_end(data: bytes) -> int:
-    """8 + the RIFF size: libwebp reads nothing past it. A RIFF size that runs past the data is a fault."""
     if len(data) < 12:
         raise Malformed("the file is truncated: it ends inside the RIFF header")
+    # 8 + the RIFF size: libwebp reads nothing past it
     size: int = U32LE.unpack_from(data, 4)[0]
     if size < 4 + 8:  # "WEBP" and at least one chunk header
         raise Malformed(f"the RIFF header says the file holds {size} bytes, too few for an image")
@@ -187,15 +174,10 @@ Segment = tuple[int, int, int, bool]
 def jpeg_segments(
     data: Bytes, start: int, *, strict: bool = False, steps: int | None = None
 ) -> Iterator[Segment]:
-    """The segments of the picture whose SOI is at `start`, in order, from the one after the SOI through its
-    EOI, which is the last: from marker to marker, skipping each segment by its length. Raises Malformed at
-    the first fault (no SOI at `start`, a segment cut off or with a length under 2, another SOI, no EOI),
-    after yielding every segment before it.
-
-    Stray bytes between segments are passed over, as libjpeg and Pillow pass over them, unless `strict`: the
-    probe's walk to the frame header, where only fill bytes and standalone markers may come between two
-    segments. With `steps`, a strict walk raises HeaderTooDeep rather than pass more than that many markers
-    and fill bytes, and reads no further than they can reach."""
+    """From the segment after the SOI at `start` through its EOI; raises Malformed at the first fault, after
+    yielding every segment before it. Stray bytes between segments are passed over, as libjpeg does, unless
+    `strict` (the probe's walk); with `steps`, a strict walk raises HeaderTooDeep rather than pass more
+    markers and fill bytes."""
     if data[start : start + 2] != b"\xff\xd8":
         raise Malformed(f"no JPEG start-of-image marker at offset {start:,}")
     size, pos, header = len(data), start + 2, True
@@ -235,8 +217,6 @@ _BETWEEN = b"".join(b"f" if byte == 0xFF else b"s" if byte in STANDALONE else b"
 
 
 def _marker_after_fill(data: Bytes, pos: int, steps: int | None) -> tuple[int, int | None]:
-    """Where the 0xFF of the next segment's marker is, when only fill bytes and standalone markers lie
-    between `pos` and it, and the steps left (a step for each 0xFF passed, the marker's own included)."""
     if pos >= len(data) or data[pos] != 0xFF:  # the common fault: no search for it
         raise Malformed(f"the JPEG header holds stray bytes or ends at offset {pos:,}")
     # Within `steps`, every step takes at most 2 bytes (0xFF and a standalone code): look no further.
@@ -258,9 +238,6 @@ def _marker_after_fill(data: Bytes, pos: int, steps: int | None) -> tuple[int, i
 
 
 def _first_fault(between: bytes | bytearray) -> int:
-    """Where, in `between` as _BETWEEN reads it, the first byte a strict walk refuses is: one that is neither
-    a fill byte nor a standalone marker, or a standalone marker's code without a 0xFF before it; else its
-    length."""
     if between[:1] == b"s":
         return 0
     stray, doubled = between.find(b"x"), between.find(b"ss")
@@ -269,9 +246,7 @@ def _first_fault(between: bytes | bytearray) -> int:
 
 
 def jpeg_end(data: bytes) -> int:
-    """The offset just past the EOI of the last picture: of the only one, or for a multi-picture file (MPO,
-    or a gain map after an Ultra HDR photo) of every picture its MP index lists, each walked from its SOI.
-    An MP index that cannot be read is ignored, as Pillow ignores it: the pictures after the first are then
+    """An MP index that cannot be read is ignored, as Pillow ignores it: the pictures after the first are then
     bytes after the end."""
     end, index = _jpeg_walk(data, 0)
     # Pictures are walked in offset order and one that starts inside the one before is skipped (its bytes
@@ -283,7 +258,6 @@ def jpeg_end(data: bytes) -> int:
 
 
 def _jpeg_walk(data: bytes, start: int) -> tuple[int, tuple[int, int] | None]:
-    """(offset past EOI, (start, end) of the last MP index in the header) for the picture at `start`."""
     end, index = start, None
     for marker, at, end, header in jpeg_segments(data, start):
         if marker == APP2 and header and data.startswith(b"MPF\x00", at + 4):
@@ -292,8 +266,6 @@ def _jpeg_walk(data: bytes, start: int) -> tuple[int, tuple[int, int] | None]:
 
 
 def _mp_pictures(data: bytes, base: int, limit: int) -> list[int]:
-    """Offsets of the pictures after the first that the MP index at data[base:limit] lists (a TIFF header
-    and its first IFD; offsets count from `base`); [] if the index cannot be read."""
     mp = data[base:limit]
     order = {b"II*\x00": "<", b"MM\x00*": ">"}.get(mp[:4])
     if order is None:

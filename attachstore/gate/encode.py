@@ -27,8 +27,6 @@ class Encoded:
 
 
 def still(im: Image.Image, max_bytes: int, kind: Kind) -> Encoded:
-    """The encoding of `im` (L, LA, RGB or RGBA; opaque for "jpeg") that `kind` picks within max_bytes;
-    its data is None when none fits."""
     if kind == "png":
         return _lossless(im, max_bytes)
     lossy = _lossy(im, max_bytes, kind)
@@ -51,7 +49,6 @@ def _png(im: Image.Image, most: int) -> Encoded:
 
 
 def _lossy(im: Image.Image, max_bytes: int, kind: Kind) -> Encoded:
-    """The first quality of the ladder that fits, else the lowest, as over the limit."""
     tries: list[tuple[str, str, dict[str, Any]]]
     if kind == "webp":
         tries = [
@@ -71,9 +68,8 @@ def _lossy(im: Image.Image, max_bytes: int, kind: Kind) -> Encoded:
 
 
 def _exact_palette(im: Image.Image) -> Image.Image:
-    """`im` as a palette image of exactly its colours; `im` itself when it has more than 256, is greyscale
-    (one byte a pixel already), or would not come out exact: one colour at two levels of partial alpha,
-    which a quantizer of RGB cannot tell apart, or a colour the quantizer moved."""
+    """`im` itself where a palette would not come out exact: one colour at two levels of partial alpha, which
+    a quantizer of RGB cannot tell apart, or a colour the quantizer moved."""
     colours: list[tuple[int, Any]] | None = im.getcolors(PALETTE) if im.mode in ("RGB", "RGBA") else None
     if colours is None:
         return im
@@ -111,8 +107,6 @@ class _OverLimit(Exception):
 
 
 class _Bounded(BytesIO):
-    """A buffer that stops the encoder writing into it once it holds more than `most` bytes."""
-
     def __init__(self, most: int | None) -> None:
         super().__init__()
         self.most = most

@@ -1,11 +1,6 @@
-"""Lossless removal of metadata, as pure functions of the bytes (docs/normalization.md, "strip_metadata").
-
-The container is edited and the compressed image data left as it is, so the result decodes to exactly the
-same pixels, frame by frame: each format's walk (containers.py) plans a list of edits (a byte range and what
-replaces it), and strip_metadata applies them in one pass. An EXIF orientation other than 1 is put back as
-a minimal EXIF, in the segment or chunk the EXIF came in; bytes after the end of the image are cut.
-Deterministic: the same input always gives the same bytes, which are then stored under their hash.
-"""
+"""Lossless removal of metadata (docs/normalization.md, "strip_metadata"): each format's walk (containers.py)
+plans edits of the container, applied in one pass, so the pixels stay exactly the same. Deterministic: the
+result is stored under its hash."""
 
 from __future__ import annotations
 
@@ -55,7 +50,6 @@ def strip_metadata(data: bytes, media_type: str) -> bytes:
 
 
 def has_metadata(data: bytes, media_type: str) -> bool:
-    """Whether the image holds something strip_metadata removes, bytes after the end of the image aside."""
     return any(edit.metadata for edit in _EDITS[media_type](data))
 
 
@@ -66,9 +60,8 @@ def exif_orientation(exif: Image.Exif) -> int:
 
 @contextmanager
 def quiet_pillow() -> Iterator[None]:
-    """Pillow's warnings (UserWarning) about metadata it cannot read, a corrupt EXIF block or an MPO index it
-    falls back from, silenced: the pixels are unaffected. Its DecompressionBombWarning (a RuntimeWarning) is
-    left to the filters the caller has set."""
+    """Pillow's warnings about metadata it cannot read leave the pixels unaffected; its
+    DecompressionBombWarning (a RuntimeWarning) is left to the caller's filters."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         yield
@@ -185,8 +178,6 @@ _EDITS: dict[str, Callable[[bytes], list[_Edit]]] = {
 
 
 def _minimal_exif(exif: bytes) -> bytes | None:
-    """An EXIF block ('Exif\\0\\0', then a TIFF structure) holding only the orientation of `exif`; None when
-    that is 1, absent or unreadable."""
     try:
         with quiet_pillow():
             parsed = Image.Exif()

@@ -1,10 +1,6 @@
-"""Normalization at admission and route-sized request variants, as pure functions (docs/normalization.md).
-
-They run inside a decode worker process (worker.py), on an input that has already passed checks.inspect, and
-the caller passes the output through the gate again before storing it. Deterministic (no clock, no
-randomness, fixed encoder settings): outputs are content-addressed and cached, so the same input must always
-give the same bytes.
-"""
+"""Normalization at admission and route-sized request variants (docs/normalization.md), run in a decode worker
+on an input that passed checks.inspect; the output passes the gate again. Deterministic (no clock, no
+randomness, fixed encoder settings): outputs are content-addressed and cached."""
 
 from __future__ import annotations
 
@@ -30,10 +26,8 @@ _LOSSLESS = (
 
 
 def fit(data: bytes, media_type: str, target: Target, *, preview: bool = False) -> Normalized:
-    """The image upright, in sRGB, without metadata, within `target`, encoded as its character asks
-    (docs/normalization.md, "Encoding"); raises Unfittable when a few shrink rounds do not get there. A
-    `preview` is a still image, and a PNG for a PNG or GIF source. Pillow's decompression-bomb check stays
-    as the caller has set it."""
+    """Raises Unfittable when a few shrink rounds do not get there. Pillow's decompression-bomb check stays as
+    the caller has set it."""
     # Pillow's warnings about metadata it cannot read are silenced: the gate has already decoded every frame.
     with quiet_pillow(), Image.open(BytesIO(data), formats=[_FORMATS[media_type]]) as im:
         orientation = exif_orientation(im.getexif())

@@ -1,7 +1,5 @@
-"""A bounded pool of decode workers (see worker.py) with a time bound per image: every piece of image work
-(the gate's decode, normalization, variants) runs here, never on the event loop. Jobs wait for a worker in
-turn across tenants (slots.py), each in the turn of the tenant it is done for; the jobs of one admission may
-make a `Batch` (batch.py)."""
+"""A bounded pool of decode workers (worker.py) with a time bound per image: every piece of image work runs
+here, never on the event loop, each job in its tenant's turn (docs/design.md, "The decode worker pool")."""
 
 from __future__ import annotations
 
@@ -31,8 +29,7 @@ async def _read_frame(stream: asyncio.StreamReader) -> bytes:
     return await stream.readexactly(length)
 
 
-class _Undelivered(Exception):
-    """The worker was gone before it had the whole job: the job did nothing to it."""
+class _Undelivered(Exception): ...
 
 
 class _Worker:
@@ -42,7 +39,6 @@ class _Worker:
 
     @property
     def alive(self) -> bool:
-        """False once its exit, or the end of its pipes, is known (an idle worker killed from outside)."""
         stdin, stdout = self.proc.stdin, self.proc.stdout
         return not (
             self.proc.returncode is not None
@@ -53,9 +49,8 @@ class _Worker:
         )
 
     async def ask(self, job: Job | Derive, shared: SharedBuffer | None = None) -> Outcome:
-        """The worker's answer to `job`. Raises _Undelivered if the worker is gone before it says it has
-        the whole job (it says so before it decodes anything, so no image can have ended it): a worker
-        killed while idle may live on for a moment, and a job written to it then lies unread in its pipes."""
+        """Raises _Undelivered if the worker is gone before it says it has the whole job (before it decodes
+        anything, so no image ended it)."""
         stdin, stdout = self.proc.stdin, self.proc.stdout
         if stdin is None or stdout is None:  # pragma: no cover - created with both pipes
             raise RuntimeError("worker without pipes")
@@ -84,9 +79,6 @@ class _Worker:
 
 
 class DecodePool:
-    """At most `size` images decode at once; each gets `timeout` seconds before its worker is killed.
-    Counts its jobs in `metrics` (attachstore_decodes_total by result, and the jobs running and waiting)."""
-
     def __init__(self, size: int, timeout: float, metrics: Metrics | None = None) -> None:
         self.size = size
         self.timeout = timeout
@@ -111,13 +103,9 @@ class DecodePool:
         batch: Batch | None = None,
         position: int = 0,
     ) -> Passed:
-        """checks.inspect in a worker; raises `Rejected` with the gate's code, or INVALID_IMAGE past the time
-        bound (the pool's, or what is left of `batch`'s). With `fit_limits`, an image over `limits` but
-        within them is normalized to fit `limits` (docs/normalization.md); with `check_key`, Passed.check is
-        the keyed check of the bytes to store (refs.Checker), made beside their digest; Passed.data holds
-        those bytes when they are not `data`. A sealed `SharedBuffer` reaches the worker by its descriptor,
-        not through the pipe. As the job at `position` in `batch`, it raises AlreadyDecided instead of
-        starting once an earlier one failed."""
+        """With `fit_limits`, an image over `limits` but within them is normalized to fit, and Passed.data
+        holds the bytes to store when they are not `data`. As the job at `position` in `batch`, AlreadyDecided
+        instead of starting once an earlier one failed."""
         if trailing_data not in TRAILING_DATA:  # here, where a caller's mistake surfaces as its own error
             raise ValueError(f"trailing_data must be 'allow' or 'reject', not {trailing_data!r}")
         shared = data if isinstance(data, SharedBuffer) else None
@@ -158,10 +146,8 @@ class DecodePool:
         check_key: bytes | None = None,
         tenant: Hashable = "",
     ) -> Passed:
-        """A variant of a stored image within `target` (max side, max pixels, max bytes), checked by the
-        gate with `limits`; Passed.data holds its bytes. Raises `Rejected` when none fits. A `preview` is
-        a still image (normalize.fit). The job waits for a worker in the turn of `tenant` (who asked for
-        it), and only then reads the stored image's bytes with `source`: a job waiting holds none."""
+        """The stored bytes are read with `source` only once the job has its worker: a waiting job holds
+        none."""
         job = Derive(b"", media_type, target, limits, source_limits, algorithm, preview, check_key)
         return await self._run(
             job, "the stored image is too expensive to resize", tenant, None, 0, load=source
@@ -177,7 +163,6 @@ class DecodePool:
         shared: SharedBuffer | None = None,
         load: Callable[[], Awaitable[bytes]] | None = None,
     ) -> Passed:
-        """`job` in `tenant`'s turn; with `load`, its bytes are read once it has its turn."""
         granted = self.timeout if batch is None else await batch.reserve(self.timeout, position)
         if batch is None or granted >= self.timeout:
             too_slow = Rejected(
@@ -234,10 +219,6 @@ class DecodePool:
         too_slow: Rejected,
         shared: SharedBuffer | None = None,
     ) -> Outcome:
-        """The job's outcome from a worker within `seconds` (past them, `too_slow` is raised). A worker that
-        takes longer or dies, or whose job is cancelled, is killed: its image is INVALID_IMAGE. A job that
-        never reached its worker (one that exited while idle) goes to a fresh one instead. `clock` gets the
-        start and end of the work."""
         if self._closed:
             raise AttachstoreError("the decode pool is closed")
         worker = await self._worker()
@@ -282,7 +263,6 @@ class DecodePool:
         return outcome
 
     async def _worker(self) -> _Worker:
-        """An idle worker, else a new one; idle workers known to have exited are put away on the way."""
         while self._idle:
             worker = self._idle.pop()
             if worker.alive:
@@ -342,9 +322,8 @@ _START_DESCRIPTORS = 16
 
 
 def _headroom() -> None:
-    """ServerBusy unless the process has the descriptors a worker's start takes. A start that fails for
-    want of them is not only refused: uvloop does not close the pipes it made for the child then, so each
-    such failure would keep descriptors for good. Nothing runs on the loop between this and the start."""
+    """A start that fails for want of descriptors leaks: uvloop does not close the pipes it made for the
+    child. Nothing runs on the loop between this and the start."""
     taken: list[int] = []
     try:  # (of a descriptor opened here: 0 may be closed, in a daemon started with `<&-`)
         taken.append(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))

@@ -1,9 +1,6 @@
-"""Media type and dimensions from the first bytes of an image, without decoding it (SPEC section 4).
-
-It runs on every verified read, on the event loop (docs/design.md, "Verified reads"): it reads fixed header
-fields and, for a JPEG, walks the segments before the frame header (containers.jpeg_segments, bounded or
-not), and it answers None for anything truncated or malformed rather than raise.
-"""
+"""Media type and dimensions from the first bytes of an image, without decoding it (SPEC section 4). It runs
+on every verified read, on the event loop (docs/design.md, "Verified reads"), and answers None rather than
+raise."""
 
 from __future__ import annotations
 
@@ -31,9 +28,7 @@ _U16LE_PAIR = struct.Struct("<HH")
 _U32BE_PAIR = struct.Struct(">II")
 
 
-class Header(NamedTuple):
-    """A named tuple, not a class: the audit probes every object of the store."""
-
+class Header(NamedTuple):  # a named tuple, not a dataclass: the audit probes every object
     media_type: str
     width: int
     height: int
@@ -52,9 +47,8 @@ def sniff(data: Bytes) -> str | None:
 
 
 def probe_header(data: Bytes, *, bounded: bool = False) -> Header | None:
-    """Media type, width and height from the header alone; None if it is not one of the four formats,
-    is truncated before the dimensions, is malformed, or declares a zero side. `bounded`: raise
-    HeaderTooDeep rather than take more than JPEG_HEADER_STEPS steps to a JPEG's frame header."""
+    """None if not one of the four formats, truncated, malformed, or with a zero side. `bounded`:
+    HeaderTooDeep rather than more than JPEG_HEADER_STEPS steps to a JPEG's frame header."""
     media_type = sniff(data)
     if media_type == "image/png":
         size = _png_size(data)

@@ -24,13 +24,10 @@ _TRANSPOSE = {
 
 
 def upright(size: tuple[int, int], orientation: int) -> tuple[int, int]:
-    """A stored size as displayed, or a displayed size as stored: orientations 5-8 swap the sides."""
     return (size[1], size[0]) if orientation >= 5 else size
 
 
 def bounded(size: tuple[int, int], target: Target) -> tuple[int, int]:
-    """The largest size within max_side and max_pixels, never larger than `size`, whose shorter side is the
-    longer side's scaled to the same aspect ratio and rounded (at least 1 pixel)."""
     width, height = size
     scale = min(1.0, target.max_side / max(width, height), sqrt(target.max_pixels / (width * height)))
     if scale >= 1.0:
@@ -49,7 +46,6 @@ def shrunk(size: tuple[int, int]) -> tuple[int, int]:
 
 
 def working_mode(im: Image.Image) -> Image.Image:
-    """`im` in L, LA, RGB, RGBA or CMYK, the modes every later step takes; `im` itself when it is in one."""
     mode = im.mode
     if mode in ("L", "RGB") and "transparency" in im.info:  # a tRNS colour key
         return im.convert(mode + "A")
@@ -69,7 +65,6 @@ def opaque(im: Image.Image) -> Image.Image:
 
 
 def has_alpha(im: Image.Image) -> bool:
-    """Whether some pixel is not fully opaque (read off the bands' extremes: no copy of the alpha band)."""
     return im.mode in ("LA", "RGBA") and im.getextrema()[-1] != (255, 255)
 
 
@@ -81,8 +76,6 @@ def prepare(
     colour: Conversion | None,
     box: tuple[float, float, float, float] | None,
 ) -> Image.Image:
-    """`source` resized to `stored` (a size in the stored orientation), in sRGB and upright: a new image
-    with empty info, since the encoders take a profile, a comment or a transparency from an image's info."""
     frame = source
     if stored != source.size or box is not None:
         frame = frame.resize(stored, Image.Resampling.LANCZOS, box=box)
@@ -92,5 +85,5 @@ def prepare(
         frame = frame.transpose(_TRANSPOSE[orientation])
     if frame is opened:
         frame = frame.copy()
-    frame.info = {}
+    frame.info = {}  # the encoders would take a profile, a comment or a transparency from it
     return frame

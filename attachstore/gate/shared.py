@@ -1,7 +1,5 @@
-"""An upload's bytes in shared memory: written once by the edge (or the base64 decode), then sealed against
-any change and handed to a decode worker by its file descriptor, so that no pipe carries (and no message
-encoding copies) the bytes of an image. What the worker inspects and hashes is what the daemon stores: after
-the seal no process, the worker included, can change them."""
+"""An upload's bytes in shared memory, sealed and handed to a decode worker by its descriptor: what the worker
+inspects and hashes is what the daemon stores (docs/design.md, "The decode worker pool")."""
 
 from __future__ import annotations
 
@@ -22,10 +20,8 @@ SHARE = 4
 
 
 class Descriptors:
-    """The memory files of the uploads in progress in this process (one per image of an admission, from its
-    body's arrival or its base64's decoding until its checks are done), at most `limit` together: a
-    quarter of the process's RLIMIT_NOFILE, as it is when the first is made. The limit is the process's, so
-    this count is too: every SharedBuffer of the process takes one."""
+    """At most a quarter of the process's RLIMIT_NOFILE, as it is when the first is made: every SharedBuffer
+    of the process takes one."""
 
     def __init__(self, limit: int | None = None) -> None:
         self._limit = limit
@@ -50,7 +46,6 @@ class Descriptors:
 
 
 def nofile() -> int:
-    """The process's soft limit on open files (RLIMIT_NOFILE); a million when there is none."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     return 1 << 20 if soft == resource.RLIM_INFINITY else soft
 
@@ -73,9 +68,7 @@ def _close(fd: int, descriptors: Descriptors) -> None:
 
 
 class SharedBuffer:
-    """An anonymous memory file (memfd). `write` appends; `seal` ends the writing and maps the bytes
-    read-only (`view`). `close` frees them; a buffer nobody holds any more is freed as well, even unclosed
-    (the mapping and the descriptor go with the object)."""
+    """A buffer nobody holds any more is freed as well, even unclosed."""
 
     __slots__ = ("__weakref__", "_closer", "_fd", "_map", "size", "view")
 
@@ -131,7 +124,6 @@ class SharedBuffer:
         return self.size
 
     def close(self) -> None:
-        """Let go of the bytes: the descriptor is closed at once, the mapping as soon as nothing reads it
-        any more (a write of the stored object in a thread may still hold a view of it)."""
+        # the mapping goes once nothing reads it (a write of the stored object in a thread may hold a view)
         self._closer()
         self.view = self._map = None

@@ -10,9 +10,6 @@ from collections.abc import Hashable
 
 
 class FairSlots:
-    """A semaphore whose free slot goes to the waiting key (a tenant) that was last given one longest ago,
-    one that never was first; within a key, first come first served."""
-
     def __init__(self, size: int) -> None:
         self.size = size
         self._free = size

@@ -5,9 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-class Unfittable(Exception):
-    """The image cannot be brought within the target; str(e) is a one-line message a user or model can
-    read."""
+class Unfittable(Exception): ...  # str(e) is one line a user or model can read
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,11 +1,6 @@
-"""The decode worker: a child process that runs the gate's deep checks and hashes the bytes.
-
-Image decoding runs in separate processes so that a pathological file can be cut off by killing its worker
-(threads cannot be stopped) and so that decoding never holds the daemon's event loop or its GIL.
-Protocol on stdin/stdout: frames of a 4-byte big-endian length followed by a msgpack message. An upload's
-bytes do not travel in the message: a `Job` with `shared` set comes with the descriptor of a sealed memory
-file of that many bytes (shared.py), sent over the Unix socket named by `--fds` just before the frame.
-"""
+"""The decode worker: a child process that runs the gate's deep checks and hashes the bytes, so that a
+pathological file can be cut off by killing it (docs/design.md, "The decode worker pool", for why and its
+protocol)."""
 
 from __future__ import annotations
 
@@ -31,9 +26,6 @@ LENGTH = struct.Struct(">I")
 
 
 class Job(msgspec.Struct, tag=True, array_like=True):
-    """Admission: the gate's checks on an upload, and with `fit_limits` or `strip_metadata` its
-    normalization (docs/normalization.md)."""
-
     data: bytes
     declared: str | None
     limits: Limits
@@ -51,10 +43,6 @@ class Job(msgspec.Struct, tag=True, array_like=True):
 
 
 class Derive(msgspec.Struct, tag=True, array_like=True):
-    """A request variant or a preview: a stored (already admitted and verified) image brought within
-    `target`, whose result must pass the gate with `limits` (the target's sizes in place of the
-    admission's)."""
-
     data: bytes
     media_type: str
     target: tuple[int, int, int]  # max_side, max_pixels, max_bytes
@@ -142,7 +130,6 @@ def _admit(job: Job) -> Passed:
 
 
 def _fit(job: Job, fit_limits: Limits, oversize: Rejected) -> Passed:
-    """An upload over a size limit: checked in full under the fit bounds, then brought within the limits."""
     from .checks import inspect, strict_pillow
     from .normalize import Target, Unfittable, fit
 
@@ -186,7 +173,6 @@ def _passed(
     original: Original | None = None,
     steps: Sequence[str] = (),
 ) -> Passed:
-    """The answer for `data`; it carries the bytes back only when they are not the job's own."""
     digest = Ref.of(algorithm, data).digest
     sent_back = data if new_bytes else None
     return Passed(
@@ -205,8 +191,6 @@ def _read_exact(stream: BinaryIO, n: int) -> bytes | None:
 
 
 def _shared_bytes(fds: socket.socket, size: int) -> bytes:
-    """The bytes of the memory file that came with a job: one copy out of the mapping, which is then let
-    go, so that the checks run on plain bytes."""
     _, received, _, _ = socket.recv_fds(fds, 1, 1)
     if len(received) != 1:
         raise ConnectionError("a job's shared memory did not arrive")

@@ -13,47 +13,39 @@ T = TypeVar("T")
 
 
 class Row(Protocol):
-    """A row as a driver returns it: its columns by position."""
-
     def __getitem__(self, index: int, /) -> Any: ...
     def __iter__(self) -> Iterator[Any]: ...
     def __len__(self) -> int: ...
 
 
 class Reads(Protocol):
-    """Statements in a backend's dialect. SQL is written with numbered placeholders, `$1`, `$2`, ... (SQLite
-    reads them as its own `?1`, `?2`, ...)."""
-
+    # SQL is written with `$1`, `$2`, ... placeholders; SQLite reads them as its own `?1`, `?2`, ...
     hold_order: str  # the column that numbers holds in the order they were made: rowid, or seq
 
     async def fetch(self, sql: str, *args: object) -> Sequence[Row]: ...
 
     def refs_in(self, column: str, refs: Sequence[str], first: int) -> Iterator[tuple[str, Sequence[object]]]:
-        """`column` is one of `refs`, as conditions on the parameters from `$first` on, each with their
-        values: one condition for all of them, or one for each share of a long list (none for no refs)."""
+        """Conditions on the parameters from `$first` on, each with their values: one for all of `refs`, or
+        one for each share of a long list (none for no refs)."""
 
 
 class Tx(Reads, Protocol):
-    """One write transaction."""
-
     exclusive: bool  # no other writer runs meanwhile (SQLite's write lock): no lock needs to be taken
 
     async def execute(self, sql: str, *args: object) -> None: ...
     async def executemany(self, sql: str, args: Iterable[Sequence[object]]) -> None: ...
 
     async def lock_refs(self, refs: Iterable[str]) -> None:
-        """The locks of `refs` until the transaction ends; what the statements after it read includes
-        everything the previous holders committed."""
+        """What the statements after it read includes everything the previous holders committed."""
 
 
 def locked(tx: Tx, strength: str) -> str:
-    """The clause that locks the rows a SELECT reads until the transaction ends, where rows lock."""
     return "" if tx.exclusive else f" FOR {strength}"
 
 
 class CallbackFailed(Exception):
-    """Carries an exception raised by a caller's callback past a backend's handling of driver errors (an
-    OSError from a check is no lost connection), unchanged: `Index._write` raises it again."""
+    """Carries a callback's exception past a backend's handling of driver errors (an OSError from a check is
+    no lost connection): `Index._write` raises it again unchanged."""
 
     def __init__(self, error: Exception) -> None:
         super().__init__(str(error))

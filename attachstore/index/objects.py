@@ -1,5 +1,5 @@
-"""Statements on object rows that the operations on objects and on sessions share: the columns, the reads,
-the renewals of a list of refs, and the upsert that publishes a row."""
+"""Statements on object rows that the operations on objects and on sessions share: the columns, the reads, the
+renewals, and the upsert that publishes a row."""
 
 from __future__ import annotations
 
@@ -24,7 +24,6 @@ def object_row(r: Row) -> ObjectRow:
 
 
 def object_values(r: ObjectRow) -> tuple[object, ...]:
-    """The values of UPSERT_OBJECT's placeholders."""
     return (
         r.ref,
         r.media_type,
@@ -40,8 +39,7 @@ def object_values(r: ObjectRow) -> tuple[object, ...]:
 
 
 async def rows_of(db: Reads, refs: Sequence[str], tenant: str | None) -> list[ObjectRow]:
-    """The rows of those of `refs` that `tenant` may see (None: the operator, who sees everything). The
-    tenant's own display name stands in for the object's."""
+    # tenant None: the operator, who sees everything; a tenant's own display name stands in for the object's
     found: list[ObjectRow] = []
     for where, values in db.refs_in("objects.ref", refs, 1 if tenant is None else 2):
         if tenant is None:
@@ -55,8 +53,8 @@ async def rows_of(db: Reads, refs: Sequence[str], tenant: str | None) -> list[Ob
 
 
 async def renew(tx: Tx, refs: Sequence[str], now: float) -> list[ObjectRow]:
-    """Renew the leases of those of `refs` that have a row; their rows. Where rows lock, every statement that
-    updates several locks them in ref order, so those never deadlock."""
+    """Where rows lock, every statement that updates several locks them in ref order, so those never
+    deadlock."""
     renewed: list[ObjectRow] = []
     for where, values in tx.refs_in("ref", refs, 2):
         sql = f"""UPDATE objects SET lease_at = $1 WHERE ref IN

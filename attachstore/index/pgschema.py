@@ -1,9 +1,6 @@
-"""The PostgreSQL schema of the index: the twin of `schema.py`, version for version.
-
-`MIGRATIONS` holds one list of statements per version, aligned with `schema.MIGRATIONS`; the version is kept
-in the one-row table `attachstore_schema` instead of PRAGMA user_version. `migrate` brings a database to
-SCHEMA_VERSION under an advisory lock, so that daemons starting together migrate it once.
-"""
+"""The PostgreSQL schema of the index, version for version the twin of `schema.MIGRATIONS`, its version kept
+in the one-row table `attachstore_schema`; `migrate` runs under an advisory lock so that daemons starting
+together migrate once."""
 
 from __future__ import annotations
 
@@ -120,8 +117,6 @@ if len(MIGRATIONS) != len(schema.MIGRATIONS):
 
 
 async def migrate(db: Connection) -> None:
-    """Bring the schema to SCHEMA_VERSION in one transaction. The advisory lock makes daemons that start
-    together migrate once: the others wait, then find the work done."""
     async with db.transaction():
         await db.execute("SELECT pg_advisory_xact_lock($1, $2)", LOCK_SPACE, MIGRATE_LOCK)
         await db.execute(

@@ -1,7 +1,6 @@
-"""The store's policy and the nodes that serve it: the statements, and the transactions that change them
-(`Index` runs each one). The record is one row, locked by the transaction that may replace it, so that
-two daemons starting together decide one after the other; what a node's policy is, and when one differs, is
-the service's to decide (service/storepolicy.py)."""
+"""The store's policy record and the nodes that serve it: the statements and the transactions that change them
+(`Index` runs each one). What a node's policy is, and when one differs, is the service's to decide
+(service/storepolicy.py)."""
 
 from __future__ import annotations
 
@@ -29,8 +28,6 @@ async def nodes(db: Reads) -> list[NodeRow]:
 
 
 async def join(tx: Tx, node: NodeRow, decide: Decide) -> PolicyRecord | None:
-    """Lock the record (made empty first, if the store has none), let `decide` look at it and at the other
-    nodes, then record the node's policy if it said so, and the node. Returns the record as it was."""
     await tx.execute("INSERT INTO policy (one) VALUES (1) ON CONFLICT (one) DO NOTHING")
     before = await record(tx, locked(tx, "UPDATE"))
     others = [n for n in await nodes(tx) if n.node != node.node]
@@ -51,10 +48,9 @@ async def join(tx: Tx, node: NodeRow, decide: Decide) -> PolicyRecord | None:
 
 
 async def heartbeat(tx: Tx, node: NodeRow, now: float) -> PolicyRecord | None:
-    """The node is seen now (its row made again if another node forgot it); returns the record."""
     if await tx.fetch("SELECT 1 FROM nodes WHERE node = $1", node.node):
         await tx.execute("UPDATE nodes SET seen_at = $1 WHERE node = $2", now, node.node)
-    else:
+    else:  # another node forgot it
         await _insert(tx, node, now)
     return await record(tx)
 

@@ -1,27 +1,6 @@
-"""The index in PostgreSQL, for many stateless daemons sharing one database.
-
-`PgIndex` runs the operations of protocol.py, as `SqliteIndex` does on SQLite; one suite checks both
-(tests/index/test_conformance.py). The schema is the same, version for version (`pgschema.MIGRATIONS`, twin of
-`schema.MIGRATIONS`), tracked in the one-row table `attachstore_schema` instead of PRAGMA user_version.
-
-The locks. Transactions run at READ COMMITTED on many connections at once, so the locks that the protocol
-names (protocol.py says which and why) are taken for real, each held until its transaction ends:
-
-- A ref's lock is a transaction-level advisory lock (`pg_advisory_xact_lock` on `ref_key`, a 64-bit hash of
-  the ref), all of a transaction's in key order, in a statement of its own: at READ COMMITTED the statements
-  after it see every transaction that held the lock before as committed. Unlike a row lock, it covers refs
-  that have no row yet.
-- A session's lock is its row's (`SELECT ... FOR UPDATE`); object rows that a statement updates by the batch
-  are locked in ref order (`FOR NO KEY UPDATE`).
-- A deadlock or serialization failure that happens anyway is retried (the whole transaction, callbacks
-  included: they re-check under the locks, and removing a removed file is a no-op).
-- `sweeping()` holds a session-level advisory lock for a whole GC run, so that only one GC sweeps at a time
-  across every node (with SQLite two runs are safe, only redundant; here the second waits for the first).
-
-A lock not granted within `LOCK_TIMEOUT` (like SQLite's busy timeout) fails with STORAGE_UNAVAILABLE. Driver
-failures never leave as asyncpg exceptions: a full disk is StorageFull, anything else StorageUnavailable
-(`pgdriver.storage_error`).
-"""
+"""The index in PostgreSQL, for many stateless daemons sharing one database: `PgIndex` runs the operations of
+protocol.py at READ COMMITTED on many connections, taking the locks it names for real (docs/design.md, "The
+locks")."""
 
 from __future__ import annotations
 
@@ -57,18 +36,16 @@ T = TypeVar("T")
 
 
 def ref_key(ref: str) -> int:
-    """The advisory lock key of a ref: 64 bits of its hash, as PostgreSQL's signed bigint."""
     return int.from_bytes(hashlib.blake2b(ref.encode(), digest_size=8).digest(), "big", signed=True)
 
 
 def _refs_in(column: str, refs: Sequence[str], first: int) -> Iterator[tuple[str, Sequence[object]]]:
-    """All of `refs` in one array parameter."""
     if refs:
         yield f"{column} = ANY(${first}::text[])", (list(refs),)
 
 
 class _Reads:
-    """One statement on any connection of the pool; tried twice if the first connection was lost."""
+    """Tried twice if the first connection was lost."""
 
     hold_order = "seq"
     refs_in = staticmethod(_refs_in)
@@ -89,8 +66,6 @@ class _Reads:
 
 
 class _Tx:
-    """A transaction on one connection of the pool, with other transactions running at the same time."""
-
     exclusive = False
     hold_order = "seq"
     refs_in = staticmethod(_refs_in)
@@ -114,21 +89,18 @@ class _Tx:
 
 
 async def _keep_session_state(db: object) -> None:
-    """The pool's reset: nothing but the rollback asyncpg does anyway. The default reset (RESET ALL, advisory
-    unlock, ...) costs a round trip per use; nothing here changes session state except `sweeping()`, which
-    restores it."""
+    """The pool's reset, only asyncpg's rollback: the default (RESET ALL, advisory unlock, ...) costs a round
+    trip per use, and nothing here changes session state except `sweeping()`, which restores it."""
 
 
 class PgIndex(Index):
-    """A pool of connections; every method is one transaction (or one statement for reads)."""
-
     def __init__(self, pool: Pool) -> None:
         super().__init__(_Reads(pool))
         self._pool = pool
 
     @classmethod
     async def open(cls, dsn: str, *, min_size: int = 1, max_size: int = 10) -> PgIndex:
-        """Connect and migrate. `max_size` is at least 2: `sweeping()` keeps one connection for a gc run."""
+        # `sweeping()` keeps one connection for a whole gc run
         if max_size < 2 or not 0 <= min_size <= max_size:
             raise ValueError(
                 f"pool sizes: need 0 <= min_size <= max_size and max_size >= 2, got {min_size}, {max_size}"
@@ -164,7 +136,6 @@ class PgIndex(Index):
         await self._pool.close()
 
     async def _transaction(self, work: Callable[[Tx], Awaitable[T]]) -> T:
-        """`work` in one transaction, run again from the start after a deadlock or serialization failure."""
         for attempt in range(1, _ATTEMPTS + 1):
             try:
                 db = await self._pool.acquire()
@@ -182,9 +153,8 @@ class PgIndex(Index):
 
     @asynccontextmanager
     async def sweeping(self) -> AsyncIterator[None]:
-        """Held for a whole gc run: one gc sweeps at a time across every node on this database; a second
-        waits for the first. If the connection is lost meanwhile, the lock goes with it (the sweep itself
-        stays safe: only the exclusion of a redundant second run is lost)."""
+        """One gc sweeps at a time across every node. A lost connection takes the lock with it: only the
+        exclusion of a redundant second run is lost, the sweep stays safe."""
         try:
             db = await self._pool.acquire()
         except DRIVER_ERRORS as e:
@@ -213,7 +183,7 @@ class PgIndex(Index):
             await self._pool.release(db)
 
     async def get_session(self, key: SessionKey) -> SessionRow | None:
-        """The session and its holds in one statement: as of one moment."""
+        # the session and its holds in one statement: as of one moment
         found = await self._reads.fetch(
             """SELECT route, created_at, ARRAY(SELECT ref FROM holds
                 WHERE holds.tenant = sessions.tenant AND holds.session = sessions.id ORDER BY created_at, seq)

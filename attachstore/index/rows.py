@@ -8,8 +8,8 @@ from typing import NamedTuple
 
 
 class ObjectRow(NamedTuple):
-    """An object's row. A named tuple, not a frozen dataclass: gc, the audit and render build one per
-    object, and a frozen dataclass costs seven times as much to make (0.3 s for 150,000 rows)."""
+    """A named tuple, not a frozen dataclass: gc, the audit and render build one per object
+    (docs/performance.md, "Figures that were in the service, index and gate docstrings")."""
 
     ref: str
     media_type: str
@@ -27,8 +27,7 @@ class ObjectRow(NamedTuple):
 
 
 class Link(NamedTuple):
-    """A variant link as the index records it: `source`'s variant derived with `spec` is the object of
-    `row`. `check` is the link's keyed check (refs.Checker.link), None on links older than link checks."""
+    """`check` is the link's keyed check (refs.Checker.link), None on links older than link checks."""
 
     source: str
     spec: str
@@ -37,8 +36,6 @@ class Link(NamedTuple):
 
 
 class LinkRow(NamedTuple):
-    """A variant link's own row, without its variant's object row (for the audit)."""
-
     source: str
     spec: str
     variant: str
@@ -61,7 +58,7 @@ class SessionRow:
 
 @dataclass(frozen=True, slots=True)
 class Hold:
-    """Where new holds go, and a check of that session run under the write lock (it raises to refuse)."""
+    """Its check runs under the write lock (it raises to refuse)."""
 
     key: SessionKey
     guard: Callable[[SessionRow], object]
@@ -70,8 +67,6 @@ class Hold:
 
 @dataclass(frozen=True, slots=True)
 class PolicyRecord:
-    """The policy a store enforces, as the last daemon to start recorded it (service/storepolicy.py)."""
-
     fingerprint: str
     document: str  # JSON
     recorded_at: float
@@ -80,8 +75,6 @@ class PolicyRecord:
 
 @dataclass(frozen=True, slots=True)
 class NodeRow:
-    """A daemon process serving the store, with the policy it enforces, seen at each heartbeat."""
-
     node: str
     host: str  # the host (and its boot and pid namespace) the pid belongs to
     pid: int

@@ -120,8 +120,7 @@ MIGRATIONS: list[list[str]] = [
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
-class IndexUnusable(Exception):
-    """The index cannot be used (for example: written by a newer attachstore)."""
+class IndexUnusable(Exception): ...
 
 
 async def migrate(db: aiosqlite.Connection) -> None:

@@ -1,6 +1,5 @@
-"""Sessions and their holds: the statements, and the transactions that change them (`Index` runs each
-one). Each locks the session's row before it reads the holds and runs a guard; adding holds also takes the
-locks of the refs held (protocol.py tells why)."""
+"""Sessions and their holds: the statements, and the transactions that change them (`Index` runs each one);
+docs/design.md, "The locks", says what each locks."""
 
 from __future__ import annotations
 
@@ -13,8 +12,8 @@ from .rows import Hold, SessionKey, SessionRow
 
 
 async def read(db: Reads, key: SessionKey, locking: str = "") -> SessionRow | None:
-    """The session; with `locking`, its row locked first. The holds are read by a second statement, after
-    the lock is granted, so they include whatever the previous holder of the lock committed."""
+    """With `locking`, the holds are read by a second statement, after the lock is granted, so they include
+    whatever the previous holder committed."""
     found = await db.fetch(
         f"SELECT route, created_at FROM sessions WHERE tenant = $1 AND id = $2{locking}", *key
     )
@@ -34,7 +33,7 @@ async def require(tx: Tx, key: SessionKey, *, lock: bool = True) -> SessionRow:
 
 
 async def insert_holds(tx: Tx, key: SessionKey, refs: Sequence[str], now: float) -> None:
-    """Every hold change renews the held objects' leases. Holds are numbered in the order of `refs`."""
+    """Every hold change renews the held objects' leases."""
     if not refs:
         return
     await tx.executemany(
@@ -46,7 +45,6 @@ async def insert_holds(tx: Tx, key: SessionKey, refs: Sequence[str], now: float)
 
 
 async def _insert(tx: Tx, key: SessionKey, route: str | None, now: float) -> bool:
-    """Whether the session was made; False when it exists (and then it is left alone)."""
     made = await tx.fetch(
         """INSERT INTO sessions (tenant, id, route, created_at) VALUES ($1, $2, $3, $4)
         ON CONFLICT (tenant, id) DO NOTHING RETURNING 1""",

@@ -1,10 +1,6 @@
-"""The index in one SQLite database (WAL, synchronous=FULL): the embedded default.
-
-Two connections: one writer, for one transaction at a time behind an asyncio lock and `BEGIN IMMEDIATE`, so
-that SQLite's write lock is held from the start of every write transaction to its commit, also against other
-processes; and one reader (WAL lets it read while the writer writes). The write lock excludes every other
-writer, which is all the locking the protocol (protocol.py) asks for: `_Tx.lock_refs` has nothing to do.
-"""
+"""The index in one SQLite database (WAL, synchronous=FULL), the embedded default: one writer behind an
+asyncio lock and `BEGIN IMMEDIATE`, one reader; the write lock is all the locking the protocol asks for
+(docs/design.md, "The index")."""
 
 from __future__ import annotations
 
@@ -39,8 +35,7 @@ T = TypeVar("T")
 
 
 def rows_in(db: sqlite3.Connection, refs: Sequence[str]) -> dict[str, ObjectRow]:
-    """The rows of `refs` that exist, by ref, from a plain (synchronous) connection: for a process of the
-    audit's that checks a share of the files against the index itself."""
+    """From a plain (synchronous) connection, for an audit process that checks a share of the files."""
     found: dict[str, ObjectRow] = {}
     for start in range(0, len(refs), _IN_CHUNK):
         chunk = refs[start : start + _IN_CHUNK]
@@ -52,7 +47,6 @@ def rows_in(db: sqlite3.Connection, refs: Sequence[str]) -> dict[str, ObjectRow]
 
 @lru_cache(maxsize=1024)
 def _dialect(sql: str) -> str:
-    """A statement written with `$n` placeholders, with SQLite's `?n` in their place."""
     return re.sub(r"\$(\d+)", r"?\1", sql)
 
 
@@ -63,9 +57,8 @@ def _storage_error(e: sqlite3.Error) -> AttachstoreError:
 
 
 class _Reads:
-    """Statements on one connection. Each runs to its end in one trip to the connection's thread: a
-    statement left open between trips would keep SQLite's read snapshot, and the reader would stop seeing
-    new commits."""
+    """Each statement runs to its end in one trip to the connection's thread: one left open would keep
+    SQLite's read snapshot, and the reader would stop seeing new commits."""
 
     hold_order = "rowid"
 
@@ -82,8 +75,6 @@ class _Reads:
 
 
 class _Tx(_Reads):
-    """A write transaction on the writer, under the write lock."""
-
     exclusive = True
 
     async def execute(self, sql: str, *args: object) -> None:
@@ -92,8 +83,7 @@ class _Tx(_Reads):
     async def executemany(self, sql: str, args: Iterable[Sequence[object]]) -> None:
         await self._db.executemany(_dialect(sql), args)
 
-    async def lock_refs(self, refs: Iterable[str]) -> None:
-        """Nothing: the write lock covers every ref."""
+    async def lock_refs(self, refs: Iterable[str]) -> None: ...  # the write lock covers every ref
 
 
 async def _connect(path: Path) -> aiosqlite.Connection:
@@ -106,8 +96,8 @@ async def _connect(path: Path) -> aiosqlite.Connection:
 
 
 async def _wal(db: aiosqlite.Connection) -> None:
-    """Switch a new database to WAL. The switch takes an exclusive lock and answers SQLITE_BUSY at once, not
-    through the busy handler, while another process opens the same new store (the workers of `serve`)."""
+    """The switch takes an exclusive lock and answers SQLITE_BUSY at once, not through the busy handler, while
+    another process opens the same new store."""
     for _ in range(BUSY_TIMEOUT_MS // 20):
         try:
             await db.execute("PRAGMA journal_mode = WAL")
@@ -120,8 +110,6 @@ async def _wal(db: aiosqlite.Connection) -> None:
 
 
 class SqliteIndex(Index):
-    """Two connections: one writer behind an asyncio lock (a transaction at a time), one reader (WAL)."""
-
     def __init__(self, path: Path, writer: aiosqlite.Connection, reader: aiosqlite.Connection) -> None:
         super().__init__(_Reads(reader))
         self.path = path
@@ -149,7 +137,7 @@ class SqliteIndex(Index):
         await self._w.close()
 
     async def ready(self) -> None:
-        """Also room to grow: a full file system fails every write transaction (STORAGE_FULL)."""
+        # also room to grow: a full file system fails every write transaction (STORAGE_FULL)
         await super().ready()
         fs = await asyncio.to_thread(os.statvfs, self.path.parent)
         free = fs.f_bavail * fs.f_frsize
@@ -163,8 +151,6 @@ class SqliteIndex(Index):
 
     @asynccontextmanager
     async def write(self) -> AsyncIterator[aiosqlite.Connection]:
-        """One write transaction, holding SQLite's write lock (BEGIN IMMEDIATE) from start to commit.
-        SQLite's own failures leave as STORAGE_FULL or STORAGE_UNAVAILABLE, with nothing committed."""
         async with self._lock:
             try:
                 await self._w.execute("BEGIN IMMEDIATE")
@@ -179,12 +165,8 @@ class SqliteIndex(Index):
                 raise _storage_error(e) from e
 
     async def _transaction(self, work: Callable[[Tx], Awaitable[T]]) -> T:
-        """`work` in a write transaction, committed together with the others that wait meanwhile (group
-        commit): while one transaction commits, the ones that come wait, and then go in one BEGIN ... COMMIT,
-        each in a savepoint of its own, so that one that fails is rolled back alone and the others commit.
-        Every caller hears only after that COMMIT, which WAL with synchronous=FULL makes durable: a commit
-        (an fsync) shared by concurrent admissions, and no answer before its row is on disk. A caller
-        cancelled before its turn has its work left out; once begun, it commits with the others."""
+        """Group commit (docs/design.md, "Admission, step by step", step 10): a caller cancelled before its
+        turn is left out; once begun, it commits with the others."""
         done: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         self._waiting.append((work, done))
         if self._committer is None or self._committer.done():
@@ -229,6 +211,5 @@ class SqliteIndex(Index):
 
     @asynccontextmanager
     async def sweeping(self) -> AsyncIterator[None]:
-        """Held for a whole gc run. SQLite needs nothing more than its write lock: concurrent sweeps are
-        safe, each candidate being re-checked under it (PgIndex makes sweeps take turns across nodes)."""
+        # concurrent sweeps are safe under the write lock, each candidate re-checked under it
         yield

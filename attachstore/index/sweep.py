@@ -56,9 +56,8 @@ async def collect(
 
 
 async def _lock_with_variants(tx: Tx, sources: Sequence[str]) -> None:
-    """The locks of `sources` and of the variants linked to them, every one before any removal: the variants
-    as seen before locking, then any linked since (a link needs its source's lock, so once the sources are
-    locked the set stands still)."""
+    """Every lock before any removal: the variants seen before locking, then any linked since (a link needs
+    its source's lock, so once the sources are locked the set stands still)."""
     if tx.exclusive:
         return
 

@@ -1,6 +1,6 @@
-"""Admission (SPEC sections 4 and 5): validate every member of a batch, then store every member, then publish
-all rows and the session's holds in one transaction. A rejection raises for `user`/`command` and degrades
-into a diagnostic per image and a text for the model for `tool`/`mcp`."""
+"""Admission (SPEC sections 4 and 5): validate every member, store every member, publish all rows in one
+transaction; a rejection raises for `user`/`command` and degrades into diagnostics for `tool`/`mcp`
+(docs/design.md, "Admission, step by step")."""
 
 from __future__ import annotations
 
@@ -30,8 +30,6 @@ SOURCES = ("user", "tool", "mcp", "command")
 
 @dataclass(frozen=True, slots=True)
 class Admission:
-    """The answer to an admission: refs in input order, or (soft rejection) a diagnostic per image."""
-
     attachments: list[ImageRef]
     diagnostics: list[Diagnostic] = field(default_factory=list)
     text: str | None = None
@@ -65,7 +63,6 @@ def _refused(
     verdicts: Sequence[Admitted | Rejected],
     soft: bool,
 ) -> Admission:
-    """A refused admission: degraded into diagnostics for a soft source, else the first failure raised."""
     if soft:
         return _degraded(uploads, names, batch_error, verdicts)
     if batch_error is not None:
@@ -102,7 +99,8 @@ class Admissions:
         self._storing: set[asyncio.Task[None]] = set()
 
     async def close(self) -> None:
-        """Wait for the admissions whose callers were cancelled while they stored (see _admit)."""
+        """Wait for the admissions whose callers were cancelled while they stored (see
+        `_store_to_the_end`)."""
         await asyncio.gather(*self._storing, return_exceptions=True)
 
     async def admit(
@@ -116,10 +114,9 @@ class Admissions:
         slot: Slot | None = None,
         exact: bool = False,
     ) -> Admission:
-        """docs/design.md, "Admission, step by step". `slot`: the place an edge took before it read the
-        uploads (else the admission takes its own). `exact`: every image stored byte for byte as it came,
-        whatever `[admission] oversize` and `strip_metadata` say (`attachstore transcript`'s restore must give
-        back the very bytes)."""
+        """`slot`: the place an edge took before it read the uploads. `exact`: every image stored byte for
+        byte, whatever `oversize` and `strip_metadata` say (a transcript restore must give back the very
+        bytes)."""
         if not source:  # the same words whether JSON or a form left it out
             raise InvalidRequest(
                 f"source: missing; say where the images come from: one of {', '.join(SOURCES)}"
@@ -157,8 +154,8 @@ class Admissions:
         tenant: str = "",
         exact: bool = False,
     ) -> list[Rejected | None]:
-        """The gate's verdict on each upload, the one `admit` would reach, with nothing stored (dry runs):
-        None for an image that would be admitted."""
+        """The verdict `admit` would reach, with nothing stored (dry runs); None for an image that would be
+        admitted."""
         if source not in SOURCES:
             raise InvalidRequest(f"source: must be one of {', '.join(SOURCES)}, not {source!r}")
         if not uploads:
@@ -215,11 +212,9 @@ class Admissions:
     async def _store_to_the_end(
         self, admitted: Sequence[Admitted], names: Sequence[str | None], hold: Hold | None, tenant: str
     ) -> None:
-        """`_store`, finished even when the admission is cancelled (its client left): its files are written
-        in threads that cannot be stopped, and cut off there it would leave unindexed objects behind for gc
-        and the audit. Cancelled, it waits for the store (keeping its place among max_concurrent) and leaves
-        published, like one whose answer was lost; cancelled again (shutdown), it leaves at once and
-        Store.close waits for the store."""
+        """Finished even when cancelled (keeping its place): its files are written in threads that cannot be
+        stopped, and cut off it would leave unindexed objects behind (docs/design.md, "Failure cleanup");
+        cancelled again (shutdown), it leaves and Store.close waits."""
         storing = asyncio.create_task(self._store(admitted, names, hold, tenant))
         self._storing.add(storing)
         storing.add_done_callback(self._stored)

@@ -1,6 +1,5 @@
-"""The built-in model catalog (catalog.toml, a versioned data file of the package): what widely used models
-take as input and which provider render speaks for them, by exact id or prefix pattern, each with its source;
-and how an arbitrary model id finds its entry (docs/configuration.md#the-built-in-catalog)."""
+"""The built-in model catalog (catalog.toml, a data file of the package) and how a model id finds its entry
+(docs/configuration.md#the-built-in-catalog)."""
 
 from __future__ import annotations
 
@@ -26,8 +25,7 @@ _KEY = re.compile(r"^[a-z0-9][a-z0-9._-]*\*?$")
 _BEDROCK = re.compile(r"^(?:[a-z-]+\.)+")
 
 
-class CatalogError(ValueError):
-    """The catalog file is not valid; the message names the entry."""
+class CatalogError(ValueError): ...
 
 
 class Entry(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
@@ -39,7 +37,6 @@ class Entry(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=Tru
 
     @property
     def key(self) -> str:
-        """The id, or the pattern as written (`claude-*`)."""
         return self.id if self.id is not None else str(self.match)
 
     def route(self) -> Route:
@@ -61,9 +58,8 @@ class Match:
 
 
 def forms(model: str) -> list[tuple[str, bool]]:
-    """The forms a model id is looked up as, in order: lower-cased as it is, then canonical (no "provider/"
-    path, no ":suffix", no leading Bedrock segments, Vertex's "@" read as "-"). With each, whether a path
-    was dropped."""
+    """Lower-cased as it is, then canonical (docs/configuration.md#the-built-in-catalog); with each, whether a
+    `provider/` path was dropped."""
     raw = model.strip().lower()
     canonical = raw.rsplit("/", 1)[-1].split(":", 1)[0]
     canonical = _BEDROCK.sub("", canonical).replace("@", "-")
@@ -74,9 +70,6 @@ def forms(model: str) -> list[tuple[str, bool]]:
 
 
 class Catalog:
-    """Entries by id and by prefix. Lookup: for each form of the id, an exact id first, then the longest
-    prefix that matches; the first form with a match decides."""
-
     def __init__(self, version: str, entries: Sequence[Entry]) -> None:
         self.version = version
         self.entries = tuple(entries)
@@ -103,7 +96,6 @@ class Catalog:
 
     @classmethod
     def of_document(cls, document: object) -> Catalog:
-        """The catalog as a recorded policy holds it (`document()`)."""
         file = msgspec.convert(document, _File)
         return cls(file.version, file.models)
 
@@ -142,6 +134,5 @@ def _check(e: Entry) -> None:
 
 @cache
 def builtin() -> Catalog:
-    """The catalog shipped in the package (read once)."""
     text = resources.files(__package__).joinpath("catalog.toml").read_text(encoding="utf-8")
     return Catalog.parse(text)

@@ -1,6 +1,6 @@
-"""Where the key of the keyed check comes from (docs/security.md): the configuration's secret, a key file, a
-systemd credential, or one generated once outside the data dir. Never from where the objects and the index
-live: a key kept beside them would not stop anyone who can write them from making checks that fit."""
+"""Where the key of the keyed check comes from (docs/security.md, "The keyed check of reads"). Never the data
+dir: a key kept beside the objects and the index would not stop anyone who can write them from making checks
+that fit."""
 
 from __future__ import annotations
 
@@ -23,8 +23,6 @@ def default_key_file(env: Mapping[str, str]) -> Path:
 
 
 def checker(config: Config, env: Mapping[str, str] | None = None) -> Checker:
-    """The Checker of the configured key: `[integrity] check_key` ($ATTACHSTORE_CHECK_KEY), else
-    `check_key_file`, else the systemd credential, else the default file, made on first use."""
     env = os.environ if env is None else env
     if config.integrity.check_key is not None:
         return Checker(bytes.fromhex(config.integrity.check_key))
@@ -40,7 +38,6 @@ def checker(config: Config, env: Mapping[str, str] | None = None) -> Checker:
 
 
 def _credential(directory: Path) -> Path:
-    """The credential's path in $CREDENTIALS_DIRECTORY; ConfigError if the directory cannot be read."""
     path = directory / CREDENTIAL
     try:
         os.stat(path)
@@ -77,8 +74,8 @@ def _read(path: Path, what: str) -> bytes:
 
 
 def _generate(path: Path) -> bytes:
-    """A new key, written whole (0600) and linked into place, so that processes starting together (the
-    workers of one daemon) all end up with the same key: the first link wins, the others read it."""
+    """Written whole and linked into place, so that workers starting together end up with one key: the first
+    link wins, the others read it."""
     key = os.urandom(KEY_BYTES)
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)

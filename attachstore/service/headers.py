@@ -1,5 +1,6 @@
-"""Whether verified bytes' header says what their row says (type and dimensions): probed on the loop
-within the gate's bound, or walked in full off the loop for a JPEG admitted before the gate bounded it."""
+"""Whether verified bytes' header says what their row says: probed on the loop within the gate's bound, or
+walked in full off the loop for a JPEG admitted before the gate bounded it (docs/design.md, "Verified
+reads")."""
 
 from __future__ import annotations
 
@@ -22,25 +23,20 @@ class Headers:
         self._walking = asyncio.Lock()
 
     async def fit(self, row: ObjectRow, data: bytes | bytearray) -> bool:
-        """The verified bytes' header says what the row says: type and dimensions. Probed on the loop, at
-        most JPEG_HEADER_STEPS steps; a JPEG that needs more was admitted before the gate refused those, and
-        is walked off the loop."""
         fits = self.fit_now(row, data)
         return _fits(row, await self._deep_header(row.ref, data)) if fits is None else fits
 
     def fit_now(self, row: ObjectRow, data: bytes | bytearray | Mapped) -> bool | None:
-        """`fit` where it needs no wait: the header probed on the loop, or walked in full before;
-        None where the walk is still to make."""
+        """None where the full walk is still to make."""
         try:
             return _fits(row, probe_header(data, bounded=True))
         except HeaderTooDeep:
             return _fits(row, self._deep[row.ref]) if row.ref in self._deep else None
 
     async def _deep_header(self, ref: str, data: bytes | bytearray) -> Header | None:
-        """The header walked in full, in a thread and one object at a time, so that the loop keeps serving.
-        Remembered: the bytes hashed to `ref`, so their header is the same on every read of it. One walk
-        an object, shared by its concurrent readers and run to its end when they leave (a reader that
-        disconnects is cancelled): leaving and asking again cannot start another."""
+        """One walk per object, in a thread, shared by its concurrent readers and run to its end when they
+        leave, so that leaving and asking again cannot start another; remembered, since bytes that hash to
+        `ref` always have the same header."""
         if ref in self._deep:
             return self._deep[ref]
         walk = self._walks.get(ref)
@@ -61,7 +57,6 @@ class Headers:
             del self._walks[ref]
 
     async def walked(self, row: ObjectRow, data: bytes | bytearray) -> bool:
-        """`fit`, for bytes `fit_now` could not decide."""
         return _fits(row, await self._deep_header(row.ref, data))
 
 

@@ -1,6 +1,5 @@
-"""Whether a process of this host is alive, read from /proc where there is one: gone, dead (a zombie whose
-parent has not reaped it yet, which `kill(pid, 0)` still finds), exiting (killed, or tearing down: it never
-runs its own code again), or running. A node of the store is served by such a process (storepolicy.py)."""
+"""Whether a process of this host is alive, read from /proc: gone, dead (a zombie, which `kill(pid, 0)` still
+finds), exiting, or running. A node of the store is served by such a process (storepolicy.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +18,6 @@ class Process(Enum):
 
 
 def process(pid: int, proc: Path = Path("/proc")) -> Process:
-    """What the process `pid` of this host (and pid namespace) is now."""
     if not (proc / "self").exists():
         return _signalled(pid)
     try:
@@ -49,7 +47,7 @@ def _sigkill_pending(status: Path) -> bool:
 
 
 def _signalled(pid: int) -> Process:
-    """Without /proc: whether a signal could reach it (a zombie then counts as running)."""
+    # Without /proc: whether a signal reaches it (a zombie then counts as running).
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

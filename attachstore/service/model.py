@@ -1,5 +1,5 @@
-"""The service's value objects: what an admission is handed (`Upload`), and what the service answers with
-about an attachment (`ImageRef`), for admissions and reads alike."""
+"""The service's value objects: what an admission is handed (`Upload`) and what the service answers about an
+attachment (`ImageRef`)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,6 @@ from ..index import ObjectRow
 
 @dataclass(frozen=True, slots=True)
 class Normalization:
-    """What admission did to an upload before storing it (docs/normalization.md)."""
-
     original: Original  # the upload as it came
     steps: tuple[str, ...]  # "orientation", "colour", "metadata", "resized", "palette", "reencoded"
 
@@ -36,10 +34,8 @@ def image_ref(row: ObjectRow, name: str | None = None) -> ImageRef:
 
 @dataclass(frozen=True, slots=True)
 class Upload:
-    """One image handed to admission: base64 text (JSON), raw bytes (CLI), or raw bytes the edge wrote into
-    shared memory as they arrived (multipart), which reach the decode worker without a copy.
-
-    `size` is the decoded size; an edge that stopped buffering an oversized part passes its full size here."""
+    """`size` is the decoded size (an edge that stopped buffering an oversized part passes its full size);
+    `shared` bytes reach the decode worker without a copy."""
 
     payload: str | bytes | SharedBuffer
     size: int

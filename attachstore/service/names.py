@@ -1,5 +1,5 @@
-"""The display name an admitted image keeps (SPEC section 8: `name`, without any directory part): what may
-show of it, and its extension once normalization changed the image's type."""
+"""The display name an admitted image keeps (SPEC section 8), and its extension once normalization changed its
+type."""
 
 from __future__ import annotations
 
@@ -29,8 +29,6 @@ _TYPE_OF = {ext: media_type for media_type, exts in _EXTENSIONS.items() for ext 
 
 
 def display_name(name: str | None) -> str | None:
-    """Keep only the last path component, without control, format or invisible characters, each run of
-    spaces as one space, at most 255 characters."""
     if name is None:
         return None
     base = name.replace("\\", "/").rsplit("/", 1)[-1]
@@ -42,9 +40,8 @@ def display_name(name: str | None) -> str | None:
 
 
 def renamed(name: str | None, media_type: str) -> str | None:
-    """`name` with the extension of `media_type` in place of an image extension that names another type
-    ('photo.png' stored as a JPEG is 'photo.jpg'); any other name as it is ('retina.png' stored as a PNG,
-    'shot' without an extension, 'notes.txt')."""
+    """'photo.png' stored as a JPEG is 'photo.jpg'; a name without an image extension of another type stays as
+    it is."""
     if name is None:
         return None
     stem, dot, extension = name.rpartition(".")

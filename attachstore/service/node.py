@@ -1,5 +1,6 @@
-"""This daemon process as a node of the store: it joins as it starts (recording its policy, or refusing
-while a live node enforces another), sends a heartbeat, and leaves at close."""
+"""This daemon process as a node of the store: it joins as it starts (recording its policy, or refusing while
+a live node enforces another), sends a heartbeat, and leaves at close
+(docs/configuration.md#one-policy-per-store)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,6 @@ STOPPING_POLL = 0.1
 
 
 def _host() -> str:
-    """This host, as precisely as a pid needs: its name, its boot and its pid namespace (on Linux)."""
     boot, space = "", 0
     with contextlib.suppress(OSError):
         boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()[:8]
@@ -54,9 +54,8 @@ class State(Enum):
 
 
 def state(node: NodeRow, now: float, here: str) -> State:
-    """What a node is now. One of this host is gone as soon as its process is (or is a zombie); another
-    host's, once it has not been seen for NODE_TTL. A node says it is stopping in its row (a negative
-    `seen_at`: since when); one stopping for longer than a shutdown takes is gone."""
+    """A node of this host is gone with its process; another host's once unseen for NODE_TTL. A negative
+    `seen_at` says since when it is stopping; stopping longer than a shutdown takes is gone."""
     stopping = node.seen_at < 0
     if node.host == here:
         running = liveness.process(node.pid)
@@ -69,17 +68,11 @@ def state(node: NodeRow, now: float, here: str) -> State:
 
 
 class _Stopping(Exception):
-    """Only nodes that are stopping enforce another policy: wait for them, then join."""
-
     def __init__(self, nodes: list[NodeRow]) -> None:
         self.nodes = nodes
 
 
 class Node:
-    """This daemon process as a node of the store: joins at start (recording its policy or refusing), sends a
-    heartbeat every HEARTBEAT_SECONDS, leaves at close; `check()` fails once the record is no longer its
-    policy."""
-
     def __init__(self, index: Index, row: NodeRow) -> None:
         self.index = index
         self.row = row
@@ -89,9 +82,8 @@ class Node:
         self.waits = 0  # times it waited for a node that stops
 
     async def join(self, replace: bool) -> None:
-        """Join the store's nodes. A node that stops (its daemon was told to, or was killed and its workers
-        go on finishing their requests) with another policy is waited for, up to STOPPING_WAIT; a node whose
-        process is gone is forgotten."""
+        """A node stopping with another policy is waited for, up to STOPPING_WAIT; one whose process is gone
+        is forgotten."""
         here = self.row.host
 
         async def decide(record: PolicyRecord | None, others: Sequence[NodeRow]) -> tuple[bool, list[str]]:
@@ -150,8 +142,8 @@ class Node:
         self._task = asyncio.create_task(self._heartbeats())
 
     async def stopping(self) -> None:
-        """Say in the store that this node stops: a daemon starting meanwhile with another policy waits for
-        it to be gone instead of refusing. It sends no more heartbeats."""
+        """Said in the store so that a daemon starting meanwhile with another policy waits instead of
+        refusing."""
         await self._stop_heartbeats()
         with contextlib.suppress(AttachstoreError):
             await self.index.stopping(self.row.node, time.time())

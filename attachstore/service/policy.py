@@ -1,6 +1,6 @@
-"""The model-modality policy (SPEC section 6): what declares a model id (a route of the configuration, else
-the built-in catalog), the checks of admissions, holds and route switches, and the text a model reads when a
-tool's images are dropped."""
+"""The model-modality policy (SPEC section 6): what declares a model id (a configured route, else the
+catalog), the checks of admissions, holds and route switches, and the text a model reads when a tool's images
+are dropped."""
 
 from __future__ import annotations
 
@@ -19,8 +19,6 @@ SOFT_SOURCES = ("tool", "mcp")  # a model is there: the tool call succeeds, the 
 
 @dataclass(frozen=True, slots=True)
 class Declaration:
-    """What decides for a model id: the configuration's route of that exact id, else a catalog entry."""
-
     route: Route  # as it applies to the id: an entry reached through a "provider/" path names no provider
     by: Literal["config", "catalog"]
     entry: str  # the configured id, or the catalog entry's id or pattern
@@ -39,14 +37,11 @@ class Declaration:
 
 
 class RouteTable:
-    """The routes of the configuration over the catalog: a configured route wins for its exact id."""
-
     def __init__(self, configured: Mapping[str, Route], catalog: Catalog) -> None:
         self.configured = dict(configured)
         self.catalog = catalog
 
     def declaration(self, model: str | None) -> Declaration | None:
-        """None: the model is unknown (or none is named)."""
         if model is None:
             return None
         if model in self.configured:
@@ -67,7 +62,6 @@ class RouteTable:
         return found.route if found else None
 
     def listing(self) -> list[Declaration]:
-        """The configured routes by id, then the catalog's entries by id or pattern."""
         configured = [d for d in map(self.declaration, sorted(self.configured)) if d is not None]
         entries = sorted(self.catalog.entries, key=lambda e: e.key)
         return configured + [
@@ -76,7 +70,7 @@ class RouteTable:
 
 
 def accepts_images(routes: RouteTable, route: str | None) -> bool | None:
-    """True or False for a declared model; None when the model is unknown or not given."""
+    """None when the model is unknown or not given."""
     found = routes.declaration(route)
     return None if found is None else found.accepts_images
 
@@ -86,7 +80,7 @@ def _declare(route: str) -> str:
 
 
 def check_modality(routes: RouteTable, route: str | None, source: str) -> None:
-    """Uploads are refused only by a known text-only model; tool images need a model declared with `image`."""
+    """Only a known text-only model refuses uploads; tool images need a model declared with `image`."""
     found = routes.declaration(route)
     if found is not None and found.accepts_images:
         return
@@ -127,7 +121,6 @@ def check_modality(routes: RouteTable, route: str | None, source: str) -> None:
 
 
 def check_session(routes: RouteTable, session: str, route: str | None) -> None:
-    """Images may not enter a session whose route is known to lack `image`, whatever the request names."""
     found = routes.declaration(route)
     if found is not None and not found.accepts_images:
         raise Rejected(
@@ -138,7 +131,6 @@ def check_session(routes: RouteTable, session: str, route: str | None) -> None:
 
 
 def check_switch(routes: RouteTable, session: str, holds: int, new_route: str | None) -> None:
-    """A session holding images may not move to a model known to lack `image` (unknown ones are allowed)."""
     found = routes.declaration(new_route)
     if holds and found is not None and not found.accepts_images:
         raise RouteSwitchRejected(
@@ -150,8 +142,7 @@ def check_switch(routes: RouteTable, session: str, holds: int, new_route: str | 
 
 @dataclass(frozen=True, slots=True)
 class Diagnostic:
-    """What happened to one image of a soft-rejected batch. `code` is None for a valid image that was
-    dropped only because another member of its batch was rejected."""
+    """`code` is None for a valid image dropped only because another member of its batch was rejected."""
 
     index: int
     media_type: str | None
@@ -162,7 +153,6 @@ class Diagnostic:
 
 
 def model_text(diagnostics: Sequence[Diagnostic]) -> str:
-    """One paragraph for the model: what was dropped, why, and what it can do."""
     count = len(diagnostics)
     first = diagnostics[0]
     if count == 1:

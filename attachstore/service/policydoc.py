@@ -1,5 +1,5 @@
-"""The store's policy as a document: what it holds (the routes over the catalog, and the [limits] and
-[admission] keys that decide what is admitted), its fingerprint, and the keys by which two differ."""
+"""The store's policy as a document (the routes over the catalog, the [limits] and [admission] keys that
+decide what is admitted), its fingerprint, and the keys by which two differ."""
 
 from __future__ import annotations
 
@@ -34,8 +34,7 @@ _OPERATIONAL = frozenset(
 _SHOWN = 8  # differences named in a message; the rest are counted
 
 
-class PolicyMismatch(ConfigError):
-    """This process's policy is not the store's, and it may not apply it."""
+class PolicyMismatch(ConfigError): ...
 
 
 def document(config: Config, catalog: Catalog) -> dict[str, Any]:
@@ -60,8 +59,6 @@ def fingerprint(text: str) -> str:
 
 
 def declares_policy(config: Config) -> bool:
-    """Whether the configuration says anything the policy is made of: a route, or a limit or admission key
-    other than its default."""
     return (
         bool(config.routes)
         or config.limits != Limits()
@@ -73,7 +70,6 @@ def declares_policy(config: Config) -> bool:
 
 
 def differences(theirs: dict[str, Any], ours: dict[str, Any], there: str) -> list[str]:
-    """Each key whose value differs between two policy documents, as 'key: X there, Y here'."""
     found: list[str] = []
     t_routes, o_routes = theirs.get("routes") or {}, ours.get("routes") or {}
     for rid in sorted(set(t_routes) | set(o_routes)):

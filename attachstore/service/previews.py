@@ -1,8 +1,6 @@
-"""Previews for host UIs (docs/api.md): a small still rendition of a stored image, its longer side at most one
-of a fixed ladder of sizes. A preview is a variant (variants.py): derived once in the decode pool, stored
-content-addressed, linked to its source so that gc collects it with its source, and verified on every read.
-It is visible exactly where its source is: the source is looked up under the caller's scope, the preview
-(which no tenant holds a grant to) through it."""
+"""Previews for host UIs (docs/api.md): a small still rendition of a stored image, a variant (variants.py) on
+a fixed ladder of sizes. The source is looked up under the caller's scope, the preview (which no tenant holds
+a grant to) through it."""
 
 from __future__ import annotations
 
@@ -19,7 +17,6 @@ _MIN_BYTES = 16 * 1024
 
 
 def preview_spec(size: int) -> VariantSpec:
-    """The variant a preview of `size` is; INVALID_REQUEST for a size off the ladder."""
     if size not in SIZES:
         raise InvalidRequest(f"size: {size} is not a preview size", hint=SIZES_HINT)
     return VariantSpec(size, size * size, max(_MIN_BYTES, 2 * size * size), preview=True)
@@ -31,9 +28,8 @@ class Previews:
         self.variants = variants
 
     async def current(self, text: str, size: int, tenant: str | None) -> str | None:
-        """The ref of `text`'s preview of `size` as it is now, without reading or deriving anything (for a
-        conditional GET): the source itself when it is its own preview, None when none is made yet. Raises
-        as a read does for a source the caller may not see."""
+        """Without reading or deriving anything (a conditional GET): the source when it is its own preview,
+        None when none is made yet."""
         spec = preview_spec(size)
         _, row = await self.reads.row(text, tenant)
         if not spec.exceeded_by(row):
@@ -43,10 +39,6 @@ class Previews:
         return found.ref if found is not None and found.state == "ok" else None
 
     async def preview(self, text: str, size: int, tenant: str | None) -> tuple[ImageRef, bytes | bytearray]:
-        """The verified bytes of `text`'s preview of `size`. A still image already within the size (and the
-        preview's byte budget) is its own preview: its bytes are read as they are, nothing is derived. A
-        preview to derive is derived in `tenant`'s turn of the decode pool, within its cap of derivations
-        (Variants.variant: ServerBusy past it)."""
         spec = preview_spec(size)
         _, row = await self.reads.row(text, tenant)
         if not spec.exceeded_by(row):

@@ -1,8 +1,6 @@
-"""Putting objects in place and publishing their rows: the steps of SPEC section 3 that an admission and a
-request variant share. The lease is renewed first (from then on a concurrent gc leaves the object alone),
-then every file is written or verified, then one index transaction publishes, after checking under the
-index's lock that every file is still there. Nothing is published unless all of it is; on any failure the
-files that no row publishes are removed again."""
+"""The steps of SPEC section 3 that an admission and a request variant share: renew the lease, write or verify
+every file, then publish in one transaction after checking every file is still there (docs/design.md, "The
+write order for one object, and why each step is there")."""
 
 from __future__ import annotations
 
@@ -25,8 +23,7 @@ T = TypeVar("T")
 Publish = Callable[[dict[str, ObjectRow], float, list[Put], Check], Awaitable[T]]
 
 
-class FileGone(Exception):
-    """An object file vanished between its write and the commit that publishes it."""
+class FileGone(Exception): ...
 
 
 class Publisher:
@@ -40,9 +37,7 @@ class Publisher:
         publish: Publish[T],
         exhausted: Callable[[], AttachstoreError],
     ) -> T:
-        """Renew, put every object, then `publish`; all of it again when a file vanished before the commit
-        (gc collected it meanwhile), at most a few times, after which `exhausted()` is raised. Returns what
-        `publish` returned."""
+        """All of it again when gc collected a file before the commit, a few times at most."""
         refs = [str(ref) for ref, _ in objects]
         try:
             for _ in range(_PUBLISH_ATTEMPTS):
@@ -72,8 +67,7 @@ class Publisher:
             raise
 
     async def still_there(self, objects: Sequence[tuple[Ref, int]]) -> None:
-        """Raise FileGone unless every object's file is in place with its size (run under the write lock,
-        just before the transaction that publishes them)."""
+        """Run under the write lock, just before the transaction that publishes."""
         found = await self.blobs.stat_many([ref for ref, _ in objects])
         for (ref, size), f in zip(objects, found, strict=True):
             if f is None or f.size != size:

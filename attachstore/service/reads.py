@@ -1,6 +1,6 @@
-"""Verified reads (SPEC section 1, promise 3): every read re-hashes the whole object and checks its header
-against the index row; damaged bytes are quarantined and never served. A caller sees a ref only within its
-scope (SPEC section 11); any other ref answers exactly like a missing one, before any file is touched."""
+"""Verified reads (docs/design.md, "Verified reads"): every read re-hashes the whole object and checks its
+header against the row; a ref outside the caller's scope answers exactly like a missing one, before any file
+is touched."""
 
 from __future__ import annotations
 
@@ -44,13 +44,9 @@ class Reads:
         self.headers = Headers(metrics)
 
     def scope(self, tenant: str | None) -> str | None:
-        """Whose grants bound what a caller sees: None (everything) for the operator, and for everyone
-        while no tokens are configured."""
         return None if self.config.is_open else tenant
 
     async def row(self, text: str, tenant: str | None) -> tuple[Ref, ObjectRow]:
-        """The row of a ref the caller may see; one it may not see answers exactly like a missing one,
-        before any file is touched."""
         return await self.row_of(Ref.parse(text), self.scope(tenant))
 
     async def row_of(self, ref: Ref, scope: str | None) -> tuple[Ref, ObjectRow]:
@@ -68,10 +64,8 @@ class Reads:
     def read_remembered(
         self, text: str, tenant: str | None = None, mapped: bool = False
     ) -> tuple[ImageRef, bytearray | Mapped] | None:
-        """What `read` answers, when this process served the same file to the same scope a moment ago: the
-        bytes read and hashed in full, the header checked against the remembered row, without the index and
-        without leaving the caller's stack. None when it takes more (any doubt, an error, a header not yet
-        walked in full, a text that is not a reference): `read` then decides. `mapped`: as for `read`."""
+        """The same file served to the same scope a moment ago, hashed in full without the index; None on any
+        doubt, and `read` decides."""
         resident = self.resident
         if resident is None:
             return None
@@ -108,9 +102,8 @@ class Reads:
         claim: Callable[[int], None] | None = None,
         mapped: bool = False,
     ) -> tuple[ImageRef, bytes | bytearray | Mapped]:
-        """Verified bytes (docs/design.md, "Verified reads"). `claim` takes the object's size from the
-        caller's budget before its bytes are read; a remembered read does not claim, the caller claims what it
-        sends. `mapped`: the bytes may come as a `Mapped`, which the caller must release."""
+        """`claim` takes the object's size from the caller's budget before its bytes are read. With `mapped`,
+        the caller must release a `Mapped`."""
         ref = Ref.parse(text)
         remembered = self.read_remembered(text, tenant, mapped)
         if remembered is not None:
@@ -147,9 +140,8 @@ class Reads:
         return await self.verified(ref, row, scope)
 
     def _verify(self, ref: Ref, row: ObjectRow) -> Verify:
-        """What the bytes of `row` must pass: its keyed check when this key made it, else their address. A
-        check that fails over bytes that still hash to their address is the row's fault: they are served, and
-        the mismatch counted and logged (docs/security.md, "The keyed check of reads")."""
+        """A keyed check that fails over bytes that still hash to their address is the row's fault: they are
+        served, and the mismatch counted (docs/security.md, "The keyed check of reads")."""
         check = row.keyed_check
         if ref.algorithm != "sha256" or check is None or not self.checker.mine(check):
             return ref.matches
@@ -167,11 +159,9 @@ class Reads:
         return verify
 
     def _unchecked(self, ref: Ref, row: ObjectRow) -> bool:
-        """A sha256 row without a check of this key: its first verified read records one."""
         return ref.algorithm == "sha256" and not self.checker.mine(row.keyed_check)
 
     async def _record_check(self, ref: Ref, row: ObjectRow, data: Buffer) -> None:
-        """A row without a check of this key gains one on its first verified read (verified by address)."""
         if not self._unchecked(ref, row):
             return
         try:
@@ -180,8 +170,7 @@ class Reads:
             log.warning("could not record the keyed check of %s: %s", ref, e.message)
 
     async def verified(self, ref: Ref, row: ObjectRow, scope: str | None) -> tuple[ImageRef, bytes]:
-        """The bytes of an object whose row the caller has already looked up under `scope` (and may see):
-        re-hashed in full and their header checked against the row, like every read."""
+        """For a row the caller has already looked up under `scope`: the scope is not checked again."""
         try:
             found = await self._verified(ref, row, scope)
         except NotFound:  # collected since the row was looked up
@@ -198,8 +187,6 @@ class Reads:
     async def verified_many(
         self, wanted: Sequence[tuple[Ref, ObjectRow]], scope: str | None
     ) -> list[bytes | bytearray | None]:
-        """`verified` of a render's objects, each bytes or None where it cannot be served. Those in the page
-        cache are read in a few threads (Resident.read_all); the others, and any doubt, take `verified`."""
         found: list[bytes | bytearray | None] = [None] * len(wanted)
         warm = [i for i, (_, row) in enumerate(wanted) if row.state == "ok"]
         if self.resident is not None and warm:
@@ -256,8 +243,6 @@ class Reads:
         raise StorageUnavailable(f"the file of {ref} kept changing while it was read")
 
     async def quarantine(self, ref: Ref) -> str | None:
-        """The audit's repair of a damaged file: moved aside and its row marked, as a read does; what was
-        found ("intact", "quarantined" or "missing"), or None when the row is gone."""
         settled = await self._settle(ref, None, self._damaged(ref))
         return None if settled is None else settled[0]
 
@@ -271,7 +256,6 @@ class Reads:
         return await self.index.settle(str(ref), scope, decide)
 
     def _absent(self, ref: Ref) -> _Decide:
-        """The read found no file: is there still none?"""
 
         async def decide(row: ObjectRow) -> tuple[str, tuple[str, ObjectRow]]:
             return _finding(row, "missing" if await self.blobs.stat(ref) is None else "intact")
@@ -279,7 +263,7 @@ class Reads:
         return decide
 
     def _damaged(self, ref: Ref) -> _Decide:
-        """The read found bytes that do not verify: moved aside, unless a heal has replaced them meanwhile."""
+        # Bytes that do not verify are moved aside, unless a heal has replaced them meanwhile.
         # PostgreSQL may run a transaction twice (after a deadlock): what the first run moved aside stands.
         moved = False
 
@@ -292,7 +276,6 @@ class Reads:
         return decide
 
     def _back(self, ref: Ref) -> _Decide:
-        """The bytes of a row marked missing verified: the row is 'ok' again if the file is still there."""
 
         async def decide(row: ObjectRow) -> tuple[str, tuple[str, ObjectRow]]:
             back = row.state == "missing" and await self.blobs.stat(ref) is not None
@@ -302,9 +285,6 @@ class Reads:
 
 
 class _Known(NamedTuple):
-    """A row a verified read was served under, remembered with what every read of it makes of the row: the
-    answer's description and what its bytes must pass."""
-
     row: ObjectRow
     answer: ImageRef
     verify: Verify
@@ -323,7 +303,6 @@ def _verify_known(known: _Known) -> Verify:
 
 
 def _copied(data: Mapped) -> bytes:
-    """A mapping's bytes, copied, and the mapping let go."""
     try:
         return bytes(data)
     finally:
@@ -342,8 +321,7 @@ _Decide = Callable[[ObjectRow], Awaitable[tuple[str, tuple[str, ObjectRow]]]]
 
 
 def _finding(row: ObjectRow, found: str) -> tuple[str, tuple[str, ObjectRow]]:
-    """The row's state after `found` ("intact": a file to read again; "quarantined"; "missing"), and what to
-    answer. A quarantined row whose file is gone stays quarantined: the read that moved its bytes said so."""
+    """A quarantined row whose file is gone stays quarantined: the read that moved its bytes said so."""
     if found == "missing" and row.state == "quarantined":
         found = "quarantined"
     state = row.state if found == "intact" else found

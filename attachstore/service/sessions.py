@@ -1,4 +1,4 @@
-"""Sessions and holds (SPEC section 7): the service side. Sessions are scoped to a tenant."""
+"""Sessions and holds (SPEC section 7), the service side; sessions are scoped to a tenant."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ class Sessions:
         return found
 
     async def create(self, key: SessionKey, route: str | None) -> tuple[SessionRow, bool]:
-        """Create the session; the same request again is a no-op (False), another route a conflict."""
+        """The same request again is a no-op (False); another route is a conflict."""
         check_session_id(key[1])
         return await self.index.create_session(key, route, time.time())
 
@@ -58,7 +58,7 @@ class Sessions:
         return await self.index.fork(key, (key[0], check_session_id(new_id)), time.time())
 
     def guard_images(self, session: SessionRow) -> None:
-        """Run under the index write lock before images are held: the session's route, as it is now."""
+        """Run under the index write lock before images are held."""
         policy.check_session(self.routes, session.id, session.route)
 
     async def hold(self, key: SessionKey, refs: Sequence[str]) -> SessionRow:

@@ -1,7 +1,6 @@
-"""The places of admissions in progress (`[admission] max_concurrent`) and the bytes of request body held
-at once (`max_buffered_bytes`): taken by the edge before it reads a body, so that the memory request bodies
-hold is a function of the configuration (docs/operations.md#memory), and shared out so that one tenant
-cannot take them all from the others."""
+"""The places of admissions in progress and the bytes of request body held at once, taken by the edge before
+it reads a body, so that memory is bounded by the configuration (docs/operations.md#memory) and one tenant
+cannot take it all."""
 
 from __future__ import annotations
 
@@ -15,15 +14,8 @@ from ..metrics import Metrics
 
 
 class Slots:
-    """The `[admission] max_concurrent` places, and the `max_buffered_bytes` of body that requests in
-    progress may hold together: admissions in their places, and the bodies of other requests (renders,
-    session changes), which take bytes but no place. An edge takes a place (or a body's share) before it
-    reads a body and tells it the body's size as it grows (`Slot.hold`), so that what bodies hold in memory
-    is bounded by the configuration whatever clients send. One tenant holds at most
-    `max_concurrent_per_tenant` of the places and the same share of the bytes, so the rest stay for the
-    others. A request with nothing else of its tenant's in progress may always hold a whole body. Past a
-    bound: 503 SERVER_BUSY, at once; admissions wait outside rather than queue for the decoders, and reads
-    keep flowing."""
+    """A request with nothing else of its tenant's in progress may always hold a whole body. Past a bound:
+    SERVER_BUSY at once; admissions wait outside rather than queue for the decoders."""
 
     def __init__(self, config: Config, metrics: Metrics) -> None:
         admission = config.admission
@@ -39,8 +31,6 @@ class Slots:
 
     @contextlib.contextmanager
     def take(self, tenant: str = "", source: str = "") -> Iterator[Slot]:
-        """A place for one admission of `tenant`; `source` is what the busy count is labelled with ('' while
-        unknown, before the body is read)."""
         if self.taken >= self.places:
             raise self.busy(
                 source, f"{self.taken} admissions are in progress, the most this daemon takes at once"
@@ -62,7 +52,6 @@ class Slots:
 
     @contextlib.contextmanager
     def body(self, tenant: str = "", source: str = "") -> Iterator[Slot]:
-        """A share of the byte budget for the body of one request of `tenant`, without a place."""
         slot = Slot(self, tenant, source)
         try:
             yield slot
@@ -85,8 +74,7 @@ class Slot:
         self.held = 0
 
     def hold(self, size: int) -> None:
-        """The body of this request is now `size` bytes (it only grows); ServerBusy if the budget, shared
-        with the other requests in progress, or this tenant's share of it cannot take that much."""
+        """The body only grows; ServerBusy past the budget or the tenant's share of it."""
         if size <= self.held:
             return
         slots, grow = self.slots, size - self.held

@@ -1,6 +1,5 @@
-"""The service: the one place that owns the order of operations. Edges (HTTP, CLI) call it; it calls the
-gate (through the decode pool), the blob store and the index. `Store` opens the backends and composes the
-parts, each in a module of its own: admissions, verified reads, request variants and sessions."""
+"""`Store` opens the backends and composes the service's parts, each in a module of its own: admissions,
+verified reads, request variants and sessions."""
 
 from __future__ import annotations
 
@@ -35,9 +34,8 @@ from .variants import Variants, VariantSpec
 
 
 class Store:
-    """The face of the service: what the edges call is a method here. The parts stay reachable for what
-    works beside the service by design (docs/design.md, "The map"): gc, the audit and migrate use `index`,
-    `blobs` and `local` directly, under the same index locks as admissions."""
+    """What the edges call is a method here. gc, the audit and migrate use `index`, `blobs` and `local`
+    directly, under the same locks (docs/design.md, "The map")."""
 
     def __init__(
         self,
@@ -102,11 +100,9 @@ class Store:
         return await self.admissions.check(uploads, source, route=route, tenant=tenant, exact=exact)
 
     def admission_slot(self, tenant: str = "", source: str = "") -> AbstractContextManager[Slot]:
-        """A place for one admission, taken before its body is read (ServerBusy when none is free)."""
         return self.admissions.slots.take(tenant, source)
 
     def body_slot(self, tenant: str = "", source: str = "") -> AbstractContextManager[Slot]:
-        """A share of the byte budget for a request body that is not an admission (a render's)."""
         return self.admissions.slots.body(tenant, source)
 
     # -- reads -----------------------------------------------------------------------------------------------
@@ -146,7 +142,6 @@ class Store:
         return self.reads.read_remembered(text, tenant, mapped)
 
     async def rows(self, refs: Sequence[str], scope: str | None) -> dict[str, ObjectRow]:
-        """The index rows of those of `refs` that `scope` may see, by ref (a render's or a session's plan)."""
         return await self.index.get_many(refs, scope)
 
     async def verified(self, ref: Ref, row: ObjectRow, scope: str | None) -> tuple[ImageRef, bytes]:
@@ -197,10 +192,8 @@ class Store:
         policy: Role = "apply",
         replace_policy: bool = False,
     ) -> Store:
-        """The configured backends, opened. Commands pass `read_cache=False`: a read cache directory belongs
-        to one daemon process. `policy` says how the store's policy is taken (storepolicy.take_policy):
-        "serve" for a daemon, "apply" for a command that applies the routes or limits, "none" for one that
-        applies neither."""
+        """Commands pass `read_cache=False`: a read cache belongs to one daemon process. `policy`: see
+        storepolicy.take_policy."""
         if not read_cache and config.storage.cache_dir:
             config = msgspec.structs.replace(
                 config, storage=msgspec.structs.replace(config.storage, cache_dir=None)
@@ -230,7 +223,6 @@ class Store:
         return store
 
     async def stopping(self) -> None:
-        """The daemon stops: it finishes what it has started, then closes. Its node says so meanwhile."""
         if self.policy is not None and self.policy.node is not None:
             await self.policy.node.stopping()
 
@@ -246,13 +238,11 @@ class Store:
         await self.blobs.close()
 
     def sweep_reads(self) -> None:
-        """Let go of the mapped reads kept past their time, or whose file someone has asked to write to."""
         if self.resident is not None and self.resident.mappings is not None:
             self.resident.mappings.sweep()
 
     def watch_leases(self, loop: asyncio.AbstractEventLoop) -> Callable[[], None] | None:
-        """Sweep the mapped reads on the lease-break signal, from `loop`, so that a writer waits only until
-        the loop gets to it: the function that stops it, or None where nothing is watched."""
+        """Run on the lease-break signal, so that a writer waits only until the loop gets to it."""
         mappings = self.resident.mappings if self.resident is not None else None
         if mappings is None or not watch(mappings, loop):
             return None
@@ -263,8 +253,6 @@ class Store:
         return stop
 
     async def ready(self) -> None:
-        """Whether an admission can be written now (/readyz): the index answers and has room to grow, and the
-        blob store takes a write and has room for the largest batch the limits admit."""
         limits = self.config.limits
         await self.index.ready()
         if self.policy is not None and self.policy.node is not None:

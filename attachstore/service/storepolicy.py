@@ -1,6 +1,5 @@
-"""One policy per store (SPEC section 6, docs/configuration.md#one-policy-per-store): what a process
-applies as it opens the store. A daemon records its own (or refuses while a live node enforces another); a
-command adopts the record, or refuses when its own configuration declares another."""
+"""One policy per store (docs/configuration.md#one-policy-per-store): a daemon records its own (or refuses
+while a live node enforces another); a command adopts the record, or refuses when it declares another."""
 
 from __future__ import annotations
 
@@ -33,9 +32,6 @@ Role = Literal["serve", "apply", "none"]  # a daemon, a command that applies the
 
 @dataclass(frozen=True, slots=True)
 class Applied:
-    """The policy a process applies: its configuration with the policy keys it applies, the catalog, and the
-    fingerprint; `record` is the store's record it follows, if any; `node` the daemon's membership."""
-
     config: Config
     catalog: Catalog
     fingerprint: str
@@ -44,7 +40,6 @@ class Applied:
 
 
 def own_policy(config: Config) -> Applied:
-    """The configuration's own policy, with the built-in catalog."""
     return Applied(config, builtin(), fingerprint(encode(document(config, builtin()))))
 
 
@@ -76,8 +71,8 @@ async def take_policy(config: Config, index: Index, role: Role, *, replace: bool
 
 
 def _warn_of_blind_routes(config: Config, catalog: Catalog) -> None:
-    """A configured route replaces the catalog's entry whole: one declared without "image" (perhaps only to
-    set a provider or a budget) makes a model the catalog knows to see images text-only."""
+    """A configured route replaces the catalog's entry whole: one declared without "image" makes a model the
+    catalog knows to see images text-only."""
     for rid, route in sorted(config.routes.items()):
         found = catalog.lookup(rid)
         if found and "image" in found.entry.input_modalities and "image" not in route.input_modalities:
@@ -114,7 +109,6 @@ def _catalog_of(recorded: dict[str, Any], record: PolicyRecord) -> Catalog:
 
 
 def _adopt(config: Config, recorded: dict[str, Any], record: PolicyRecord) -> Config:
-    """The configuration with the record's routes, limits and admission keys in place of its own."""
     try:
         routes = msgspec.convert(recorded["routes"], dict[str, Route])
         limits = msgspec.convert(recorded["limits"], Limits)

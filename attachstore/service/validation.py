@@ -1,6 +1,5 @@
-"""The gate of an admission (SPEC section 4): the policy and batch checks, the cheap checks of each image on
-the loop, then the deep checks in the decode pool, concurrently, with the first failure in input order
-deciding where one failure refuses the batch."""
+"""The gate of an admission (SPEC section 4; docs/design.md, "First failure in input order, with concurrent
+decoding"): policy and batch checks, cheap checks on the loop, deep checks in the decode pool concurrently."""
 
 from __future__ import annotations
 
@@ -48,13 +47,8 @@ class Validator:
         tenant: str = "",
         exact: bool = False,
     ) -> tuple[Rejected | None, list[Admitted | Rejected]]:
-        """The gate of SPEC section 4: a batch-level failure, or a verdict per image.
-
-        Without `every_image`, the first failure in input order decides, exactly as if the images were
-        checked one after another, while the expensive checks of the images before it run concurrently:
-        images after a failure are not looked at, and their checks are cancelled as soon as it is known.
-        The deep checks wait for a decode worker in `tenant`'s turn and share one budget of decoder time
-        (`[admission] request_decode_timeout`); cancelling the admission (its client left) stops them."""
+        """Without `every_image` the first failure in input order decides, exactly as if checked one after
+        another, while the deep checks before it run concurrently."""
         try:
             self._check_batch(uploads, source, route, session)
         except Rejected as e:
@@ -91,7 +85,6 @@ class Validator:
         route: str | None,
         session: tuple[str | None, str | None],
     ) -> None:
-        """What refuses the batch as a whole: the route's modality, the session's, the batch's size."""
         policy.check_modality(self.routes, route, source)
         if session[0] is not None:
             policy.check_session(self.routes, session[0], session[1])
@@ -100,8 +93,6 @@ class Validator:
     def _cheap_checks(
         self, uploads: Sequence[Upload], terms: _Terms, decoded: list[SharedBuffer]
     ) -> list[bytes | SharedBuffer | Rejected]:
-        """Each upload's bytes (base64 decoded into `decoded`), or its failure of the checks made on the loop;
-        without `every_image`, the list ends at the first failure."""
         cheap: list[bytes | SharedBuffer | Rejected] = []
         limits = terms.fit_limits or self.config.limits
         for u in uploads:
@@ -121,7 +112,6 @@ class Validator:
     def _deep_checks(
         self, uploads: Sequence[Upload], cheap: Sequence[bytes | SharedBuffer | Rejected], terms: _Terms
     ) -> dict[int, asyncio.Task[Passed]]:
-        """The decode pool's inspection of each upload that passed the cheap checks, by input position."""
         admission = self.config.admission
         batch = gate.Batch(
             admission.request_decode_timeout_seconds, first_failure_decides=not terms.every_image
@@ -153,7 +143,6 @@ class Validator:
         deep: Mapping[int, Passed | Rejected],
         terms: _Terms,
     ) -> list[Admitted | Rejected]:
-        """A verdict per image, in input order; without `every_image`, up to the first failure."""
         verdicts: list[Admitted | Rejected] = []
         for i, c in enumerate(cheap):
             found = c if isinstance(c, Rejected) else deep[i]
@@ -173,8 +162,6 @@ class Validator:
 
 @dataclass(frozen=True, slots=True)
 class _Terms:
-    """What one validation's checks are made under."""
-
     fit_limits: Limits | None  # the gate's limits where oversize images are fitted; None: none are
     again: str  # what the refusals tell the caller to do again
     every_image: bool
@@ -185,11 +172,8 @@ class _Terms:
 async def _outcomes(
     jobs: Mapping[int, asyncio.Future[Passed]], every_image: bool, decided: int | None
 ) -> dict[int, Passed | Rejected]:
-    """The outcome of each deep check, by input position; every job has ended when this returns, also when
-    the caller is cancelled. Without `every_image`, the first failure in input order decides (`decided`:
-    the position of one already known): a check after a failure is cancelled as soon as the failure is
-    known, since it cannot change the verdict, and the wait ends when every check before it has ended.
-    Anything but a rejection is raised at once, and the other checks are cancelled."""
+    """Every job has ended when this returns, also when the caller is cancelled. Anything but a rejection is
+    raised at once."""
     outcomes: dict[int, Passed | Rejected] = {}
     try:
         while waiting := _waiting(jobs, decided):
@@ -211,7 +195,6 @@ async def _outcomes(
 
 
 def _waiting(jobs: Mapping[int, asyncio.Future[Passed]], decided: int | None) -> list[asyncio.Future[Passed]]:
-    """The checks still to wait for: those before the deciding failure. Those after it are cancelled."""
     if decided is not None:
         for i, job in jobs.items():
             if i > decided:
@@ -220,8 +203,6 @@ def _waiting(jobs: Mapping[int, asyncio.Future[Passed]], decided: int | None) ->
 
 
 def _outcome(job: asyncio.Future[Passed]) -> Passed | Rejected | None:
-    """A finished check's verdict; None for one never started (a failure before it decided). Anything but a
-    rejection is raised."""
     e = job.exception()
     if e is None:
         return job.result()

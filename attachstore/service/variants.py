@@ -1,6 +1,5 @@
-"""Request variants (docs/normalization.md): a stored image over a route's per-request limits is sent as a
-variant, derived once in the decode pool, stored content-addressed like any object and linked to its
-source in the index, so that gc collects it with its source."""
+"""Request variants (docs/normalization.md): an image over a route's per-request limits is sent as a variant,
+derived once, stored content-addressed and linked to its source so that gc collects it with its source."""
 
 from __future__ import annotations
 
@@ -34,8 +33,7 @@ Verified = Callable[[Ref, ObjectRow, str | None], Awaitable[tuple[ImageRef, byte
 
 @dataclass(frozen=True, slots=True)
 class VariantSpec:
-    """The per-image limits of a route's requests; a stored image over one of them is sent as a variant.
-    A `preview` (previews.py) is a still image within them: an animation exceeds it too."""
+    """A `preview` is a still image within them: an animation exceeds it too."""
 
     max_side: int
     max_pixels: int
@@ -91,12 +89,8 @@ class Variants:
     async def variant(
         self, source: ObjectRow, spec: VariantSpec, tenant: str | None = "", *, again: bool = False
     ) -> ObjectRow:
-        """The row of `source`'s variant within `spec`: found in the index, else derived in the decode pool,
-        in `tenant`'s turn, stored like any object and linked to its source. Concurrent callers of one tenant
-        in this process share one derivation. `again` derives even when a variant is recorded (its bytes
-        failed a read: the same bytes are derived and written again, which heals them). Raises ServerBusy
-        when `tenant` already has `[admission] max_derivations_per_tenant` derivations in progress, and
-        AttachstoreError (the source is unreadable, or no variant fits)."""
+        """Concurrent callers of one tenant share one derivation. `again` derives over a recorded variant
+        whose bytes failed a read (the same bytes, which heals them)."""
         key = (source.ref, spec.key)
         if not again:
             found = self.followed(await self.index.variant(*key), count=True)
@@ -132,11 +126,9 @@ class Variants:
             raise
 
     def followed(self, link: Link | None, *, count: bool = False) -> ObjectRow | None:
-        """The variant's row of `link` if its keyed check holds for its source, spec and variant; None
-        when there is no link, or when its check is missing (a link older than link checks) or does not
-        hold (damaged or forged in the index: pointed at another stored object, which would verify as
-        itself). A link not followed is derived again, which records a checked one in its place; with
-        `count`, it is counted in attachstore_variant_links_refused_total and logged."""
+        """A link whose keyed check is missing or does not hold (forged in the index: pointed at another
+        object, which would verify as itself) is not followed; it is derived again, which records a checked
+        one."""
         if link is None:
             return None
         if self.checker.link_holds(link.check, link.source, link.spec, link.row.ref):
@@ -170,9 +162,6 @@ class Variants:
     async def read(
         self, source: ObjectRow, variant: ObjectRow, spec: VariantSpec, tenant: str | None = ""
     ) -> tuple[ImageRef, bytes]:
-        """The verified bytes of `variant`, `source`'s within `spec` (which no tenant holds a grant to: the
-        caller looked `source` up under its own scope). Bytes that fail their read, or a variant collected
-        since, are derived again in `tenant`'s turn (the same bytes, which heals them) and read once more."""
         try:
             return await self.verified(Ref.parse(variant.ref), variant, None)
         except (Corrupt, Missing, NotFound):
