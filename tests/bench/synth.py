@@ -144,7 +144,7 @@ def synthesize(data_dir: Path, n: int, processes: int | None = None) -> dict[str
 # <repo>/.bench/scale/ (git-ignored) and reset at the start of each run instead: whatever an earlier run
 # admitted into them is removed, so that they hold exactly the synthesized objects again.
 
-FORMAT = 3  # bump when tiny_object(), the layout or the checks change: older caches are rebuilt
+FORMAT = 4  # bump when tiny_object(), the layout or the checks change: older caches are rebuilt
 MARKER = "bench-synth.json"
 BLOCK = 4096
 
