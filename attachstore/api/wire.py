@@ -1,4 +1,5 @@
-"""Wire shapes of the HTTP API (SPEC section 8), decoded and encoded with msgspec."""
+"""Wire shapes of the HTTP API (SPEC section 8), decoded and encoded with msgspec. A struct's docstring is its
+description in GET /openapi.json, which tests/api/test_openapi_pinned.py pins."""
 
 from __future__ import annotations
 
@@ -96,12 +97,18 @@ class AdmitAnswer(msgspec.Struct, omit_defaults=True):
 
 
 class McpResults(_In, frozen=True):
+    """POST /v1/mcp/results, the wrapped form: the CallToolResult under `result`, beside route and session
+    (which the bare form takes from the query)."""
+
     result: dict[str, Any]
     route: RouteId | None = None
     session: SessionId | None = None
 
 
 class McpAnswer(msgspec.Struct, omit_defaults=True):
+    """The result with each image a ref block (or, degraded, the text for the model), and the attachments
+    of its images in content order."""
+
     result: dict[str, Any]
     attachments: list[Attachment]
     degraded: bool = False
