@@ -1,7 +1,6 @@
-"""POST /v1/mcp/results (docs/api.md): an MCP `CallToolResult` as its server sent it, every image in it
-admitted as one `mcp` batch, and the same result answered with each image a ref block, ready for the log and
-for render; on a soft rejection the images become the text for the model. Only the image blocks and the
-embedded image resources are looked at; every other block and field is answered as it came."""
+"""POST /v1/mcp/results (docs/api.md): an MCP `CallToolResult` as its server sent it, its images admitted as
+one `mcp` batch and answered as ref blocks. Only the image blocks and the embedded image resources are
+looked at; every other block and field is answered as it came."""
 
 from __future__ import annotations
 
@@ -51,8 +50,8 @@ def _from_query(query: MultiMapping[str]) -> dict[str, str | None]:
 def _unwrap(
     body: dict[str, Any], query: MultiMapping[str]
 ) -> tuple[dict[str, Any], str, dict[str, str | None]]:
-    """The result, the JSON path where it sits, and route and session: the wrapped form `{"result", "route",
-    "session"}` is told from a bare result by having `result` and no `content`."""
+    # The wrapped form {"result", "route", "session"} is told from a bare result by having `result` and no
+    # `content`.
     given = _from_query(query)
     if "result" not in body or "content" in body:
         return body, "$", given
@@ -80,7 +79,7 @@ def _string(block: dict[str, Any], key: str, where: str, *, required: bool = Fal
 
 
 def _base64(block: dict[str, Any], key: str, where: str) -> str:
-    """The block's base64 without its line breaks (kept so in its place: the text is held once)."""
+    # Line breaks dropped, and kept so in the block: the text is held once.
     text = _string(block, key, where, required=True) or ""
     if "\n" in text or "\r" in text:
         block[key] = text = text.translate(_LINE_BREAKS)
@@ -133,8 +132,7 @@ def images_of(result: dict[str, Any], where: str = "$") -> dict[int, Upload]:
 
 
 def answered(result: dict[str, Any], images: dict[int, Upload], admission: Admission) -> dict[str, Any]:
-    """`result` with each image a `{"type": "image", "ref"}` block; degraded, the first image becomes the text
-    for the model and the others go. Every other block and field stays as it came."""
+    # Degraded, the first image becomes the text for the model and the others go.
     content: list[Any] = list(result["content"])
     positions = list(images)
     if admission.degraded:
@@ -192,8 +190,8 @@ def echoed_bytes(body_bytes: int, images: dict[int, Upload]) -> int:
 
 
 def _answer(share: Sending, value: wire.McpAnswer, status: int = 200) -> web.Response:
-    """The answer, its bytes counted against the budget beyond what was claimed for it (ServerBusy if they
-    do not fit), and written without a copy."""
+    # Its bytes counted against the budget beyond what was claimed for it (ServerBusy if they do not
+    # fit), and written without a copy.
     encoded = wire.encoder.encode(value)
     share.claim(len(encoded) - share.held)
     return web.Response(body=View(encoded, "application/json"), status=status)

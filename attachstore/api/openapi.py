@@ -111,7 +111,6 @@ _ETAG = {"ETag": {"description": "the ref of the bytes, quoted", "schema": {"typ
 
 
 def _bytes(description: str) -> dict[str, Any]:
-    """The 200 and 304 of a verified read: the bytes in one of the gate's types, and their ETag."""
     binary = {"schema": {"type": "string", "format": "binary"}}
     return {
         "200": {"description": description, "headers": _ETAG, "content": dict.fromkeys(MEDIA_TYPES, binary)},
@@ -180,7 +179,6 @@ def _finished(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def _open(summary: str, description: str, content: dict[str, Any]) -> dict[str, Any]:
-    """A GET any caller may make, with a token or without (liveness, metrics, this document)."""
     return {"get": _op(summary, {"200": {"description": description, **content}}, security=[])}
 
 

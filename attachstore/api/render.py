@@ -45,11 +45,9 @@ class ImageSlot:
 
 class Answer(payload.Payload):
     """The JSON of a render made with `embed=ImageSlot`: byte for byte what the JSON encoder gives for the
-    same render with strings. The text around the images is encoded at once, into pieces cut where the images
-    go; each image's base64 is encoded only when its turn comes to be written, so that encoding overlaps the
-    sending of what came before, and the base64 of a render is never copied into a str, escaped, joined into
-    one buffer, or held whole in memory. An image that appears more than once (the same ref, or the same
-    slot) is encoded once, and its base64 kept until its last appearance is written."""
+    same render with strings. Each image's base64 is encoded only when its turn comes to be written, so that
+    encoding overlaps sending and the base64 is never copied into a str, escaped, joined into one buffer, or
+    held whole; an image that appears more than once is encoded once, kept until its last appearance."""
 
     def __init__(self, rendered: Rendered) -> None:
         images: list[bytes | bytearray] = []
@@ -96,13 +94,12 @@ class Answer(payload.Payload):
 
 
 def _encode(data: bytes | bytearray) -> bytes:
-    """The standard padded base64 of `data`, as msgspec writes bytes, with pybase64's faster encoder
-    (docs/performance.md). On the event loop: a trip to a thread per image would cost more than it frees."""
+    # Standard padded base64 as msgspec writes bytes, with pybase64's faster encoder (docs/performance.md).
+    # On the event loop: a trip to a thread per image would cost more than it frees.
     return pybase64.b64encode(data)
 
 
 def _encoded_size(data: bytes | bytearray) -> int:
-    """The length of `_encode(data)`: 4 characters per 3 bytes, padded."""
     return 4 * ((len(data) + 2) // 3)
 
 

@@ -1,4 +1,5 @@
-"""Wire shapes of the HTTP API (SPEC section 8), decoded and encoded with msgspec."""
+"""Wire shapes of the HTTP API (SPEC section 8), decoded and encoded with msgspec. A struct's docstring is its
+description in GET /openapi.json, which tests/api/test_openapi_pinned.py pins."""
 
 from __future__ import annotations
 

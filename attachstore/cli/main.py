@@ -30,9 +30,9 @@ T = TypeVar("T")
 
 
 def _store_options(parser: argparse.ArgumentParser, default: object) -> argparse.ArgumentParser:
-    """--config and --data-dir, taken before the command and after it (the last one given wins): the
-    subcommands' copies default to SUPPRESS, so that they do not overwrite a value given before them.
-    The help shows the defaults as they resolve here."""
+    """The subcommands' copies of --config and --data-dir default to SUPPRESS, so that they do not overwrite a
+    value given before the command (the last one given wins). The help shows the defaults as they resolve
+    here."""
 
     def now(var: str) -> str:
         return f" (now {os.environ[var]})" if os.environ.get(var) else ""

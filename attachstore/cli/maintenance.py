@@ -233,7 +233,6 @@ def _unreadable(f: Finding) -> bool:
 
 
 def _next_steps(report: AuditReport, args: argparse.Namespace) -> list[str]:
-    """What to do about what the audit found, as commands a person can run from the same directory."""
     if report.clean:
         return []
     again = "attachstore audit" + "".join(

@@ -115,7 +115,6 @@ class _Job:
 
 
 def _jobs(args: argparse.Namespace) -> list[_Job]:
-    """The files to work on, with where each goes, from PATH..., -o, --in-place and --min-age."""
     output = Path(args.output) if args.output else None
     if not args.dry_run and (output is None) == (not args.in_place):
         raise InvalidRequest("give -o OUT or --in-place (or --dry-run)")

@@ -1,10 +1,7 @@
 """The audit: re-hash every object, check every row against its file and every file against its row
-(docs/design.md, "Garbage collection and the audit"; docs/operations.md, "The audit").
-
-A file that is not clean in the file pass is only a suspect, read again in full before anything is said of
-it; a row without a file and a file without a row are confirmed under the index's write lock, so that an
-admission or a GC sweep running beside the audit is never reported as damage.
-"""
+(docs/design.md, "Garbage collection and the audit"). A suspect file is read again in full before anything
+is said of it, and a stray is confirmed under the index's write lock, so that an admission or a GC sweep
+running beside the audit is never reported as damage."""
 
 from __future__ import annotations
 
@@ -52,9 +49,6 @@ def _no_cycle_collection() -> Iterator[None]:
 
 @dataclass(slots=True)
 class _Run:
-    """What one run carries from file to file: the snapshot of the rows, the report, the progress line, the
-    refs whose files were seen, and when the reading started (for --max-rate)."""
-
     rows: dict[str, ObjectRow]
     report: AuditReport
     bar: Progress | None
@@ -84,7 +78,6 @@ class Audit:
         self._rng = random.Random()
 
     def _pick(self, key: str) -> bool:
-        """A file and its row are sampled together."""
         if self.sample >= 1.0:
             return True
         return self._picked.setdefault(key, self._rng.random() < self.sample)
@@ -127,8 +120,6 @@ class Audit:
         return report
 
     async def _local_pass(self, local: LocalBlobStore, run: _Run, per_trip: int) -> None:
-        """Every file under objects/, read in trips by one thread (on a large store with an SQLite index, by
-        one process per core); suspects looked at again on the loop."""
         # The walk is listed as it goes, on the audit's thread, a trip at a time: nothing is listed ahead.
         trips = filepass.trips(self._parts(local), per_trip)
         index = self.store.index
@@ -188,8 +179,6 @@ class Audit:
                 pool.shutdown(cancel_futures=True)
 
     async def _backend_pass(self, run: _Run) -> None:
-        """Every object a remote backend (S3) lists, fetched _FETCHES at a time as it is, hashed off the
-        loop, and checked against its row like a local file's closer look."""
         batch: list[StoredObject] = []
         async for found in self.store.blobs.walk():
             if self._pick(str(found.ref) if found.ref else found.key):
@@ -213,8 +202,7 @@ class Audit:
         await self._throttle(run.report.bytes, run.started)
 
     async def _look(self, look: filepass.Look | None, run: _Run) -> None:
-        """Count a file looked at closely and check it against its row; None: gone since the listing (a GC
-        sweep), and the row pass decides about its row."""
+        """None: gone since the listing (a GC sweep); the row pass decides about its row."""
         if look is None:
             return
         row = None
@@ -309,7 +297,6 @@ class Audit:
         report.findings.append(Finding(Kind.METADATA_MISMATCH, str(ref), None, "; ".join(problems), done))
 
     async def _stray(self, ref: Ref, f: StoredFile, data: bytes | None, report: AuditReport) -> None:
-        """A file no row publishes; `data`, its bytes if they hash to its name."""
         if f.mtime > self._started - self.settle:
             return  # young: most likely an admission between its link and its commit
         # The row may have been published after the snapshot: confirm under the write lock.

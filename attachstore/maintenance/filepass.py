@@ -1,10 +1,6 @@
-"""The audit's file pass: every file under objects/ read and hashed in trips, against the rows it should
-match, doing the least it can per file. A clean file leaves only its ref; anything else is a suspect for the
-audit (audit.py) to look at again, in full, before it says anything about it.
-
-The trips run on one thread against the audit's snapshot of the rows, or, on a large store with the SQLite
-index, on one spawned process per core, each reading the rows of its trips' files from the index itself.
-"""
+"""The audit's file pass: every file under objects/ read and hashed in trips, doing the least it can per
+file; anything not clean is a suspect for audit.py to look at again (docs/design.md, "Garbage collection
+and the audit", says when it runs on one process per core)."""
 
 from __future__ import annotations
 
@@ -47,9 +43,6 @@ Part = tuple[Listing, list[str]]  # a listing and the names of it to audit
 
 @dataclass(slots=True)
 class Trip:
-    """What one trip found. A clean file leaves only its ref (for the row pass) and its size; any other file
-    is a suspect, for a closer look on the event loop."""
-
     refs: list[str] = field(default_factory=list)
     bytes: int = 0
     suspects: list[tuple[str, Ref | None]] = field(default_factory=list)  # (path, the ref its place names)
@@ -151,9 +144,8 @@ def worker_start() -> None:
 
 
 def examine_in_process(parts: list[Part], index: str, checker: Checker) -> Trip:
-    """`examine` in a worker process, against the rows of the trip's files as the index has them now, a
-    moment after the audit's snapshot. A file clean against its current row is clean; anything else is a
-    suspect, looked at again and judged against the snapshot like any other."""
+    """Against the rows as the index has them now: a file clean against its current row is clean; anything
+    else is a suspect, judged against the snapshot like any other."""
     global _database
     if _database is None:
         uri = f"{Path(index).resolve().as_uri()}?mode=ro"
@@ -169,8 +161,6 @@ def processes(rows: int) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Look:
-    """A suspect file, read again in full: whatever made it suspect may have passed (a heal, say)."""
-
     file: StoredFile
     data: bytes | None = None  # the bytes, held only when they hash to the file's ref (intact)
     error: OSError | None = None  # it cannot be read
@@ -205,8 +195,6 @@ def look_again(path: str, ref: Ref | None, size: int | None = None) -> Look | No
 
 
 def _hash(path: str, ref: Ref, size: int | None, keep: bool = False) -> tuple[int, str, bytes | None]:
-    """The length and digest of the file at `path`, and its bytes if `keep`, or if it turns out to be `size`
-    bytes long."""
     fd = os.open(path, _OPEN)
     try:
         keep = keep or os.fstat(fd).st_size == size

@@ -25,8 +25,6 @@ _BATCH = 16  # objects per sweep transaction: a crash mid-batch leaves at most t
 
 
 def scan_roots(paths: Iterable[Path]) -> set[str]:
-    """Every reference string in the given files (directories are walked), e.g. an agent host's session
-    logs: the objects they name are never collected."""
     found: set[str] = set()
     for path in paths:
         files = [path] if not path.is_dir() else sorted(p for p in path.rglob("*") if p.is_file())
@@ -73,8 +71,6 @@ async def plan(
     now: float | None = None,
     progress: Callable[[int, int], Progress] | None = None,
 ) -> GcPlan:
-    """What a sweep would remove. `progress(objects, bytes)` makes the line that follows the walk of the
-    objects, sized by the index's figures."""
     now = time.time() if now is None else now
     cutoff = now - grace
     named = await asyncio.to_thread(scan_roots, roots) if roots else set()

@@ -1,22 +1,7 @@
 """`attachstore migrate`: copy a single-node store (local files + SQLite) into the backends of another
-configuration, resumably, then verify the copy (docs/scale-out.md, "Migrating a single-node store").
-
-The source is only read: its index through a read-only SQLite connection (one snapshot), its objects through
-`LocalBlobStore.read` (verified). The target is written only through the interfaces the daemon uses
-(`BlobStore.put`, `Index.publish`, ...), so it gets the same guarantees: an object is durable before its row
-is published, and the publishing transaction checks that it is still there.
-
-Plan, then copy, then verify. Every step is idempotent and skips what the target already has, so a run cut
-short anywhere (Ctrl-C, a crash, a network failure) is finished by running it again:
-
-1. objects: an object whose target row, grants and bytes (their size) are in place is skipped; the others are
-   read from the source verified, put (which re-hashes an existing target object and heals it if damaged),
-   and published in batches, once per grant so that each tenant keeps its own display name;
-2. variant links, sessions and their holds (in their order, with their times), the runs of gc and audit;
-3. leases: adding a hold sets them to its time; they are set forward to the source's (a lease is never
-   moved back: a daemon serving the target may have renewed it);
-4. verify (verify.py).
-"""
+configuration, resumably, then verify the copy. Every step is idempotent and skips what the target already
+has; the steps and why a run cut short is finished by running it again: docs/scale-out.md, "Why a
+migration can always be run again"."""
 
 from __future__ import annotations
 
@@ -62,7 +47,6 @@ def target_config(path: str, env: Mapping[str, str] | None = None) -> Config:
 
 
 def check_pair(source: Config, target: Config) -> None:
-    """Refuse what cannot be a migration; the message names the key."""
     if source.storage.backend != "local":
         raise ConfigError(
             f"storage.backend: the source of a migration is a single-node store (local files and SQLite), "
@@ -95,8 +79,6 @@ def _same_dir(a: Path, b: Path) -> bool:
 async def run(
     source: Config, target: Config, *, verify_only: bool = False, progress: MakeProgress = Progress
 ) -> Report:
-    """Copy (unless `verify_only`), then verify. A backend that fails raises AttachstoreError: nothing is
-    lost, and running it again continues."""
     check_pair(source, target)
     snapshot = await asyncio.to_thread(read_source, source.data_path / INDEX_FILE)
     blobs = LocalBlobStore(source.data_path)
@@ -221,7 +203,7 @@ class _Copy(Stage):
             progress.finish()
 
     async def _publish(self, batch: list[_Ready], progress: Progress) -> None:
-        """Each object's first step names it; later steps only add grants (a name, once set, stays)."""
+        # An object's first step names it; later steps only add grants (a name, once set, stays).
         for i in range(max(len(r.steps) for r in batch)):
             groups: dict[str | None, list[ObjectRow]] = {}
             for r in batch:
@@ -241,7 +223,6 @@ class _Copy(Stage):
             progress.advance(1, r.row.bytes)
 
     def _in_place(self, rows: Sequence[ObjectRow]) -> Callable[[], Awaitable[None]]:
-        """The check a publishing transaction runs: every object is in the target, with its size."""
 
         async def check() -> None:
             found = await asyncio.gather(*(self.store.blobs.stat(Ref.parse(r.ref)) for r in rows))
@@ -305,9 +286,8 @@ class _Copy(Stage):
                 self.report.runs += 1
 
     async def _leases(self) -> None:
-        """Adding a hold set the held objects' leases to its time, older than the source's: set those
-        forward to the source's. (A lease is never moved back: a daemon serving the target may have
-        renewed it, for an answer that the grace period must protect.)"""
+        # Set forward only, never back: a daemon serving the target may have renewed a lease, for an answer
+        # that the grace period must protect.
         stale: dict[float, list[str]] = {}
         for r in await self.store.index.rows():
             source = self.snapshot.rows.get(r.ref)
@@ -318,10 +298,11 @@ class _Copy(Stage):
 
 
 def _accept(session: SessionRow) -> None:
-    """The guard of the holds a migration copies: they were accepted when they were made."""
+    # The holds a migration copies were accepted when they were made.
+    ...
 
 
 def _same_object(target: ObjectRow, source: ObjectRow) -> bool:
-    """The target row is the source's, but for what the later steps set (lease) or cannot change (name)."""
+    # All but what the later steps set (lease) or cannot change (name).
     fields = ("media_type", "bytes", "width", "height", "frames", "created_at")
     return target.state == "ok" and all(getattr(target, f) == getattr(source, f) for f in fields)

@@ -38,7 +38,6 @@ async def set_aside(store: Store, path: Path) -> str:
 
 
 async def reindex(store: Store, ref: Ref, data: bytes, name: str | None) -> str:
-    """Publish a row for intact bytes, with metadata read from the bytes themselves."""
     try:
         found = await store.pool.inspect(data, None, _NO_LIMITS, ref.algorithm)
     except Rejected as e:

@@ -1,5 +1,4 @@
-"""The source of a migration, as one snapshot of its index: a single-node store's rows, grants, sessions
-with their holds, variant links and maintenance runs, read in one transaction through a read-only
+"""The source of a migration, as one snapshot of its index, read in one transaction through a read-only
 connection."""
 
 from __future__ import annotations
@@ -52,7 +51,6 @@ class Snapshot:
     runs: dict[str, tuple[float, dict[str, float]]]
 
     def wanted(self, failed: Iterable[str] = ()) -> dict[str, ObjectRow]:
-        """The rows the target should have: 'ok' in the source, and not found damaged by this run."""
         skip = set(failed)
         return {ref: r for ref, r in self.rows.items() if r.state == "ok" and ref not in skip}
 
@@ -61,7 +59,6 @@ class Snapshot:
 
 
 def read_source(path: Path) -> Snapshot:
-    """The whole index in one read transaction, through a read-only connection."""
     try:
         db = sqlite3.connect(
             f"{path.absolute().as_uri()}?mode=ro",

@@ -42,9 +42,6 @@ async def source_failure(source: LocalBlobStore, row: ObjectRow) -> Finding | No
 
 
 class Stage:
-    """One stage of a migration (the copy, the verification): the source's snapshot and file store, the
-    target store, the report both write to, and how progress is shown."""
-
     def __init__(
         self, snapshot: Snapshot, source: LocalBlobStore, store: Store, report: Report, progress: MakeProgress
     ) -> None:

@@ -1,10 +1,6 @@
-"""The verification step of `attachstore migrate`: every copied object is read back from the target
-(verified) and every row compared with the source; what differs becomes a `Finding`. In a copying run, an
-object whose target bytes fail is written again from the source and read again.
-
-It only reads the source (its snapshot and `LocalBlobStore.read`) and the target (through `Store`), and writes
-nothing but healed objects. The copy (migrate.py) shares its findings and `run_all` (stage.py).
-"""
+"""The verification step of `attachstore migrate`: every copied object read back from the target, every
+row compared with the source (docs/scale-out.md, "Why a migration can always be run again"). It writes
+nothing but healed objects."""
 
 from __future__ import annotations
 
@@ -18,9 +14,6 @@ from .stage import Finding, MakeProgress, Report, Stage, run_all, source_failure
 
 
 class Verify(Stage):
-    """Compare the target with the source: every object read back verified, every row compared. With
-    `heal`, an object whose target bytes fail is written again from the source and read again."""
-
     def __init__(
         self,
         snapshot: Snapshot,
@@ -95,7 +88,7 @@ class Verify(Stage):
         return True
 
     async def _grants(self) -> None:
-        """Each tenant sees exactly the objects it saw, by the names it gave them."""
+        # Each tenant sees exactly the objects it saw, by the names it gave them.
         refs = list(self.wanted)
         tenants = self.snapshot.tenants() | {t.name for t in self.store.config.tenants} | {""}
         for tenant in sorted(tenants):
@@ -150,7 +143,6 @@ def _holds_change(target: tuple[str, ...], source: tuple[str, ...]) -> str:
 
 
 def _changes(target: ObjectRow, source: ObjectRow) -> str:
-    """The fields that differ, as `field: target (source ...)`; empty when the rows are equal."""
     return "; ".join(
         f"{name}: {getattr(target, name)!r} (source {getattr(source, name)!r})"
         for name in ObjectRow._fields

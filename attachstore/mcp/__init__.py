@@ -1,7 +1,6 @@
-"""`attachstore mcp`: an MCP server for agent hosts (docs/mcp.md). The tools read_image and read_attachment
-and the resources attachstore://<alg>/<hex>, over stdio or streamable HTTP, on a local Store or a daemon.
-
-Needs the `mcp` extra (the official MCP Python SDK): pip install 'attachstore[mcp]'."""
+"""`attachstore mcp`: an MCP server for agent hosts (docs/mcp.md), over stdio or streamable HTTP, on a
+local Store or a daemon. Needs the `mcp` extra (the official MCP Python SDK):
+pip install 'attachstore[mcp]'."""
 
 from .backends import Backend, Local, Remote
 from .files import directory

@@ -27,8 +27,6 @@ _METAS_AT_ONCE = 16  # resources/list over HTTP: one meta request per ref
 
 @dataclass(frozen=True, slots=True)
 class Stored:
-    """An image the store holds: what read_image reports about it."""
-
     ref: str
     media_type: str
     bytes: int
@@ -41,8 +39,6 @@ class Stored:
 
 @dataclass(frozen=True, slots=True)
 class SentImage:
-    """The bytes of an image block, as render gives them for the route: base64, with their header's sides."""
-
     media_type: str
     data: str
     width: int
@@ -55,8 +51,7 @@ class Backend(Protocol):
     async def admit(self, data: bytes, name: str) -> Stored | str:
         """Admitted into the session with source `tool`, or the soft rejection's text for the model."""
 
-    async def sent_image(self, ref: str) -> SentImage | str:
-        """The image for the route, or render's placeholder text where it cannot be sent."""
+    async def sent_image(self, ref: str) -> SentImage | str: ...
 
     async def meta(self, ref: str) -> Stored:
         """Raises AttachstoreError (ATTACHMENT_NOT_FOUND for a ref the tenant may not see)."""
@@ -64,8 +59,7 @@ class Backend(Protocol):
     async def held(self) -> list[Stored]:
         """The session's holds, in the order they were first held; none before the session exists."""
 
-    async def blob(self, ref: str) -> tuple[str, bytes]:
-        """The verified bytes and their type. Raises AttachstoreError."""
+    async def blob(self, ref: str) -> tuple[str, bytes]: ...
 
     async def close(self) -> None: ...
 
@@ -82,8 +76,6 @@ def sent_image_of(body: dict[str, Any]) -> SentImage | str:
 
 
 def _normalized_from(normalized: Any) -> str | None:
-    """What admission did to the upload (oversize = "fit", strip_metadata), from the service's answer or
-    the client's."""
     if normalized is None:
         return None
     o = normalized.original
@@ -208,9 +200,6 @@ class Local:
 
 
 class Remote:
-    """A running daemon (`--url`, or $ATTACHSTORE_URL, with $ATTACHSTORE_TOKEN): every call is one of the
-    HTTP client's, as this tenant."""
-
     def __init__(self, url: str, token: str | None, session: str, route: str | None) -> None:
         self.client = AsyncClient(url, token=token, timeout=120.0)
         self.session = _Session(session, route)

@@ -1,12 +1,5 @@
-"""Reading a file the model named, inside the workspace roots and nowhere else (docs/mcp.md).
-
-The path is resolved, symlinks included, and must land inside a root; a path that lands outside is refused
-without saying whether anything is there. Only a regular file is opened (never a FIFO, a device or a
-directory, nor one with other hard links, which may be outside), without following a last symlink and without
-blocking, and the file that was opened is checked again, by its descriptor, against the roots: a symlink
-swapped in between the check and the open does not lead outside. A path that changes while it resolves is
-not found. A file over the bound is refused before a byte of it is read, and at most the bound is read
-from one that grows meanwhile."""
+"""Reading a file the model named, inside the workspace roots and nowhere else: the checks, and the races
+they close, are in docs/mcp.md, "Workspace roots"."""
 
 from __future__ import annotations
 
@@ -22,8 +15,7 @@ MAX_PATH = 4096
 _PROC_FD = Path("/proc/self/fd")
 
 
-class Unreadable(Exception):
-    """The file cannot be read for the model; the message says why, to the model."""
+class Unreadable(Exception): ...
 
 
 class TooLarge(Exception):
@@ -39,7 +31,6 @@ class Found:
 
 
 def directory(text: str) -> Path:
-    """A root given by the operator: an existing directory, resolved. Raises ValueError."""
     path = Path(os.path.realpath(Path(text).expanduser()))
     if not path.is_dir():
         raise ValueError(f"{text}: not a directory")
@@ -47,7 +38,6 @@ def directory(text: str) -> Path:
 
 
 def file_roots(uris: Sequence[str]) -> list[Path]:
-    """The existing local directories among an MCP client's roots (file:// URIs), resolved."""
     roots = []
     for uri in uris:
         parts = urlsplit(uri)
@@ -60,7 +50,6 @@ def file_roots(uris: Sequence[str]) -> list[Path]:
 
 
 def shown(asked: str) -> str:
-    """The path as the model wrote it, quoted and short enough to repeat in an answer."""
     return repr(asked if len(asked) <= 200 else asked[:200] + "…")
 
 
@@ -163,7 +152,7 @@ def _failed(asked: str, e: OSError) -> Exception:
 
 
 def _fd_within(fd: int, roots: Sequence[Path]) -> bool:
-    """Where the open file really is, from the kernel (Linux); elsewhere the inode check has to do."""
+    # From the kernel (Linux); elsewhere the inode check has to do.
     try:
         return _within(Path(os.readlink(_PROC_FD / str(fd))), roots)
     except OSError:

@@ -1,11 +1,5 @@
-"""The workspace roots read_image may read under: `--workspace`, else the MCP client's roots, else
-$CLAUDE_PROJECT_DIR, else the current directory (docs/mcp.md). Over HTTP the client's roots only narrow
-the workspace, which is then `--workspace`, else $CLAUDE_PROJECT_DIR, else the current directory.
-
-The client's roots are asked in the way its protocol version allows: a `roots/list` request to the client
-(2025-11-25 and before), or, where the server has no way to ask (2026-07-28), an input request in the tool
-call's answer that the client fulfils and retries the call with. Neither goes through the SDK's deprecated
-helpers (roots are deprecated as of 2026-07-28; the helpers warn)."""
+"""The workspace roots read_image may read under (docs/mcp.md, "Workspace roots"). The client's roots are
+asked as its protocol version allows, never through the SDK's deprecated helpers (they warn)."""
 
 from __future__ import annotations
 
@@ -31,7 +25,6 @@ ROOTS_TIMEOUT = 10.0  # seconds a client has to answer roots/list
 
 
 def fallback(env: Mapping[str, str]) -> list[Path]:
-    """Without `--workspace` or client roots: the project directory Claude Code names, else the cwd."""
     project = env.get("CLAUDE_PROJECT_DIR")
     if project and Path(project).is_dir():
         return [Path(os.path.realpath(project))]

@@ -75,7 +75,6 @@ async def http(server: Server[Any], backend: Backend, host: str, port: int) -> N
 
 @contextlib.asynccontextmanager
 async def _stopped_by_signals() -> Any:
-    """SIGTERM and SIGINT cancel the serving task, so that the backend is closed on the way out."""
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     signals = (signal.SIGTERM, signal.SIGINT)

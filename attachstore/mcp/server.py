@@ -135,7 +135,6 @@ def ref_of(uri: str) -> Ref | None:
 
 
 def too_large(size: int, bound: int, name: str) -> str:
-    """The gate's own words for a file over the bound, for the model (nothing of it was read)."""
     try:
         gate.precheck(size, b"", None, Limits(max_image_bytes=bound))
     except Rejected as e:
@@ -172,8 +171,6 @@ def _text(stored: Stored, path: Path | None, sent: SentImage) -> str:
 
 
 class Tools:
-    """The handlers of one server: its backend, its roots and its options."""
-
     def __init__(self, backend: Backend, roots: Roots, options: Options) -> None:
         self.backend = backend
         self.roots = roots
@@ -327,8 +324,8 @@ class Tools:
 
 
 def _cursor(cursor: str | None) -> int:
-    """The offset a nextCursor of this server names: ASCII digits (str.isdigit() takes "²", which int()
-    refuses), few enough for any list (int() refuses 4,300 digits and more)."""
+    # ASCII digits only (str.isdigit() takes "²", which int() refuses), few enough for any list (int()
+    # refuses 4,300 digits and more).
     if cursor is None:
         return 0
     if not re.fullmatch(r"[0-9]{1,18}", cursor):

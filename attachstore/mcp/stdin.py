@@ -1,17 +1,6 @@
-"""The standard input of the stdio transport: its lines, awaited on the event loop, and the JSON-RPC error
-answer for each line that is no message.
-
-The SDK's `stdio_server()` reads stdin with a blocking `readline` in a worker thread, which no cancellation
-reaches: on SIGTERM or SIGINT, while the host keeps stdin open (Claude Code does, at the end of every
-session), the serving task waits for that thread forever, and the host ends up sending SIGKILL
-(python-sdk #3551). And it hands a line it cannot validate to its dispatcher as an exception, which the
-dispatcher drops: `{` or `[]` gets no answer, and the client waits forever. So `attachstore mcp` gives
-`stdio_server()` this stdin instead (its `stdin` argument; stdout stays the SDK's): a private duplicate of
-fd 0, read only once the loop says it is readable, so the wait is cancellable; and each line is checked as
-the SDK will parse it, a line that is no JSON-RPC message being answered here, with the JSON-RPC 2.0 spec's
-error (-32700 for input that is not JSON, -32600 for JSON that is no valid message, both with id null).
-Like the SDK, it points fd 0 at /dev/null while it serves, so that nothing else in the process (a decode
-worker, say) reads the host's messages."""
+"""The standard input of the stdio transport: its lines, awaited on the event loop (so that SIGTERM and SIGINT
+reach it while the host keeps stdin open), and the JSON-RPC error answer for each line that is no message.
+Why the SDK's own reader will not do: docs/mcp.md, "Protocol errors"."""
 
 from __future__ import annotations
 
@@ -37,7 +26,7 @@ EOF_GRACE = 30.0
 
 
 class Sender(Protocol):
-    """The transport's write stream (the shape of the SDK's WriteStream, whose module is private)."""
+    # The shape of the SDK's WriteStream, whose module is private.
 
     async def send(self, item: SessionMessage, /) -> None: ...
 
@@ -45,12 +34,9 @@ class Sender(Protocol):
 
 
 class Lines:
-    """`async for line in Lines(fd)`: the lines that are JSON-RPC messages, decoded (UTF-8, invalid bytes
-    replaced, as the SDK's own reader does); the others are answered through the stream `through` wraps.
-
-    At the end of stdin the lines end only once every request read has been answered (or cancelled by the
-    client, or EOF_GRACE has passed): reading a whole file or pipe at once, the SDK's dispatcher would
-    otherwise end with the last requests still unanswered."""
+    """`async for line in Lines(fd)`: the lines that are JSON-RPC messages, decoded as the SDK's own reader
+    does; the others are answered here. At the end of stdin they end only once every request read is
+    answered (or cancelled, or EOF_GRACE passed), else the SDK's dispatcher ends with requests unanswered."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
@@ -67,8 +53,7 @@ class Lines:
         self._answered = anyio.Event()
 
     def through(self, writer: Sender) -> _Answers:
-        """The transport's write stream, for the error answers; and the one to give the server, which
-        notes the requests answered."""
+        # The transport's stream for the error answers, and (wrapped) the one the server is given.
         self._writer = writer
         self._ready.set()
         return _Answers(writer, self)
@@ -139,7 +124,6 @@ class Lines:
 
 
 def parse(line: str) -> types.JSONRPCMessage | types.ErrorData:
-    """The message of a line, as the SDK parses it, or the JSON-RPC error for a line that is no message."""
     invalid = types.ErrorData(
         code=types.INVALID_REQUEST, message="Invalid Request: the line is no JSON-RPC 2.0 message"
     )
@@ -157,7 +141,6 @@ def parse(line: str) -> types.JSONRPCMessage | types.ErrorData:
 
 
 def _cancelled(message: types.JSONRPCMessage | types.ErrorData) -> types.RequestId | None:
-    """The request a `notifications/cancelled` cancels."""
     if not isinstance(message, types.JSONRPCNotification) or message.method != "notifications/cancelled":
         return None
     cancelled = (message.params or {}).get("requestId")
@@ -165,7 +148,7 @@ def _cancelled(message: types.JSONRPCMessage | types.ErrorData) -> types.Request
 
 
 class _Answers:
-    """The write stream the server is given: the transport's, noting each request answered."""
+    # The transport's stream, noting each request answered.
 
     def __init__(self, stream: Sender, lines: Lines) -> None:
         self.stream = stream

@@ -49,13 +49,10 @@ async def render(
     embed: Embed = as_text,
     claim: Callable[[int], None] | None = None,
 ) -> Rendered:
-    """Refs to a provider-ready request body. Importable by hosts that embed the store.
-
-    `embed` makes the value that stands for an image's base64 in the body (providers.py); the default gives
-    plain strings, and is called in a thread. Any other is called on the event loop: it marks where the
-    base64 goes, and leaves the encoding to whoever writes the body (as the daemon's answer does). `claim`,
-    if given, is called with the bytes of the images about to be read, before they are read; what it raises
-    ends the render (the daemon counts them against the answers' memory budget)."""
+    """Refs to a provider-ready request body; importable by hosts that embed the store (docs/render.md,
+    "Embedding it in Python"). `embed` makes the value that stands for an image's base64: the default, in a
+    thread; any other, on the event loop (it marks where the base64 goes). What `claim` raises for the bytes
+    about to be read ends the render."""
     check(request)
     route_name, route = await _route(store, request, tenant)
     provider = _provider(request, route, route_name)
@@ -86,7 +83,6 @@ async def render(
 
 
 async def _route(store: Store, request: RenderRequest, tenant: str) -> tuple[str | None, Route | None]:
-    """The request's route, else its session's."""
     route_name = request.route
     if request.session is not None:
         session = await store.sessions.get((tenant, request.session))
@@ -109,9 +105,6 @@ async def _plan(
 async def _act(
     store: Store, plan: Plan, scope: str | None, tenant: str, claim: Callable[[int], None] | None
 ) -> dict[str, bytes | bytearray]:
-    """The verified bytes of the images `plan` sends, deciding it again whenever what is learnt changes it:
-    variants are derived only for images it sends, and their real sizes may change it; an image that fails
-    its read gives its share of the budget back to older ones."""
     data: dict[str, bytes | bytearray] = {}
     while True:
         if plan.spec is not None and (derive := plan.to_derive()):
@@ -145,8 +138,7 @@ async def _act(
 async def _variants(
     store: Store, rows: list[ObjectRow | None], spec: VariantSpec, tenant: str
 ) -> list[ObjectRow | Fate]:
-    """At most the tenant's cap of derivations at a time, so that a render alone never meets the cap;
-    ServerBusy when the tenant's other requests hold it."""
+    # At most the tenant's cap of derivations at a time, so that a render alone never meets the cap.
     room = asyncio.Semaphore(store.config.admission.max_derivations_per_tenant)
 
     async def one(row: ObjectRow | None) -> ObjectRow | Fate:
@@ -157,9 +149,8 @@ async def _variants(
 
 
 async def _variant(store: Store, row: ObjectRow | None, spec: VariantSpec, tenant: str) -> ObjectRow | Fate:
-    """The variant, or why there is none: OVER_BUDGET when the source is fine but nothing within the limits
-    could be made (left out as too large, not reported as damaged). ServerBusy is raised: the image is
-    fine, the request is to be tried again."""
+    """The variant, or why there is none (OVER_BUDGET: left out as too large, not reported as damaged).
+    ServerBusy is raised: the image is fine, the request is to be tried again."""
     if row is None:  # pragma: no cover - only rows found are oversize
         return Fate.UNAVAILABLE
     try:
@@ -180,8 +171,8 @@ async def _read(
     scope: str | None,
     tenant: str,
 ) -> dict[str, bytes | bytearray]:
-    """The verified bytes of those of `wanted` that could be read; one bad object is left out. An object
-    collected since its row was looked up is unavailable like one that had no row."""
+    # One bad object is left out; one collected since its row was looked up is unavailable like one
+    # that had no row.
     resized = [ref for ref in wanted if ref in variants]  # a variant exists only under a spec
     stored = [ref for ref in wanted if ref not in variants]
     reads = (
@@ -200,8 +191,7 @@ async def _read(
 async def _variant_bytes(
     store: Store, row: ObjectRow, variant: ObjectRow, spec: VariantSpec, tenant: str
 ) -> bytes | None:
-    """A variant's verified bytes, or None; one that fails its read is derived again (Store.read_variant),
-    which heals it. ServerBusy is raised, as by _variant."""
+    # One that fails its read is derived again (Store.read_variant), which heals it.
     try:
         _, data = await store.read_variant(row, variant, spec, tenant)
     except ServerBusy:
@@ -271,8 +261,8 @@ def _finish(
 
 
 def _once(embed: Embed) -> Embed:
-    """`embed` made once per image and prefix: every occurrence of a ref shares the value (one base64 string,
-    or one slot), so an image named many times costs its encoding once."""
+    # Made once per image and prefix: every occurrence of a ref shares the value, so an image named many
+    # times costs its encoding once.
     made: dict[tuple[str, int], Any] = {}
 
     def once(prefix: str, image: Image) -> Any:

@@ -63,7 +63,7 @@ class RenderRequest(_In, frozen=True):
 
 
 def check(request: RenderRequest) -> None:
-    """What the types cannot say: which role may carry what."""
+    # What the types cannot say: which role may carry what.
     if not request.messages:
         raise InvalidRequest("invalid request at $.messages: at least one message is needed")
     for i, m in enumerate(request.messages):
@@ -89,7 +89,6 @@ def check(request: RenderRequest) -> None:
 
 
 def nested_deeper(value: object, levels: int) -> bool:
-    """Whether objects and arrays nest more than `levels` deep in `value` (itself the first level)."""
     stack = [(value, 1)]
     while stack:
         item, depth = stack.pop()

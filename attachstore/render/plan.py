@@ -1,6 +1,5 @@
-"""The plan of a render: each image's fate decided from the request, its route and the index rows alone,
-so that an image left out is never read (docs/design.md, "Render"; docs/render.md, "Which images are sent").
-Pure: no I/O; render() in assemble.py looks the rows up and acts on the plan."""
+"""The plan of a render: each image's fate decided from the request, its route and the index rows alone, so
+that an image left out is never read (docs/design.md, "Render"). Pure: no I/O."""
 
 from __future__ import annotations
 
@@ -92,17 +91,14 @@ class Plan:
         return {o.ref for o in self.occurrences if self.fates[(o.message, o.block)] is Fate.SENT}
 
     def to_derive(self) -> list[str]:
-        """The images sent that need a variant not made yet."""
         return sorted((self.sent() & self.oversize) - self.variants.keys())
 
     def read_size(self, refs: list[str]) -> int:
-        """What reading `refs` brings into memory: each one's variant, else its stored object."""
         return sum(
             sent.bytes for ref in refs if (sent := self.variants.get(ref) or self.rows[ref]) is not None
         )
 
     def media(self) -> dict[str, tuple[str, int, int]]:
-        """Media type, width and height of what is sent for each ref: its variant, else the stored object."""
         return {
             ref: (sent.media_type, sent.width, sent.height)
             for ref, row in self.rows.items()
@@ -111,7 +107,6 @@ class Plan:
 
 
 def variant_spec(route: Route | None, images: int) -> VariantSpec | None:
-    """The per-image limits of a request on `route` carrying `images` images, or None if it has none."""
     if route is None:
         return None
     side = route.max_request_side
@@ -128,8 +123,7 @@ def variant_spec(route: Route | None, images: int) -> VariantSpec | None:
 def _size(
     row: ObjectRow | None, variant: ObjectRow | None, oversize: bool, spec: VariantSpec | None
 ) -> int | None:
-    """The bytes an image will take in the request: its variant's once known; until then, at most the
-    route's byte limit (a guess the plan corrects once the variant exists)."""
+    # Until the variant exists, at most the route's byte limit: a guess the plan corrects once it does.
     if row is None:
         return None
     if variant is not None:

@@ -1,19 +1,7 @@
 """Provider-neutral turns to the request fields a host merges into its provider call (SPEC section 10).
-
-Pure and deterministic: no I/O, and the same turns always give the same body, keys in the same order.
-Differences between the protocols that matter here:
-
-- OpenAI chat carries only a string in a tool message, so a run of tool results keeps its texts there and
-  its images move to one synthetic user message after the whole run (never between two tool messages).
-- OpenAI responses and Anthropic carry images inside the tool result itself.
-- Gemini gets the images of a run of tool results as plain image parts after the run's function responses,
-  in the same user content: multimodal function responses only work with some models.
-- Anthropic and Gemini refuse empty text blocks and messages without content: empty texts are dropped, and
-  a message left with nothing gets the text EMPTY rather than being removed, so turns never disappear.
-
-Where an image's base64 goes (a data URL, or a plain base64 field), the body holds what `embed` makes of it:
-a str by default; the HTTP answer passes its own, which keeps the base64 bytes out of the body's strings.
-"""
+Pure and deterministic: the same turns always give the same body, keys in the same order. Where each
+protocol wants tool images and empty texts: docs/render.md, "Where tool images go, and why". `embed` makes
+what stands for an image's base64: a str by default; the HTTP answer keeps it out of the body's strings."""
 
 from __future__ import annotations
 
@@ -56,7 +44,6 @@ def _images(turn: Turn) -> list[Image]:
 
 
 def _parts(turn: Turn) -> list[Text | Image]:
-    """The turn's parts without empty texts, in order."""
     return [p for p in turn.parts if isinstance(p, Image) or p.text]
 
 
@@ -65,7 +52,7 @@ def _system_text(turns: Iterable[Turn]) -> str:
 
 
 def _tool_output(turn: Turn) -> str:
-    """A tool result as one string; an image-only result says where its images went."""
+    # An image-only result says where its images went.
     text = "\n".join(_texts(turn))
     return IMAGE_ONLY_TOOL_RESULT if not text and _images(turn) else text
 

@@ -6,7 +6,7 @@ from math import ceil
 
 
 def openai(width: int, height: int, detail: str | None) -> int:
-    """Low detail: 85. Else: fit in 2048x2048, shortest side down to 768, then 85 + 170 per 512px tile."""
+    # Low detail: 85. Else: fit in 2048x2048, shortest side down to 768, then 85 + 170 per 512px tile.
     if detail == "low":
         return 85
     w, h = float(width), float(height)
@@ -21,7 +21,7 @@ ANTHROPIC_MAX_PIXELS = 1600 * 750  # past about 1,600 tokens an image is scaled 
 
 
 def anthropic(width: int, height: int) -> int:
-    """Long edge scaled down to at most 1568, the area to at most ~1.2 MP, then ceil(width * height / 750)."""
+    # Long edge down to at most 1568, the area to at most ~1.2 MP, then ceil(width * height / 750).
     w, h = float(width), float(height)
     if max(w, h) > 1568:
         w, h = w * 1568 / max(w, h), h * 1568 / max(w, h)
@@ -32,7 +32,7 @@ def anthropic(width: int, height: int) -> int:
 
 
 def gemini(width: int, height: int) -> int:
-    """258 when both sides are at most 384 px, else 258 per 768x768 tile."""
+    # 258 when both sides are at most 384 px, else 258 per 768x768 tile.
     if width <= 384 and height <= 384:
         return 258
     return 258 * ceil(width / 768) * ceil(height / 768)

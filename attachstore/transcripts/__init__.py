@@ -1,10 +1,5 @@
 """Transcripts: the inline images of agent hosts' session logs moved into the store and back, byte for byte
-(docs/transcripts.md). Beside the service, like maintenance: it admits and reads through the `Store`.
-
-`scanner` (with `policy` and `nested`) streams JSON text and hands over the strings a policy wants; `inline`
-knows images and placeholders; `formats` the hosts' files; `strip` and `restore` the two directions,
-`reports` what they say of each file; `files` the safe replacement of a file, `writers` who has it open;
-`candidates` the files of a tree a run works on, and their sessions; `release` the end of a session. The
+(docs/transcripts.md). Beside the service, like maintenance: it admits and reads through the `Store`; its
 face is what the CLI uses."""
 
 from .candidates import Candidate, candidates, session_for

@@ -33,7 +33,6 @@ class Appended(Protocol):
 
 
 def _appended_while(report: Appended, appended: int) -> None:
-    """Say in `report` that a host appended `appended` bytes while the file was replaced (kept as written)."""
     if appended:
         report.appended = appended
         report.bytes_after += appended
@@ -44,7 +43,7 @@ def _appended_while(report: Appended, appended: int) -> None:
 
 
 def temp_name(target: Path) -> Path:
-    """A hidden name beside `target` that no host reads as a transcript (none ends in .json or .jsonl)."""
+    # No host reads a hidden name as a transcript (none ends in .json or .jsonl).
     return target.with_name(f".{target.name}.attachstore-{secrets.token_hex(4)}{TEMP_SUFFIX}")
 
 
@@ -108,8 +107,7 @@ class Staged:
         self.steps("synced")
 
     def prepare(self, like: Snapshot | None) -> None:
-        """Make it ready to take the target's place: complete on disk, with the mode, owner and times of
-        `like` (the file it replaces). It stays open, to take what a host appends to the target meanwhile."""
+        # Stays open, to take what a host appends to the target meanwhile.
         self.file.flush()
         fd = self.file.fileno()
         if like is not None:
@@ -121,8 +119,7 @@ class Staged:
         self.size = os.fstat(fd).st_size
 
     def rename(self) -> bool:
-        """Put it at the target's path: exchanged with the target where the system can (the replaced file is
-        then at our temporary name: True), else renamed over it."""
+        # True: exchanged, the replaced file is then at our temporary name; False: renamed over it.
         exchanged = self.replaced = _exchange(self.path, self.target)
         if not exchanged:
             os.replace(self.path, self.target)
@@ -130,8 +127,6 @@ class Staged:
         return exchanged
 
     def appending(self) -> None:
-        """From now on, writes go to the end of the target, after whatever a host appended to it since the
-        rename."""
         fd = self.file.fileno()
         fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
 
@@ -142,7 +137,6 @@ class Staged:
             view = view[os.write(fd, view) :]
 
     def close(self, exchanged: bool) -> None:
-        """Make the replacement durable; the replaced file (at our name, after an exchange) is removed."""
         os.fsync(self.file.fileno())
         self.file.close()
         if exchanged:
@@ -225,8 +219,8 @@ def _catch_up(
     check_writers: bool,
     action: str,
 ) -> int:
-    """After the rename: what a host appended to the replaced file (it opened it by path before the rename)
-    goes to the end of the new version. Returns how many bytes."""
+    # A host that opened the file by path before the rename may still append to it: that goes to the
+    # end of the new version.
     busy = None
     if check_writers:  # one that opened it by path before the rename may not have written yet
         for _ in range(_WAITS):
@@ -262,7 +256,6 @@ def _catch_up(
 
 
 def _put_back(staged: Staged) -> None:
-    """Swap the replaced file back, with what a host appended to the new version in the meantime."""
     staged.file.flush()
     if not _exchange(staged.path, staged.target):
         raise OSError(errno.EIO, f"cannot swap {staged.target} back")
@@ -289,7 +282,7 @@ _RENAME_EXCHANGE = 2
 
 
 def _exchange(a: Path, b: Path) -> bool:
-    """Swap the files at `a` and `b` at once (renameat2 RENAME_EXCHANGE); False where the system cannot."""
+    # Swaps the two at once (renameat2 RENAME_EXCHANGE); False where the system cannot.
     renameat2 = getattr(_libc, "renameat2", None)
     if renameat2 is None or not b.exists():
         return False

@@ -26,8 +26,6 @@ _BASE64_CHARS = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz
 
 @dataclass(frozen=True, slots=True)
 class Inline:
-    """An image written inline, taken apart: the bytes, and what writes them back as they were."""
-
     prefix: bytes  # a data URL's text up to and including its comma, as written; b"" for a base64 field
     declared: str | None  # the data URL's media type
     data: bytes
@@ -42,8 +40,6 @@ class Inline:
 
 @dataclass(frozen=True, slots=True)
 class Unusable:
-    """An inline image that cannot be replaced byte for byte: it stays where it is, counted by `code`."""
-
     code: str
     message: str
 
@@ -59,7 +55,6 @@ class Placeholder:
         return text.replace(b"/", b"\\/") if self.escaped else text
 
     def raw(self, data: bytes | bytearray) -> bytes:
-        """The whole string it stands for: the image written back as it was."""
         return self.prefix + self.base64(data)
 
 
@@ -75,7 +70,6 @@ def is_data_url(raw: bytes) -> bool:
 
 
 def image(raw: bytes) -> Inline | Unusable:
-    """The image a wanted string holds (see Finder), or why it cannot be replaced."""
     prefix, declared = b"", None
     if is_data_url(raw):
         comma = raw.find(b",", 0, _PREFIX_MAX + 1)
@@ -134,8 +128,6 @@ class Finder:
 
 
 class Placeholders:
-    """The scanner's policy for restore: placeholders only."""
-
     cap = PLACEHOLDER_MAX
 
     def may_want(self, first: int, level: int, key: bytes | None) -> bool:
@@ -152,7 +144,6 @@ def _starts(head: bytes, prefix: bytes, final: bool) -> bool | None:
 
 
 def _base64_image(head: bytes, final: bool) -> bool | None:
-    """Whether base64 text that begins with `head` begins like one of the four formats."""
     match = _BASE64_HEAD.match(head)
     text = match.group() if match else b""
     chars = text.replace(b"\\/", b"/")

@@ -66,7 +66,6 @@ class Nested:
 
 
 def after_step(state: int, data: bytes, pos: int, end: int) -> int:
-    """What follows a closed string: whitespace, then ':' once (AFTER_COLON); else NOT_KEY."""
     if end - pos > _GAP_MAX:
         return NOT_KEY
     text = data[pos:end].strip(_WHITESPACE)
@@ -76,7 +75,6 @@ def after_step(state: int, data: bytes, pos: int, end: int) -> int:
 
 
 def decoded(raw: bytes) -> str:
-    """The character an escape stands for, as far as the text inside cares: quotes, backslashes, spaces."""
     if raw[1] == ord("u"):
         try:
             return chr(int(raw[2:6], 16))

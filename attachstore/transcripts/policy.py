@@ -40,8 +40,6 @@ class Policy(Protocol):
 
 
 class Held:
-    """A string the policy may want, kept in parts until it is handed over or given back."""
-
     __slots__ = ("decided", "key", "level", "line", "parts", "size")
 
     def __init__(self, level: int, key: bytes | None, line: int) -> None:

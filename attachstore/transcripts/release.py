@@ -13,8 +13,6 @@ from .restore import placeholders_in
 
 
 async def release(store: Store, key: SessionKey, path: Path | None, *, force: bool = False) -> int:
-    """Drop the session `key` of the transcript at `path` (None: named by its session alone); returns how many
-    holds were released."""
     if path is not None and not force and await asyncio.to_thread(path.exists):
         count = await placeholders_in(path)
         if count:

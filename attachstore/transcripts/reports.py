@@ -13,8 +13,6 @@ from ..errors import AttachstoreError
 
 
 class TranscriptError(AttachstoreError):
-    """A transcript that cannot be stripped or restored now; `code` says why (docs/transcripts.md)."""
-
     code = "TRANSCRIPT_BUSY"
 
 
@@ -45,9 +43,6 @@ def outcome(report: Outcome) -> Iterator[None]:
 
 @dataclass
 class Tally:
-    """What strip found: counts of occurrences, and the distinct images, stored (by ref) or refused (by code,
-    each by the hash of its text)."""
-
     found: int = 0  # inline images
     replaced: int = 0  # of them, now placeholders
     inline: int = 0  # of them, left inline (refused)
@@ -83,8 +78,6 @@ class Tally:
 
 @dataclass
 class Report:
-    """One file: what was done to it (`status`: stripped, unchanged, dry-run, skipped, failed)."""
-
     path: str
     status: str
     output: str | None = None
@@ -116,8 +109,6 @@ class Report:
 
 @dataclass
 class RestoreReport:
-    """One file: `status` restored, unchanged (no placeholder), checked (dry run), skipped or failed."""
-
     path: str
     status: str
     output: str | None = None

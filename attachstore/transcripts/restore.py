@@ -26,8 +26,6 @@ _KEPT_BYTES = 32 << 20  # base64 of recently restored images kept for their next
 
 
 class Sink:
-    """Where a pass writes: a file or nothing, counted and sha256-hashed either way (in a thread)."""
-
     def __init__(self, file: BinaryIO | None = None) -> None:
         self.file = file
         self.hash = Digest()
@@ -64,8 +62,6 @@ class Restorer:
     async def restore(
         self, source: BinaryIO, sink: Sink, name: str, on_bytes: Callable[[int], None] | None = None
     ) -> Restored:
-        """Stream `source` into `sink` with every placeholder put back. A ref that cannot be read raises its
-        error, naming the line (`name` names the file)."""
         done = Restored()
         scanner = Scanner(inline.Placeholders())
         while chunk := await asyncio.to_thread(source.read, CHUNK):
@@ -191,7 +187,6 @@ async def _restore_file(
 
 
 async def placeholders_in(path: Path) -> int:
-    """How many placeholders `path` holds (it reads nothing from the store)."""
     count = 0
     scanner = Scanner(inline.Placeholders())
     with await asyncio.to_thread(open, path, "rb") as f:

@@ -1,12 +1,7 @@
 """The streaming scanner under strip and restore: JSON text in as raw bytes, the same bytes out, except that
 the strings a policy wants are handed over whole, as written (docs/transcripts.md, "What strip does").
-
-It reads the bytes once, in chunks, and never holds a line: one wanted string (at most the policy's `cap`),
-a chunk, and the few bytes of `_Document` and `nested.Nested`. It follows the strings of the document
-(level 0) and those of JSON text held in a string that starts with `[` or `{` (level 1, where quotes are
-written `\\"`). A string right after `"key":` is handed over with that key. A raw newline ends a string
-(JSON has none inside one): a torn line is passed through, and the next line is read afresh.
-"""
+It reads the bytes once, in chunks, and never holds a line; it follows the document's strings (level 0)
+and those of JSON text held in a string (level 1). A raw newline ends a string: a torn line passes through."""
 
 from __future__ import annotations
 
@@ -24,8 +19,6 @@ _END, _TORN, _MORE, _CUT = range(4)
 
 
 class _Document:
-    """Level 0: the document's current string, and the last one closed (a key if a ':' follows)."""
-
     __slots__ = ("after", "carry", "key", "last", "line", "mode", "start")
 
     def __init__(self) -> None:
@@ -58,7 +51,6 @@ class Scanner:
     # -- the face ----------------------------------------------------------------------------------------
 
     def feed(self, data: bytes) -> list[Event]:
-        """The events of one more chunk, in order: plain bytes to copy as they are, and wanted strings."""
         self._events = []
         self._data, self._view, self._plain_from, self._cut_at = data, memoryview(data), 0, -1
         self._next_at.clear()
@@ -88,7 +80,7 @@ class Scanner:
         return self._events
 
     def end(self) -> list[Event]:
-        """The events left at the end of the input: a string still open there is cut short ("torn")."""
+        # A string still open at the end of the input is cut short ("torn").
         self._events = []
         self._data, self._view, self._plain_from, self._cut_at = b"", memoryview(b""), 0, -1
         escape, self._pending_escape = self._pending_escape, b""
@@ -196,15 +188,12 @@ class Scanner:
         return at
 
     def _cut_escape(self, at: int) -> int:
-        """An escape that the chunk's end cuts: held back until the next chunk completes it."""
         self._pending_escape = bytes(self._data[at:])
         self._cut_at = at
         return len(self._data)
 
     def _complete_escape(self) -> int:
-        """Complete the escape the last chunk ended in; returns where this chunk's bytes go on. Only a _NESTED
-        string looks inside an escape (for the quotes and backslashes of the text it holds); elsewhere an
-        escape is its backslash and the next byte."""
+        """Complete the escape the last chunk ended in. Only a _NESTED string looks inside an escape."""
         data = self._data
         nested = self._doc.mode == _NESTED
         raw = self._pending_escape + data[: max(0, 6 - len(self._pending_escape))]
@@ -285,8 +274,6 @@ class Scanner:
         inner.run(self._data, pos, end)
 
     def _nested_escape(self, raw: bytes, at: int, end: int) -> None:
-        """One escape of a _NESTED string (`at` is where it starts in this chunk, -1 when it began in the last
-        one)."""
         inner = self._inner
         char = decoded(raw)
         closing = inner.closes(char)
@@ -318,7 +305,6 @@ class Scanner:
         self._check(end)
 
     def _check(self, resume: int) -> None:
-        """Decide as soon as the head allows; cut short past the cap. `resume`: where plain bytes go on."""
         held = self._held
         assert held is not None
         if not held.decided:
@@ -333,7 +319,6 @@ class Scanner:
             self._hand(resume, complete=False, reason="cap")
 
     def _finish(self, at: int) -> None:
-        """The held string ended at `at`: handed over if wanted, else given back as plain bytes."""
         held = self._held
         assert held is not None
         if held.decided or self.policy.wanted(held.head(), held.level, held.key, True):

@@ -98,7 +98,6 @@ class _InOrder:
             self.sink.write(data if job is None else self.written_for(job, bytes(data), key))
 
     async def relieve(self, depth: int) -> None:
-        """Wait for the oldest admissions until at most `depth` run and what waits is within its bound."""
         self.drain()
         while self.queue and (self.running > depth or self.waiting > _WAITING_BYTES):
             await self._oldest()
@@ -131,7 +130,6 @@ class Stripper:
         self.cap = b64 + b64 // 16 + inline.PLACEHOLDER_MAX  # a data URL's prefix, '\/' escapes
 
     async def close(self) -> None:
-        """Wait for admissions still running (their images may be used by no file any more)."""
         running = [t for t in self._outcomes.values() if isinstance(t, asyncio.Task)]
         await asyncio.gather(*running, return_exceptions=True)
 
@@ -143,7 +141,6 @@ class Stripper:
         fmt: Format | None = None,
         session: str | None = None,
     ) -> Report:
-        """Strip `source` into `output` (the same path: in place; None with dry_run: nothing written)."""
         report = Report(str(source), "failed", str(output) if output is not None else None)
         with outcome(report):
             await self._strip(source, output, fmt, session, report)
@@ -233,7 +230,6 @@ class Stripper:
         report.status = "stripped" if tally.replaced else "unchanged"
 
     async def _session(self, key: SessionKey) -> None:
-        """The session exists: created (with no route) the first time a file needs it."""
         made = self._sessions.get(key)
         if made is None or (made.done() and (made.cancelled() or made.exception() is not None)):
             made = self._sessions[key] = asyncio.ensure_future(self._create(key))
@@ -254,7 +250,6 @@ class Stripper:
         report: Report,
         held: set[str],
     ) -> str:
-        """Read `source` once: write the stripped text to `sink`; returns the sha256 of what was read."""
         tally = report.tally
         read = Digest()
 

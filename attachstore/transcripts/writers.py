@@ -48,7 +48,6 @@ def writers_of_fd(fd: int, proc: Path = Path("/proc")) -> Writers:
 
 
 def writers(path: Path, proc: Path = Path("/proc")) -> Writers:
-    """Who has `path` open for writing: from /proc on Linux, else from lsof, else it cannot tell."""
     st = os.stat(path)
     if (proc / "self" / "fd").is_dir():
         return _proc_writers(st, proc)
