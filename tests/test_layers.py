@@ -1,5 +1,6 @@
-"""The edges call the service through the `Store`'s methods, never through its parts: import-linter sees
-imports, not attributes, so this test reads the edges' code for `store.<part>`."""
+"""The shape of the package that import-linter cannot check: the edges call the service through the `Store`'s
+methods, never through its parts (import-linter sees imports, not attributes, so this test reads the edges'
+code for `store.<part>`), and no module grows past what one reads in a sitting."""
 
 from __future__ import annotations
 
@@ -64,3 +65,15 @@ def test_a_reach_through_the_store_is_found() -> None:
     source = "async def f(store, self):\n    await store.index.stats()\n    self.store.resident.mappings\n"
     assert reaches(source) == [(2, "index"), (3, "resident")]
     assert reaches("store.sessions.get(key); store.read(ref)") == []
+
+
+MAX_MODULE_LINES = 400  # past it a module usually holds two ideas (docs/design.md, "The map")
+
+
+def test_no_module_is_over_400_lines() -> None:
+    long = {
+        str(path.relative_to(PACKAGE)): n
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}
