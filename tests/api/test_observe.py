@@ -169,6 +169,21 @@ def test_log_lines_still_queued_at_exit_are_written() -> None:
     assert [json.loads(line)["msg"] for line in done.stderr.splitlines()] == [f"line {n}" for n in range(200)]
 
 
+def test_the_daemons_records_look_up_no_caller() -> None:
+    """Finding each record's caller walks the stack, on every line of the event loop; the daemon's lines do
+    not carry it, and `logging._srcfile = None` is how the logging HOWTO says to skip it. This fails if
+    Python stops honouring it."""
+    program = (
+        "import logging; from attachstore import logs; logs.setup(); "
+        "seen = []; h = logging.Handler(); h.emit = seen.append; logging.getLogger().addHandler(h); "
+        "logging.getLogger('attachstore.x').info('line'); print(seen[0].funcName, seen[0].lineno)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.split() == ["(unknown", "function)", "0"]
+
+
 def test_the_log_writer_ends_even_with_lines_queued_after_its_stop() -> None:
     """A thread still logging while the process exits may queue lines behind the stop marker."""
     lines: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
