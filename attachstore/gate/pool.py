@@ -293,6 +293,9 @@ class DecodePool:
                 # it could run (which reports no errno of its own): a moment's trouble, answered as such.
                 raise ServerBusy(f"cannot start a decode worker now: {e}", hint="retry later") from e
             raise AttachstoreError(f"cannot start a decode worker: {e}") from e
+        except BaseException:  # the job cancelled while its worker process was being made
+            ours.close()
+            raise
         finally:
             theirs.close()
         worker = _Worker(proc, ours)

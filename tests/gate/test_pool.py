@@ -223,3 +223,32 @@ def test_the_descriptor_headroom_needs_no_standard_input() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False
     )
     assert (done.returncode, done.stdout.strip()) == (0, "ok"), done.stderr
+
+
+async def test_a_job_cancelled_while_its_worker_process_is_made_leaves_no_socket_open(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    made: list[Any] = []
+    pair = pool_module.socket.socketpair
+    creating = asyncio.Event()
+
+    def recorded(*args: Any) -> Any:
+        made.extend(pair(*args))
+        return made[0], made[1]
+
+    async def never(*args: Any, **kwargs: Any) -> Any:
+        creating.set()
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(pool_module.socket, "socketpair", recorded)
+    monkeypatch.setattr(pool_module.asyncio, "create_subprocess_exec", never)
+    pool = DecodePool(1, AMPLE)
+    try:
+        job = asyncio.ensure_future(pool.inspect(images.png(4, 4), None, DEFAULTS, "sha256"))
+        await creating.wait()
+        job.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await job
+        assert [s.fileno() for s in made] == [-1, -1]  # both ends closed
+    finally:
+        await pool.close()
