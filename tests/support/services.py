@@ -44,6 +44,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from tests.support.waiting import until
+
 log = logging.getLogger(__name__)
 
 KINDS = ("s3", "postgresql")
@@ -357,18 +359,23 @@ def _run(
 
 def _wait(what: str, ready: Callable[[], bool], timeout: float, *logs: Path, pid: int | None = None) -> None:
     """Poll `ready` until true; fail early if process `pid` dies, late after `timeout` s."""
-    deadline, last = time.monotonic() + timeout, ""
-    while True:
+    last = ""
+
+    def done() -> bool:
+        nonlocal last
         try:
             if ready():
-                return
+                return True
         except Exception as e:
             last = f" (last: {str(e).splitlines()[0] if str(e) else type(e).__name__})"
         if pid is not None and not _alive(pid):
             raise _error(f"the process died while waiting for {what}", *logs)
-        if time.monotonic() > deadline:
-            raise _error(f"timed out after {timeout:g} s waiting for {what}{last}", *logs)
-        time.sleep(0.1)
+        return False
+
+    try:
+        until(done, what, timeout, every=0.1)
+    except AssertionError:
+        raise _error(f"timed out after {timeout:g} s waiting for {what}{last}", *logs) from None
 
 
 def _error(message: str, *logs: Path, lines: int = 30) -> ServiceError:
@@ -661,10 +668,9 @@ def _signal(pids: list[int], sig: signal.Signals) -> None:
 
 
 def _outliving(pids: list[int], seconds: float) -> list[int]:
-    deadline = time.monotonic() + seconds
-    while (pids := [pid for pid in pids if _alive(pid)]) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return pids
+    with contextlib.suppress(AssertionError):
+        until(lambda: not any(_alive(pid) for pid in pids), "the processes to end", seconds)
+    return [pid for pid in pids if _alive(pid)]
 
 
 _START: dict[str, Callable[[Path], dict[str, str]]] = {"s3": _start_ceph, "postgresql": _start_postgresql}
