@@ -41,7 +41,6 @@ class _Lanes(Protocol):
     mapped: bool
     connections: set[Lane]
     closing: bool
-    answered: int
 
 
 class Lane(asyncio.Protocol):
@@ -339,7 +338,6 @@ class Lane(asyncio.Protocol):
         status: int,
         code: str | None = None,
     ) -> None:
-        self.lanes.answered += 1
         record(
             self.lanes.store.metrics,
             rid,

@@ -16,8 +16,6 @@ from .sending import BUDGET
 
 
 class Lanes:
-    answered = 0  # the requests the lanes answered: a test's proof that a read took this path
-
     def __init__(self, config: Config, tokens: dict[str, str]) -> None:
         self.tokens = tokens
         self.max_line = config.http.max_header_bytes
