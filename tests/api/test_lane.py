@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, Gauge
 
+from attachstore.api.common import STORE
 from attachstore.api.headers import head, verified_head, verified_headers
 from attachstore.api.heads import _NOT_HERE, _ONCE, MAX_HEADERS, PlainRead, parse_head, recognize
 from attachstore.api.lane import Lane
@@ -22,7 +23,9 @@ from attachstore.api.lanes import LANES, Lanes
 from attachstore.api.sending import Budget
 from attachstore.errors import NotFound
 from attachstore.metrics import Metrics
+from attachstore.refs import Ref
 from attachstore.service import ImageRef
+from attachstore.storage import mapped
 from attachstore.storage.mapped import Mapped, map_resident
 from tests.conftest import MakeClient
 from tests.support.http import admit_ok
@@ -554,3 +557,25 @@ async def test_an_in_process_client_s_read_takes_the_daemon_s_path(
     assert await response.read() == png(8, 8)
     assert answered == ([200] if lane else [])
     assert (LANES in client.app) == lane
+
+
+async def test_the_app_lets_go_of_a_mapped_read_as_soon_as_a_writer_asks(make_client: MakeClient) -> None:
+    # The lanes' life in the app (a cleanup context) handles the lease-break signal and sweeps the kept
+    # mappings: a writer of an object file the lane keeps mapped waits for the loop, not for the kernel's
+    # lease-break time (45 s by default).
+    if not mapped.available():
+        pytest.skip("this kernel grants no read leases or has no cachestat (Linux 6.5)")
+    client = await make_client()
+    [found] = await admit_ok(client, png(64, 64))
+    store = client.app[STORE]
+    for _ in range(2):  # the first read may find its pages just written; either way one is kept
+        response = await client.get(f"/v1/attachments/{found['ref']}")
+        assert response.status == 200
+    mappings = store.resident.mappings if store.resident is not None else None
+    if mappings is None or not len(mappings):
+        pytest.skip("this file system kept no mapping of the object (its pages not in the page cache)")
+    path = store.local.path(Ref.parse(found["ref"])) if store.local is not None else None
+    assert path is not None
+    writer = asyncio.to_thread(lambda: os.close(os.open(path, os.O_WRONLY)))
+    await asyncio.wait_for(writer, 30)  # under the kernel's 45 s, as in tests/storage/test_mapped.py
+    assert len(mappings) == 0
