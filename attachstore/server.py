@@ -34,6 +34,9 @@ SHUTDOWN_TIMEOUT = 30.0
 WORKER_ENV = "ATTACHSTORE_WORKER_CONFIG"  # a worker process's resolved configuration, as JSON
 REPLACE_ENV = "ATTACHSTORE_WORKER_REPLACE_POLICY"  # "1": the workers of serve --replace-policy
 LISTENING_ENV = "ATTACHSTORE_WORKER_LISTENING_FD"  # where a worker writes a byte once it listens
+SUPERVISOR_ENV = (
+    "ATTACHSTORE_WORKER_SUPERVISOR"  # the supervisor's pid: a worker whose parent it is not is orphaned
+)
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt parameters, from glibc's malloc.h
 
 
@@ -236,6 +239,7 @@ def _supervise(
             WORKER_ENV: msgspec.json.encode(worker_config).decode(),
             REPLACE_ENV: "1" if replace_policy else "",
             LISTENING_ENV: str(listening_write),
+            SUPERVISOR_ENV: str(os.getpid()),
             "PROMETHEUS_MULTIPROC_DIR": samples.name,
         }
 
@@ -323,12 +327,14 @@ def _ended(status: int | None) -> str:
 
 
 def _die_with_parent() -> None:
+    supervisor = int(os.environ.pop(SUPERVISOR_ENV, "0"))
     with contextlib.suppress(OSError, AttributeError):
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    if os.getppid() == 1:  # the supervisor was already gone
+    # The supervisor was already gone. Not `== 1`: in a container the supervisor itself is PID 1.
+    if os.getppid() != supervisor:
         sys.exit(0)
 
 

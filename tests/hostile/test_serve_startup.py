@@ -96,3 +96,21 @@ def test_an_unreadable_credentials_directory_is_a_message(
     assert "CREDENTIALS_DIRECTORY" in text, text
     assert str(credentials) in text, text
     assert serving_lines(log) == []
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_serve_as_pid_1_serves_and_stops_cleanly(daemons: Daemons, workers: str) -> None:
+    """In a container without an init, `serve` is PID 1: its workers keep serving (they used to take a
+    parent of pid 1 for a supervisor already gone, and left at once), and SIGTERM, which PID 1 gets only
+    through a handler, stops it cleanly (issue 33)."""
+    unshare = shutil.which("unshare")
+    if unshare is None or os.geteuid() != 0:
+        pytest.skip("a PID namespace of its own needs root and util-linux's unshare")
+    # unshare ignores SIGTERM while it waits: the signal goes to its child, the namespace's PID 1
+    prefix = (unshare, "--pid", "--fork", "--mount-proc", "--kill-child")
+    started = daemons.start(*daemons.store(""), "--workers", workers, prefix=prefix)
+    assert started.status("/healthz") == 200
+    [serve] = children(started.proc.pid)
+    os.kill(serve, signal.SIGTERM)
+    assert started.exit_code() == 0, started.tail()
+    assert "stopping the others" not in started.log.read_text()
