@@ -227,3 +227,27 @@ def test_no_watch_where_the_loop_cannot_handle_signals() -> None:
 
 async def _watched() -> bool:
     return mapped.watch(Mappings(entries=1, idle=1), asyncio.get_running_loop())
+
+
+def test_a_probe_a_seccomp_filter_would_kill_says_no(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Under a filter that kills on a refused call (systemd's SystemCallFilter= without
+    SystemCallErrorNumber=), the probe runs in a child: its death by SIGSYS turns mapped reads off, said once,
+    and the caller goes on (issue 33)."""
+    monkeypatch.setattr(mapped, "_filtered", lambda: True)
+    monkeypatch.setattr(mapped, "_PROBE", "import os, signal; os.kill(os.getpid(), signal.SIGSYS)")
+    assert not mapped.available()
+    assert "seccomp filter refuses the cachestat" in caplog.text
+
+
+def test_under_a_filter_that_allows_it_the_probe_in_a_child_says_yes(monkeypatch: pytest.MonkeyPatch) -> None:
+    if not mapped.available():
+        pytest.skip("no leases or no cachestat here")
+    monkeypatch.setattr(mapped, "_filtered", lambda: True)
+    assert mapped.available()
+
+
+def test_this_process_is_not_taken_for_filtered() -> None:
+    status = Path("/proc/self/status").read_text()
+    assert mapped._filtered() == ("Seccomp:\t2" in status)
