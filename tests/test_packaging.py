@@ -1,4 +1,4 @@
-"""The package as pip installs it from a built wheel, not the source tree: its data files come with it."""
+"""The package as pip installs it from a built wheel, not the source tree: its data files come with it (the\ncatalog, the shipped units and example configuration, py.typed)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,6 +27,9 @@ def test_a_built_wheel_carries_the_catalog(tmp_path: Path) -> None:
     )
     assert built.returncode == 0, built.stderr
     [wheel] = (tmp_path / "dist").glob("attachstore-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    shipped = {f"attachstore/shipped/{p.name}" for p in (ROOT / "attachstore" / "shipped").iterdir()}
+    assert shipped | {"attachstore/py.typed"} <= names
     target = tmp_path / "installed"
     installed = subprocess.run(
         [*pip, "install", "--no-deps", "--target", str(target), str(wheel)], capture_output=True, text=True

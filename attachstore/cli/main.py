@@ -22,7 +22,7 @@ from ..errors import AttachstoreError, ConfigError, InvalidRequest
 from ..index import IndexUnusable, SessionRow
 from ..service import SOURCES, Admission, ImageRef, Store, Upload
 from ..text import rfc3339
-from . import maintenance, mcp, routes, transcript
+from . import maintenance, mcp, routes, shipped, transcript
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 TENANT_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
@@ -74,6 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     transcript.add_parsers(sub, common)
     _add_token(sub)
     _add_session(sub, common)
+    shipped.add_parsers(sub)
     return p
 
 
@@ -354,6 +355,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise InvalidRequest("--tenant: 1 to 64 letters, digits and . _ -, as in [[tenants]] name")
         if args.command == "token":  # makes a token; reads no configuration
             return _cmd_token(args, load(None, env={}))
+        if args.command in ("config", "deploy"):  # print or write shipped files; read no configuration
+            return shipped.run(args)
         config = _config(args)
         return COMMANDS[args.command](args, config)
     except (ConfigError, IndexUnusable) as e:
