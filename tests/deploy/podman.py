@@ -144,3 +144,21 @@ class Podman:
             timeout=BUILD,
         )
         return image
+
+
+def documented(name: str, page: Path = ROOT / "docs" / "deployment.md") -> str:
+    """The fenced block of `page` that follows the comment `<!-- tests/deploy: NAME -->`: what the tests run
+    is what the page says, as written."""
+    text = page.read_text()
+    marker = f"<!-- tests/deploy: {name} -->"
+    assert text.count(marker) == 1, f"{page.name} has no single block marked {marker}"
+    after = text.split(marker, 1)[1].lstrip("\n")
+    assert after.startswith("```"), f"the block marked {marker} is not a fenced block"
+    return after.split("\n", 1)[1].split("\n```", 1)[0] + "\n"
+
+
+def image_bytes() -> bytes:
+    """A small PNG for an admission through a deployed daemon."""
+    from tests.support.images import png
+
+    return png(64, 48, seed=33)
