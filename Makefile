@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 BASE   := $(VENV)/.installed-base
 DEV    := $(VENV)/.installed-dev
 
-.PHONY: run test docs lint bench fuzz venv clean
+.PHONY: run test docs lint bench fuzz venv clean lock
 
 $(BASE): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,10 @@ lint: $(DEV)  ## format check, lint, strict typing, the import contracts between
 
 bench: $(DEV)  ## throughput and latency against baselines measured in the same run
 	$(BIN)/python -m tests.bench $(ARGS)
+
+lock: $(DEV)  ## deploy/requirements.lock: the container's dependencies, pinned with their hashes
+	$(BIN)/uv pip compile pyproject.toml --quiet --generate-hashes --universal --python-version 3.11 \
+		--custom-compile-command "make lock" -o deploy/requirements.lock
 
 FUZZ_SECONDS ?= 60
 fuzz: $(DEV)  ## fuzz the admission gate for FUZZ_SECONDS (default 60); inputs that crash it go to build/fuzz
