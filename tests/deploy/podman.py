@@ -39,6 +39,10 @@ PACKAGES = (
 # This machine's own certificate authorities: what lets pip inside a container reach the package index
 # through the network it is on.
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+# The tests' own image store: the names the docs use (an image and a container `attachstore`, a volume
+# `attachstore-data`) are never those of an operator's podman on the same machine. Kept between runs, so the
+# base image is made once.
+STORE = Path("/var/tmp/attachstore-tests/podman")
 BUILD = 900.0  # seconds: a guard against a hang while packages are fetched, never a measure
 RUN = 120.0
 
@@ -63,14 +67,18 @@ def _limit(kind: int, most: int) -> str:
 
 
 def configure(where: Path) -> dict[str, str]:
-    """The environment podman runs in: its configuration file, written to `where`."""
+    """The environment podman runs in: its configuration files, written to `where`."""
+    storage = where / "storage.conf"
+    storage.write_text(
+        f'[storage]\ndriver = "overlay"\ngraphroot = "{STORE / "storage"}"\nrunroot = "{STORE / "run"}"\n'
+    )
     conf = where / "containers.conf"
     nofile = _limit(resource.RLIMIT_NOFILE, 16384)
     nproc = _limit(resource.RLIMIT_NPROC, 16384)
     conf.write_text(
         f'[containers]\ndefault_ulimits = ["nofile={nofile}", "nproc={nproc}"]\n[engine]\nruntime = "runc"\n'
     )
-    return {**os.environ, "CONTAINERS_CONF": str(conf)}
+    return {**os.environ, "CONTAINERS_CONF": str(conf), "CONTAINERS_STORAGE_CONF": str(storage)}
 
 
 class Podman:
@@ -162,3 +170,8 @@ def image_bytes() -> bytes:
     from tests.support.images import png
 
     return png(64, 48, seed=33)
+
+
+def commands(block: str) -> list[str]:
+    """A shell block's commands, one a line once continuation lines are joined."""
+    return [line.strip() for line in block.replace("\\\n", " ").splitlines() if line.strip()]
