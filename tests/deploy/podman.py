@@ -43,6 +43,7 @@ CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 # `attachstore-data`) are never those of an operator's podman on the same machine. Kept between runs, so the
 # base image is made once.
 STORE = Path("/var/tmp/attachstore-tests/podman")
+NAME = "attachstore"  # the image, container and volume names of the docs
 BUILD = 900.0  # seconds: a guard against a hang while packages are fetched, never a measure
 RUN = 120.0
 
@@ -165,6 +166,20 @@ def documented(name: str, page: Path = ROOT / "docs" / "deployment.md") -> str:
     return after.split("\n", 1)[1].split("\n```", 1)[0] + "\n"
 
 
+def upload(image: bytes) -> tuple[bytes, str]:
+    """A multipart admission of `image` as a user's upload: the body and its Content-Type."""
+    boundary = "attachstore-test-boundary"
+    head = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="source"\r\n\r\nuser\r\n'
+        f'--{boundary}\r\nContent-Disposition: form-data; name="image"; filename="small.png"\r\n'
+        "Content-Type: image/png\r\n\r\n"
+    )
+    return (
+        head.encode() + image + f"\r\n--{boundary}--\r\n".encode(),
+        f"multipart/form-data; boundary={boundary}",
+    )
+
+
 def image_bytes() -> bytes:
     """A small PNG for an admission through a deployed daemon."""
     from tests.support.images import png
@@ -175,3 +190,16 @@ def image_bytes() -> bytes:
 def commands(block: str) -> list[str]:
     """A shell block's commands, one a line once continuation lines are joined."""
     return [line.strip() for line in block.replace("\\\n", " ").splitlines() if line.strip()]
+
+
+def shell(podman: Podman, script: str, cwd: Path, timeout: float = BUILD) -> str:
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        cwd=cwd,
+        env=podman.env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert done.returncode == 0, f"{script}\nexited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    return done.stdout

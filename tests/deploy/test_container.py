@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -15,23 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.podman import BUILD, ROOT, Podman, commands, documented, image_bytes
+from tests.deploy.podman import NAME, Podman, commands, documented, image_bytes, shell, upload
 from tests.support.daemon import free_port
-
-NAME = "attachstore"  # the container, image and volume names of the docs: the tests' own store holds them
-
-
-def shell(podman: Podman, script: str, cwd: Path, timeout: float = BUILD) -> str:
-    done = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", script],
-        cwd=cwd,
-        env=podman.env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    assert done.returncode == 0, f"{script}\nexited {done.returncode}:\n{done.stdout}\n{done.stderr}"
-    return done.stdout
 
 
 @dataclass
@@ -52,14 +36,6 @@ class Deployment:
                 return answer.status, answer.read()
         except urllib.error.HTTPError as e:
             return e.code, e.read()
-
-
-@pytest.fixture(scope="module")
-def image(podman: Podman, base_image: str) -> str:
-    [build] = commands(documented("container build"))
-    assert build.startswith("podman build ")
-    shell(podman, build.replace("podman build ", f"podman build --build-arg BASE={base_image} ", 1), ROOT)
-    return NAME
 
 
 @pytest.fixture(scope="module")
@@ -107,17 +83,7 @@ def test_a_request_without_the_token_is_refused(deployment: Deployment, token: s
 
 
 def admit(deployment: Deployment, image: bytes) -> str:
-    boundary = "attachstore-test-boundary"
-    body = (
-        (
-            f'--{boundary}\r\nContent-Disposition: form-data; name="source"\r\n\r\nuser\r\n'
-            f'--{boundary}\r\nContent-Disposition: form-data; name="image"; filename="small.png"\r\n'
-            "Content-Type: image/png\r\n\r\n"
-        ).encode()
-        + image
-        + f"\r\n--{boundary}--\r\n".encode()
-    )
-    content_type = f"multipart/form-data; boundary={boundary}"
+    body, content_type = upload(image)
     status, answer = deployment.request(
         "/v1/attachments", body, Authorization=f"Bearer {deployment.token}", **{"Content-Type": content_type}
     )
