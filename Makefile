@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 BASE   := $(VENV)/.installed-base
 DEV    := $(VENV)/.installed-dev
 
-.PHONY: run test docs lint bench fuzz venv clean lock
+.PHONY: run test docs lint bench fuzz venv clean lock dist
 
 $(BASE): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,6 +40,11 @@ lint: $(DEV)  ## format check, lint, strict typing, the import contracts between
 bench: $(DEV)  ## throughput and latency against baselines measured in the same run
 	$(BIN)/python -m tests.bench $(ARGS)
 
+dist: $(DEV)  ## dist/: the sdist and the wheel, checked as a package index would check them
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
+	$(BIN)/twine check --strict dist/*
+
 lock: $(DEV)  ## deploy/requirements.lock: the container's dependencies, pinned with their hashes
 	$(BIN)/uv pip compile pyproject.toml --quiet --generate-hashes --universal --python-version 3.11 \
 		--custom-compile-command "make lock" -o deploy/requirements.lock
@@ -51,4 +56,4 @@ fuzz: $(DEV)  ## fuzz the admission gate for FUZZ_SECONDS (default 60); inputs t
 		-artifact_prefix=build/fuzz/ build/fuzz/corpus
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache *.egg-info
+	rm -rf $(VENV) dist build .pytest_cache .mypy_cache .ruff_cache .import_linter_cache *.egg-info

@@ -168,15 +168,16 @@ def rewritten(expected: list[str], actual: list[str]) -> list[str]:
 class _Place:
     """The directory a document runs in, its environment and its daemon."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, python: str) -> None:
+        self.python = python
         self.work = tmp / "home"
         self.bin = self.work / ".venv" / "bin"
         self.bin.mkdir(parents=True)
         self.port = free_port()
         # Scripts, not symlinks: a link to a venv's python outside the venv loses the venv.
         for name, line in (
-            ("python", f'exec {shlex.quote(sys.executable)} "$@"'),
-            ("attachstore", f'exec {shlex.quote(sys.executable)} -m attachstore "$@"'),
+            ("python", f'exec {shlex.quote(python)} "$@"'),
+            ("attachstore", f'exec {shlex.quote(python)} -m attachstore "$@"'),
         ):
             (self.bin / name).write_text(f"#!/bin/sh\n{line}\n")
             (self.bin / name).chmod(0o755)
@@ -204,10 +205,10 @@ class _Place:
         return text.replace(str(self.work), "~")
 
 
-def run(steps: list[Command | File], tmp: Path) -> tuple[list[Ran], str]:
+def run(steps: list[Command | File], tmp: Path, python: str = sys.executable) -> tuple[list[Ran], str]:
     """Run the steps in one shell, each command's output and status to files of its own; and the log of
-    the daemon."""
-    place = _Place(tmp)
+    the daemon. `python` is the interpreter whose attachstore runs them."""
+    place = _Place(tmp, python)
     outputs = tmp / "outputs"
     outputs.mkdir()
     script = ["set +e", f"cd {shlex.quote(str(place.work))}"]
@@ -227,7 +228,8 @@ def run(steps: list[Command | File], tmp: Path) -> tuple[list[Ran], str]:
         )
     (tmp / "script.sh").write_text("\n".join(script) + "\n")
     with Daemons(tmp) as daemons:
-        daemon = daemons.start(port=place.port, environ=place.env, cwd=place.work)
+        command = (python, "-m", "attachstore", "serve")
+        daemon = daemons.start(command=command, port=place.port, environ=place.env, cwd=place.work)
         with contextlib.suppress(subprocess.TimeoutExpired):  # what did not finish has no status
             subprocess.run(["bash", str(tmp / "script.sh")], env=place.env, timeout=TIMEOUT, check=False)
     ran = []
@@ -239,9 +241,10 @@ def run(steps: list[Command | File], tmp: Path) -> tuple[list[Ran], str]:
     return ran, place.as_shown(daemon.log.read_text(errors="replace"))
 
 
-def check(path: Path, *, update: bool = False) -> list[str]:
+def check(path: Path, *, update: bool = False, python: str = sys.executable) -> list[str]:
     """The differences between what `path` shows and what its commands print, as messages; with `update`,
-    rewrite the outputs instead, and report only what a rewrite cannot fix."""
+    rewrite the outputs instead, and report only what a rewrite cannot fix. `python` is the interpreter
+    whose attachstore runs them (by default this one)."""
     text = path.read_text()
     name = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
     try:
@@ -249,7 +252,7 @@ def check(path: Path, *, update: bool = False) -> list[str]:
     except ValueError as e:
         return [f"{name}: {e}"]
     with tempfile.TemporaryDirectory(prefix="attachstore-docs-") as tmp:
-        ran, log = run(steps, Path(tmp))
+        ran, log = run(steps, Path(tmp), python)
     problems = []
     replaced: list[tuple[tuple[int, int], list[str]]] = []
     for n, r in enumerate(ran):
