@@ -73,6 +73,9 @@ def test_every_process_runs_as_10001_and_serve_is_pid_1_with_a_worker_per_core(
     assert supervisor.endswith("attachstore serve")
     workers = [args for *_, args in rows if args.endswith("-m attachstore.server tcp")]
     assert len(workers) == (os.cpu_count() or 1)
+    # Each serving process runs on uvloop, a dependency (docs/deployment.md, "uvloop").
+    on_uvloop = deployment.podman("exec", NAME, "sh", "-c", "grep -l uvloop /proc/[0-9]*/maps || true").stdout
+    assert len(on_uvloop.split()) >= max(len(workers), 1)
 
 
 @pytest.mark.parametrize("token", [None, "ast_wrong"])
