@@ -16,7 +16,7 @@ import pytest
 
 from attachstore.config import Config, load
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 DEPLOY = ROOT / "attachstore" / "shipped"
 UNITS = ("attachstore.service", "attachstore-gc.service", "attachstore-gc.timer")
 

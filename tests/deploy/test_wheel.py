@@ -1,4 +1,5 @@
-"""The package as pip installs it from a built wheel, not the source tree: its data files come with it (the\ncatalog, the shipped units and example configuration, py.typed)."""
+"""The package as pip installs it from a built wheel, not the source tree: its data files come with it (the
+catalog, the shipped units and example configuration, py.typed)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 def test_a_built_wheel_carries_the_catalog(tmp_path: Path) -> None:
