@@ -14,7 +14,6 @@ import os
 import resource
 import shutil
 import subprocess
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -134,24 +133,6 @@ class Podman:
         )
         assert made.returncode == 0, made.stderr.decode(errors="replace")
         self("import", "-", image, input=made.stdout, timeout=BUILD)
-        return image
-
-    def build(self, image: str, base: str, dockerfile: Path, context: Path, extra: Sequence[str] = ()) -> str:
-        """Build `dockerfile` as an operator does, in Docker's format so that its HEALTHCHECK is kept."""
-        self(
-            "build",
-            "--format",
-            "docker",
-            "--build-arg",
-            f"BASE={base}",
-            "-f",
-            str(dockerfile),
-            "-t",
-            image,
-            *extra,
-            str(context),
-            timeout=BUILD,
-        )
         return image
 
 
