@@ -174,10 +174,13 @@ class _Place:
         self.bin = self.work / ".venv" / "bin"
         self.bin.mkdir(parents=True)
         self.port = free_port()
-        # Scripts, not symlinks: a link to a venv's python outside the venv loses the venv.
+        # Scripts, not symlinks: a link to a venv's python outside the venv loses the venv. The environment's
+        # own console script where it has one, so an installed wheel is toured through its entry point.
+        script = Path(python).parent / "attachstore"
+        cli = shlex.quote(str(script)) if script.is_file() else f"{shlex.quote(python)} -m attachstore"
         for name, line in (
             ("python", f'exec {shlex.quote(python)} "$@"'),
-            ("attachstore", f'exec {shlex.quote(python)} -m attachstore "$@"'),
+            ("attachstore", f'exec {cli} "$@"'),
         ):
             (self.bin / name).write_text(f"#!/bin/sh\n{line}\n")
             (self.bin / name).chmod(0o755)
