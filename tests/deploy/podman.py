@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.documented import documented as support_documented
+
 ROOT = Path(__file__).resolve().parent.parent.parent
 # ATTACHSTORE_DEPLOY_TESTS=require (as .ci/run sets it): a missing tool fails the tests instead of skipping.
 REQUIRED = os.environ.get("ATTACHSTORE_DEPLOY_TESTS") == "require"
@@ -136,15 +138,10 @@ class Podman:
         return image
 
 
-def documented(name: str, page: Path = ROOT / "docs" / "deployment.md") -> str:
-    """The fenced block of `page` that follows the comment `<!-- tests/deploy: NAME -->`: what the tests run
-    is what the page says, as written."""
-    text = page.read_text()
-    marker = f"<!-- tests/deploy: {name} -->"
-    assert text.count(marker) == 1, f"{page.name} has no single block marked {marker}"
-    after = text.split(marker, 1)[1].lstrip("\n")
-    assert after.startswith("```"), f"the block marked {marker} is not a fenced block"
-    return after.split("\n", 1)[1].split("\n```", 1)[0] + "\n"
+def documented(name: str) -> str:
+    """The block of docs/deployment.md marked `<!-- tests/deploy: NAME -->`: what the tests run is what the
+    page says, as written."""
+    return support_documented(ROOT / "docs" / "deployment.md", "tests/deploy", name)
 
 
 def upload(image: bytes) -> tuple[bytes, str]:

@@ -46,7 +46,7 @@ class Node:
         return done.stdout
 
 
-def _work() -> Path:
+def work() -> Path:
     path = Path(tempfile.gettempdir()) / "attachstore-node"
     path.mkdir(exist_ok=True)
     return path
@@ -56,7 +56,7 @@ def find() -> Node:
     """Node and npm, installed first if either is missing."""
     node, npm = shutil.which("node"), shutil.which("npm")
     if node is None or npm is None:
-        services.apt_install(PACKAGES, _work() / "apt.log")
+        services.apt_install(PACKAGES, work() / "apt.log")
         node, npm = shutil.which("node"), shutil.which("npm")
         if node is None or npm is None:
             raise Unavailable(f"no node or npm after apt-get install {' '.join(PACKAGES)}")
@@ -74,7 +74,7 @@ def npm_ci(node: Node, directory: Path) -> None:
     for name in ("package.json", "package-lock.json", ".npmrc"):
         digest.update((directory / name).read_bytes())
     stamp = directory / "node_modules" / STAMP
-    lock = _work() / (hashlib.sha256(str(directory.resolve()).encode()).hexdigest()[:16] + ".lock")
+    lock = work() / (hashlib.sha256(str(directory.resolve()).encode()).hexdigest()[:16] + ".lock")
     with open(lock, "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         if stamp.exists() and stamp.read_text() == digest.hexdigest():
