@@ -1,6 +1,5 @@
 """`attachstore mcp`: an MCP server for agent hosts (docs/mcp.md), over stdio or streamable HTTP, on a
-local Store or a daemon. Needs the `mcp` extra (the official MCP Python SDK):
-pip install 'attachstore[mcp]'."""
+local Store or a daemon, on the official MCP Python SDK."""
 
 from .backends import Backend, Local, Remote
 from .files import directory
