@@ -53,6 +53,7 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, config: Config) -> int:
     from .. import mcp  # here, not at the top: the other commands need none of the MCP SDK
+
     session = args.session or f"mcp-{secrets.token_hex(8)}"
     if not re.fullmatch(SESSION_ID_PATTERN, session):
         raise ConfigError(f"--session: not a session id: {session[:140]!r} (1 to 128 of A-Z a-z 0-9 . _ : -)")

@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,12 +68,18 @@ def find() -> Node:
     return Node(node, npm)
 
 
-def npm_ci(node: Node, directory: Path) -> None:
-    """`npm ci` in `directory` unless its node_modules was installed from the same package files by the
-    same Node; one process at a time per directory."""
+CI = ("ci", "--ignore-scripts")
+
+
+def npm_ci(node: Node, directory: Path, command: Sequence[str] = CI, scripts: Sequence[str] = ()) -> None:
+    """`npm ci` (or `command`) in `directory`, then `node SCRIPT` for each of `scripts`, unless its
+    node_modules was installed from the same package files by the same Node; one process at a time per
+    directory. Install scripts never run by themselves: those a package cannot do without are named."""
     digest = hashlib.sha256(node.node.encode())
     for name in ("package.json", "package-lock.json", ".npmrc"):
-        digest.update((directory / name).read_bytes())
+        path = directory / name
+        digest.update(path.read_bytes() if path.exists() else b"(none)")
+    digest.update(repr((tuple(command), tuple(scripts))).encode())
     stamp = directory / "node_modules" / STAMP
     lock = work() / (hashlib.sha256(str(directory.resolve()).encode()).hexdigest()[:16] + ".lock")
     with open(lock, "w") as held:
@@ -80,17 +87,12 @@ def npm_ci(node: Node, directory: Path) -> None:
         if stamp.exists() and stamp.read_text() == digest.hexdigest():
             return
         env = {**os.environ, "npm_config_update_notifier": "false"}
-        done = subprocess.run(
-            [node.npm, "ci", "--ignore-scripts"],
-            cwd=directory,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=900,
-            check=False,
-        )
-        if done.returncode != 0:
-            raise Unavailable(f"npm ci in {directory}: {done.stdout}{done.stderr}")
+        for argv in ([node.npm, *command], *([node.node, script] for script in scripts)):
+            done = subprocess.run(
+                argv, cwd=directory, env=env, capture_output=True, text=True, timeout=900, check=False
+            )
+            if done.returncode != 0:
+                raise Unavailable(f"{' '.join(argv)} in {directory}: {done.stdout}{done.stderr}")
         stamp.write_text(digest.hexdigest())
 
 
