@@ -12,7 +12,7 @@ import abc
 import asyncio
 import json
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,7 +63,8 @@ Reply = Call | Say
 @dataclass(frozen=True)
 class Step:
     tool: str  # the MCP tool's own name: read_image, read_attachment
-    arguments: dict[str, Any]
+    # the call's arguments, or how to make them from the tool results so far (a ref a result named)
+    arguments: dict[str, Any] | Callable[[tuple[ToolResult, ...]], dict[str, Any]]
 
 
 def offered(tools: Sequence[str], tool: str) -> str | None:
@@ -97,7 +98,8 @@ class Script:
         name = offered(turn.tools, step.tool)
         if name is None:
             return Say(f"the tool {step.tool} is not offered")
-        return Call(name, dict(step.arguments), f"call_{done + 1}")
+        arguments = step.arguments(turn.results) if callable(step.arguments) else dict(step.arguments)
+        return Call(name, arguments, f"call_{done + 1}")
 
 
 @dataclass
