@@ -169,6 +169,8 @@ class Responses(Protocol):
 
 class Codex(Host):
     name = "codex"
+    title = "Codex"
+    package = "@openai/codex"
     command = "codex"
 
     def protocol(self) -> Protocol:

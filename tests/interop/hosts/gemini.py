@@ -102,6 +102,8 @@ class GeminiCli(Host):
     true` (a headless run leaves out every tool that would need one), not through `--approval-mode yolo`."""
 
     name = "gemini-cli"
+    title = "gemini-cli"
+    package = "@google/gemini-cli"
     command = "gemini"
 
     def protocol(self) -> Protocol:

@@ -93,6 +93,8 @@ class ChatCompletions(Protocol):
 
 class Opencode(Host):
     name = "opencode"
+    title = "opencode"
+    package = "opencode-ai"
     command = "opencode"
 
     def protocol(self) -> Protocol:

@@ -112,6 +112,8 @@ class Host(abc.ABC):
     non-interactive run."""
 
     name: ClassVar[str]  # the name docs/mcp.md marks its snippet with
+    title: ClassVar[str]  # as docs/mcp.md names it in its table
+    package: ClassVar[str]  # on npm (package.json)
     command: ClassVar[str]  # in node_modules/.bin
     exact: ClassVar[bool] = True  # an image reaches the model byte for byte (else re-encoded, same pixels)
 

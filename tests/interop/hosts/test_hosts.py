@@ -5,6 +5,7 @@ received from `read_image` and `read_attachment`, with the daemon up, down, and 
 from __future__ import annotations
 
 import importlib
+import json
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from tests.interop.hosts.model import FakeModel, Say, Script
 from tests.interop.hosts.scenario import (
     FITTED,
+    MCP_PAGE,
     ONE_READ,
     PHOTO,
     REF,
@@ -88,3 +90,15 @@ def test_a_store_that_fails_leaves_the_tools_offered_and_the_model_reads_why(
     assert result.images == (), why
     assert reason in result.text, why
     assert result.error in (True, None), why
+
+
+def test_docs_name_the_versions_tested() -> None:
+    """docs/mcp.md's table of what each host's model received names the versions package.json pins."""
+    pins = json.loads((Path(__file__).parent / "package.json").read_text())["dependencies"]
+    section = MCP_PAGE.read_text().split("### What each host's model received", 1)[1].split("\n### ", 1)[0]
+    rows = [
+        line.split("|")[1:3] for line in section.splitlines() if line.startswith("| ") and "---" not in line
+    ]
+    shown = {name.strip(): version.strip() for name, version in rows[1:]}
+    tested = {host(module).title: pins[host(module).package] for module in HOSTS}
+    assert shown == tested
