@@ -125,6 +125,8 @@ class Messages(Protocol):
 
 class ClaudeCode(Host):
     name = "claude-code"
+    title = "Claude Code"
+    package = "@anthropic-ai/claude-code"
     command = "claude"
 
     def protocol(self) -> Protocol:
