@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import ipaddress
 import signal
+from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import anyio
@@ -31,14 +32,29 @@ def loopback(host: str) -> bool:
 async def stdio(server: Server[Any], backend: Backend) -> None:
     """Until the client closes stdin (and its requests are answered), or SIGTERM or SIGINT (stdin may stay
     open: its reading is cancellable, see stdin.py)."""
-    try:
-        async with _stopped_by_signals():
+    task = asyncio.current_task()
+    assert task is not None
+    serving = True
+
+    def stop() -> None:
+        nonlocal serving
+        if serving:
+            serving = False
+            task.cancel()
+
+    with _on_signals(stop):
+        try:
             with stdin.claimed() as lines:
                 # stdio_server() takes an anyio.AsyncFile; it only iterates over it for lines.
                 async with stdio_server(stdin=cast("anyio.AsyncFile[str]", lines)) as (read, write):
                     await server.run(read, lines.through(write), server.create_initialization_options())
-    finally:
-        await backend.close()
+        except asyncio.CancelledError:
+            if task.cancelling() == 0:
+                raise
+            task.uncancel()
+        finally:
+            serving = False
+            await backend.close()
 
 
 async def http(server: Server[Any], backend: Backend, host: str, port: int) -> None:
@@ -61,32 +77,33 @@ async def http(server: Server[Any], backend: Backend, host: str, port: int) -> N
             return contextlib.nullcontext()
 
     served = Quiet(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))
-    loop = asyncio.get_running_loop()
-    signals = (signal.SIGTERM, signal.SIGINT)
-    for s in signals:
-        loop.add_signal_handler(s, setattr, served, "should_exit", True)
-    try:
-        await served.serve()
-    finally:
-        for s in signals:
-            loop.remove_signal_handler(s)
-        await backend.close()
+    with _on_signals(lambda: setattr(served, "should_exit", True)):
+        try:
+            await served.serve()
+        finally:
+            await backend.close()
 
 
-@contextlib.asynccontextmanager
-async def _stopped_by_signals() -> Any:
+@contextlib.contextmanager
+def _on_signals(stop: Callable[[], None]) -> Iterator[None]:
+    """SIGTERM and SIGINT call `stop` for as long as the block runs, the backend's close included, and once
+    one has come, the process ignores both until it exits: a host that sends one and then the other (Claude
+    Code sends SIGINT, then SIGTERM 100 ms later) must not kill it while its store closes."""
     loop = asyncio.get_running_loop()
-    task = asyncio.current_task()
     signals = (signal.SIGTERM, signal.SIGINT)
+    came = False
+
+    def received() -> None:
+        nonlocal came
+        came = True
+        stop()
+
     for s in signals:
-        if task is not None:
-            loop.add_signal_handler(s, task.cancel)
+        loop.add_signal_handler(s, received)
     try:
         yield
-    except asyncio.CancelledError:
-        if task is None or not task.cancelling():
-            raise
-        task.uncancel()
     finally:
         for s in signals:
             loop.remove_signal_handler(s)
+            if came:
+                signal.signal(s, signal.SIG_IGN)

@@ -157,6 +157,28 @@ def test_a_signal_ends_it_cleanly_while_stdin_stays_open(
     assert sorted(p.name for p in data.glob("index.sqlite3*")) == ["index.sqlite3"]
 
 
+def test_signals_that_keep_coming_while_it_stops_do_not_cut_its_close_short(
+    raw: Any, config: Path, ws: Path
+) -> None:
+    """Claude Code sends SIGINT, then SIGTERM 100 ms later: whenever the second lands, the store's close
+    included, the server ends cleanly. Here SIGTERMs keep coming until it has gone."""
+    server: Raw = raw("--config", str(config), "--route", "vision", cwd=ws)
+    error, _ = server.tool_text("read_image", {"path": "shot.png"})
+    assert not error
+    server.proc.send_signal(signal.SIGINT)
+
+    def gone() -> bool:
+        if server.proc.poll() is None:
+            server.proc.send_signal(signal.SIGTERM)
+        return server.proc.poll() is not None
+
+    until(gone, "the server to exit while SIGTERMs keep coming")
+    assert server.proc.returncode == 0, server.stderr()
+    assert "Traceback" not in server.stderr()
+    data = config.parent / "data"
+    assert sorted(p.name for p in data.glob("index.sqlite3*")) == ["index.sqlite3"]
+
+
 def test_the_requests_read_before_stdin_ends_are_answered(config: Path, ws: Path) -> None:
     """All at once, as from a file: the end of stdin ends the server only after its answers (reading the
     whole input in one go must not leave the last requests to a dispatcher that is already closing)."""
