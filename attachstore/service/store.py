@@ -268,7 +268,8 @@ def _blob_store(config: Config, ops: FileOps | None) -> BlobStore:
         from ..storage.s3 import S3BlobStore
     except ImportError as e:  # the s3 extra is not installed
         raise ConfigError(
-            f"storage.backend = \"s3\" needs aiobotocore: pip install 'attachstore[s3]' ({e})"
+            f'storage.backend = "s3" needs aiobotocore (the s3 extra): install attachstore with it, '
+            f"`pip install '.[s3]'` in its checkout, or add it to attachstore's environment ({e})"
         ) from e
     cache = None
     if storage.cache_dir:
@@ -294,7 +295,9 @@ async def _open_index(config: Config) -> Index:
         from ..index.postgres import PgIndex
     except ImportError as e:  # the postgresql extra is not installed
         raise ConfigError(
-            f"index.backend = \"postgresql\" needs asyncpg: pip install 'attachstore[postgresql]' ({e})"
+            f'index.backend = "postgresql" needs asyncpg (the postgresql extra): install attachstore '
+            f"with it, `pip install '.[postgresql]'` in its checkout, or add it to attachstore's "
+            f"environment ({e})"
         ) from e
     if not config.index.dsn:  # config.load refuses this; a Config built in code may not have been loaded
         raise ConfigError("index.dsn: the postgresql backend needs a DSN")
