@@ -129,3 +129,8 @@ class UnsupportedContent(AttachstoreError):
 
 
 class ConfigError(Exception): ...
+
+
+class IndexUnusable(Exception):
+    """The index cannot be used as it is (a schema newer than this version knows, say). Raised by the index;
+    here, beside ConfigError, so that the command line catches it without importing the index."""

@@ -51,6 +51,7 @@ def test_quick_bench_reports_every_scenario(tmp_path: Path) -> None:
         "variant",
         "scaleout",
         "transcript",
+        "mcp",
     }
 
     read = scenarios["read"]
@@ -117,6 +118,8 @@ def test_quick_bench_reports_every_scenario(tmp_path: Path) -> None:
         assert _number(transcript[f"{what}_ratio"])
     assert _number(transcript["floor_seconds"])
 
+    _mcp_startup(scenarios["mcp"])
+
     memory = scenarios["memory"]
     assert _number(memory["peak_rss_mb"])
     assert memory["peak_rss_mb"] > 0
@@ -124,6 +127,33 @@ def test_quick_bench_reports_every_scenario(tmp_path: Path) -> None:
     assert result["table"]
     assert all("ratio" in row for row in result["table"])
     assert _number(result["meta"]["seconds"])
+
+
+def _mcp_startup(mcp: Any) -> None:
+    for side in ("attachstore", "floor_sdk"):
+        _side(mcp[side], ("ms", "min_ms"))
+    assert _number(mcp["ratio"])
+
+
+def test_the_mcp_startup_runs_alone(tmp_path: Path) -> None:
+    """`make bench ARGS="--only mcp"`: `attachstore mcp` against the MCP SDK's smallest server, nothing else
+    started or installed."""
+    out = tmp_path / "bench.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.bench", "--quick", "--only", "mcp", "--json", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert list(result["scenarios"]) == ["mcp"]
+    _mcp_startup(result["scenarios"]["mcp"])
+    [row] = [r for r in result["table"] if r["metric"] == "initialize ms"]
+    assert row["target"] == "<= 1.2x"
+    assert row["pass"] in (True, False)  # a verdict, whichever it is: tests do not time things
 
 
 def test_each_side_of_a_comparison_goes_first_in_turn() -> None:

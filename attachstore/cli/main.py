@@ -11,18 +11,20 @@ import secrets
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
 from .. import __version__, logs
 from ..config import Config, default_data_dir, load
 from ..cores import cores
-from ..errors import AttachstoreError, ConfigError, InvalidRequest
-from ..index import IndexUnusable, SessionRow
-from ..service import SOURCES, Admission, ImageRef, Store, Upload
+from ..errors import AttachstoreError, ConfigError, IndexUnusable, InvalidRequest
 from ..text import rfc3339
+from ..vocabulary import SOURCES
 from . import maintenance, mcp, routes, shipped, transcript
+
+if TYPE_CHECKING:  # imported where used: the commands that need no store (`mcp`, `token`) start without it
+    from ..service import Admission, ImageRef, Store, Upload
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 TENANT_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
@@ -201,6 +203,8 @@ def _config(args: argparse.Namespace) -> Config:
 async def _with_store(config: Config, action: Callable[[Store], Awaitable[T]], *, policy: bool = True) -> T:
     """With `policy`, the command applies the store's routes and limits: the daemon's, as it recorded them
     (or, given a configuration that declares its own, refuses unless they are the same)."""
+    from ..service import Store  # the store, the gate and Pillow: only for the commands that open one
+
     # One decode worker: a local command admits a handful of files, and the daemon may be busy beside it.
     store = await Store.open(config, workers=1, read_cache=False, policy="apply" if policy else "none")
     try:
@@ -210,6 +214,8 @@ async def _with_store(config: Config, action: Callable[[Store], Awaitable[T]], *
 
 
 def _read_files(paths: Sequence[str], media_type: str | None) -> list[Upload]:
+    from ..service import Upload  # as in _with_store
+
     uploads = []
     for path in paths:
         try:
@@ -297,6 +303,8 @@ def _cmd_session(args: argparse.Namespace, config: Config) -> int:
         if args.action == "hold":
             return await sessions.hold(key, args.refs)
         return {"session": args.id, "released": await sessions.delete(key)}
+
+    from ..index import SessionRow  # imported already by the store that answered
 
     result = asyncio.run(_with_store(config, action))
     if isinstance(result, SessionRow):

@@ -9,16 +9,17 @@ import shlex
 import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from ..config import Config, Gc
 from ..errors import AttachstoreError, ConfigError
-from ..maintenance import Audit, AuditReport, Finding, Kind, gc, migrate
 from ..progress import Progress
-from ..service import Store
 from ..text import human_bytes, rfc3339
+
+if TYPE_CHECKING:  # imported where used: the other commands, `mcp` first, start without the store
+    from ..maintenance import AuditReport, Finding, gc
 
 EXIT_OK, EXIT_FINDINGS, EXIT_COULD_NOT_RUN = 0, 1, 2
 
@@ -78,6 +79,9 @@ def _require_store(config: Config) -> None:
 
 
 def run_gc(args: argparse.Namespace, config: Config) -> int:
+    from ..maintenance import gc  # the store and its gate: only for the command that runs (see main.py)
+    from ..service import Store
+
     grace = config.gc.grace_seconds
     if args.grace is not None:
         grace = _grace(args.grace)
@@ -156,6 +160,9 @@ def _count(n: int, noun: str, plural: str = "") -> str:
 
 
 def run_audit(args: argparse.Namespace, config: Config) -> int:
+    from ..maintenance import Audit  # as in run_gc
+    from ..service import Store
+
     if not 0 < args.sample <= 1:
         raise ConfigError("--sample: a fraction greater than 0 and at most 1")
     if args.max_rate is not None and args.max_rate <= 0:
@@ -212,29 +219,29 @@ def run_audit(args: argparse.Namespace, config: Config) -> int:
     return EXIT_OK if report.clean else EXIT_FINDINGS
 
 
-# What --repair does to the kinds of finding that need it, for one and for n. Stray files are most often crash
-# leftovers, which gc removes: they get a line of their own.
-_REPAIRS = {
-    Kind.CORRUPT: ("quarantines the corrupt object", "quarantines the {n} corrupt objects"),
-    Kind.MISSING: ("marks the row whose file is gone", "marks the {n} rows whose files are gone"),
-    Kind.METADATA_MISMATCH: (
-        "rewrites the row that disagrees with its bytes",
-        "rewrites the {n} rows that disagree with their bytes",
-    ),
-    Kind.LINK_MISMATCH: (
-        "removes the variant link whose check does not hold",
-        "removes the {n} variant links whose checks do not hold",
-    ),
-}
-
-
-def _unreadable(f: Finding) -> bool:
-    return f.kind == Kind.CORRUPT and f.detail.startswith("cannot be read")
-
-
 def _next_steps(report: AuditReport, args: argparse.Namespace) -> list[str]:
+    from ..maintenance import Kind  # imported already by the audit that ran
+
     if report.clean:
         return []
+    # What --repair does to the kinds of finding that need it, for one and for n. Stray files are most often
+    # crash leftovers, which gc removes: they get a line of their own.
+    repairs = {
+        Kind.CORRUPT: ("quarantines the corrupt object", "quarantines the {n} corrupt objects"),
+        Kind.MISSING: ("marks the row whose file is gone", "marks the {n} rows whose files are gone"),
+        Kind.METADATA_MISMATCH: (
+            "rewrites the row that disagrees with its bytes",
+            "rewrites the {n} rows that disagree with their bytes",
+        ),
+        Kind.LINK_MISMATCH: (
+            "removes the variant link whose check does not hold",
+            "removes the {n} variant links whose checks do not hold",
+        ),
+    }
+
+    def unreadable(f: Finding) -> bool:
+        return f.kind == Kind.CORRUPT and f.detail.startswith("cannot be read")
+
     again = "attachstore audit" + "".join(
         f" {flag} {shlex.quote(value)}"
         for flag, value in (("--config", args.config), ("--data-dir", args.data_dir))
@@ -242,8 +249,8 @@ def _next_steps(report: AuditReport, args: argparse.Namespace) -> list[str]:
     )
     steps = []
     repairable = []
-    for kind, (one, many) in _REPAIRS.items():
-        n = sum(1 for f in report.findings if f.kind == kind and not _unreadable(f))
+    for kind, (one, many) in repairs.items():
+        n = sum(1 for f in report.findings if f.kind == kind and not unreadable(f))
         if n:
             repairable.append(one if n == 1 else many.format(n=n))
     if repairable and not args.repair:
@@ -260,7 +267,7 @@ def _next_steps(report: AuditReport, args: argparse.Namespace) -> list[str]:
             "older than the grace period (`--repair` re-indexes those whose bytes verify as images, and "
             "quarantines the others)"
         )
-    if any(_unreadable(f) for f in report.findings):
+    if any(unreadable(f) for f in report.findings):
         steps.append("check the disk, and the owner and mode of the files that cannot be read")
     kinds = {f.kind for f in report.findings}
     if Kind.STRAY_ROW in kinds or (args.repair and kinds & {Kind.CORRUPT, Kind.MISSING}):
@@ -272,6 +279,8 @@ def _next_steps(report: AuditReport, args: argparse.Namespace) -> list[str]:
 
 
 def run_migrate(args: argparse.Namespace, config: Config) -> int:
+    from ..maintenance import migrate  # as in run_gc
+
     target = migrate.target_config(args.to)
     report = asyncio.run(migrate.run(config, target, verify_only=args.verify_only))
     if args.json:

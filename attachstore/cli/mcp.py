@@ -12,7 +12,7 @@ from typing import Any
 
 from ..config import Config
 from ..errors import ConfigError
-from ..service import SESSION_ID_PATTERN
+from ..vocabulary import SESSION_ID_PATTERN
 
 EXIT_OK = 0
 

@@ -7,13 +7,15 @@ import argparse
 import asyncio
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from ..config import Config
-from ..service import Applied, Declaration, RouteTable, Store, own_policy
 from ..text import rfc3339
+
+if TYPE_CHECKING:  # imported where used: the other commands, `mcp` first, start without the store
+    from ..service import Applied, Declaration, RouteTable
 
 EXIT_OK = 0
 _ID_WIDTH = 40
@@ -34,6 +36,8 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
 async def _policy(config: Config) -> tuple[RouteTable, Applied]:
     """The store's policy, as every local command applies it; this configuration's own when there is no
     store at the data dir yet (nothing is created to answer)."""
+    from ..service import RouteTable, Store, own_policy  # the store: only for the command that runs
+
     if config.index.backend == "sqlite" and not (Path(config.data_dir) / "index.sqlite3").exists():
         applied = own_policy(config)
         return RouteTable(applied.config.routes, applied.catalog), applied

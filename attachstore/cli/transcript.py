@@ -9,33 +9,24 @@ import os
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from ..config import Config, Gc
 from ..errors import ConfigError, InvalidRequest
 from ..progress import Progress
-from ..service import Store
 from ..text import human_bytes
-from ..transcripts import (
-    FORMATS,
-    Candidate,
-    Options,
-    Report,
-    Restorer,
-    RestoreReport,
-    Stripper,
-    Tally,
-    candidates,
-    named,
-    release,
-    restore_file,
-    session_for,
-)
+
+if TYPE_CHECKING:  # imported where used: the other commands, `mcp` first, start without the store
+    from ..service import Store
+    from ..transcripts import Candidate, Report, Restorer, RestoreReport, Stripper, Tally
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 DEFAULT_MIN_AGE = "10m"
+# The names of transcripts.FORMATS, for --format: that package imports the store, which the parser must not
+# (tests/cli/test_transcript.py holds the two the same).
+FORMAT_NAMES = ("codex", "claude", "gemini", "openai", "mcp", "generic")
 _WORKERS = 4  # decode workers at most
 _ADMITTING = 16  # admissions at once: each one mostly waits for its fsyncs
 
@@ -58,7 +49,7 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     a = action("strip", "replace inline images by refs, keeping everything else byte for byte")
     a.add_argument("paths", nargs="+", metavar="PATH", help="transcripts, or directories of them")
     _outputs(a)
-    a.add_argument("--format", choices=list(FORMATS), help="the transcript format (default: detected)")
+    a.add_argument("--format", choices=FORMAT_NAMES, help="the transcript format (default: detected)")
     a.add_argument("--session", metavar="ID", help="the session that holds the refs (default: from the path)")
     a.add_argument(
         "--min-age",
@@ -115,6 +106,8 @@ class _Job:
 
 
 def _jobs(args: argparse.Namespace) -> list[_Job]:
+    from ..transcripts import candidates  # the store and its gate: only for the command that runs
+
     output = Path(args.output) if args.output else None
     if not args.dry_run and (output is None) == (not args.in_place):
         raise InvalidRequest("give -o OUT or --in-place (or --dry-run)")
@@ -151,6 +144,8 @@ def _min_age(text: str | None, is_dir: bool) -> float:
 
 
 async def _with_store(config: Config, create: bool, action: Callable[[Store], Awaitable[int]]) -> int:
+    from ..service import Store  # as in _jobs
+
     if not create:
         _require_store(config)
     store = await Store.open(config, workers=min(_WORKERS, os.cpu_count() or 1), read_cache=False)
@@ -166,6 +161,8 @@ def _require_store(config: Config) -> None:
 
 
 async def _run(args: argparse.Namespace, store: Store, jobs: Sequence[_Job]) -> int:
+    from ..transcripts import Options, Restorer, Stripper  # as in _jobs
+
     strip = args.action == "strip"
     work = [j for j in jobs if j.skip is None]
     size = sum(j.size for j in work)
@@ -210,6 +207,8 @@ async def _run(args: argparse.Namespace, store: Store, jobs: Sequence[_Job]) -> 
 
 
 async def _strip_one(args: argparse.Namespace, stripper: Stripper, job: _Job) -> Report:
+    from ..transcripts import named  # as in _jobs
+
     if job.output is not None:
         await asyncio.to_thread(job.output.parent.mkdir, parents=True, exist_ok=True)
     fmt = named(args.format) if args.format else None
@@ -219,6 +218,8 @@ async def _strip_one(args: argparse.Namespace, stripper: Stripper, job: _Job) ->
 async def _restore_one(
     args: argparse.Namespace, restorer: Restorer, job: _Job, progress: Progress
 ) -> RestoreReport:
+    from ..transcripts import restore_file  # as in _jobs
+
     if job.output is not None:
         await asyncio.to_thread(job.output.parent.mkdir, parents=True, exist_ok=True)
     return await restore_file(
@@ -232,6 +233,8 @@ async def _restore_one(
 
 
 def _skipped(job: _Job, strip: bool) -> Report | RestoreReport:
+    from ..transcripts import Report, RestoreReport  # as in _jobs
+
     assert job.skip is not None
     path = str(job.source)
     if strip:
@@ -240,6 +243,8 @@ def _skipped(job: _Job, strip: bool) -> Report | RestoreReport:
 
 
 def _line(report: Report | RestoreReport) -> str:
+    from ..transcripts import RestoreReport  # as in _jobs
+
     where = f" -> {report.output}" if report.output and report.output != report.path else ""
     head = f"{report.status:<10} {report.path}{where}"
     if report.status in ("skipped", "failed"):
@@ -274,6 +279,8 @@ def _statuses(reports: Sequence[Report | RestoreReport]) -> dict[str, int]:
 def _total(
     args: argparse.Namespace, reports: Sequence[Report | RestoreReport], tally: Tally
 ) -> dict[str, Any]:
+    from ..transcripts import RestoreReport  # as in _jobs
+
     total: dict[str, Any] = {"files": len(reports), "statuses": _statuses(reports)}
     if args.action == "strip":
         total["images"] = tally.summary()
@@ -301,6 +308,8 @@ def _total_line(args: argparse.Namespace, reports: Sequence[Report | RestoreRepo
 
 
 def _release(args: argparse.Namespace, config: Config) -> int:
+    from ..transcripts import release, session_for  # as in _jobs
+
     if not args.paths and not args.session:
         raise InvalidRequest("name the transcripts (FILE ...) or the session (--session ID)")
     targets: list[tuple[Path | None, str]] = [

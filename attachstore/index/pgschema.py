@@ -4,9 +4,10 @@ together migrate once."""
 
 from __future__ import annotations
 
+from ..errors import IndexUnusable
 from . import schema
 from .pgdriver import Connection
-from .schema import SCHEMA_VERSION, IndexUnusable
+from .schema import SCHEMA_VERSION
 
 # Our own advisory locks use the two-int4 key space, which never meets the bigint keys of the per-ref locks.
 # Every daemon on one database must agree on these keys.

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import aiosqlite
 
+from ..errors import IndexUnusable
+
 # One list of statements per schema version; never edit a released entry, append a new one.
 MIGRATIONS: list[list[str]] = [
     [
@@ -118,9 +120,6 @@ MIGRATIONS: list[list[str]] = [
     ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
-
-
-class IndexUnusable(Exception): ...
 
 
 async def migrate(db: aiosqlite.Connection) -> None:

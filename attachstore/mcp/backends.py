@@ -9,14 +9,16 @@ import asyncio
 import base64
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from ..client import AsyncClient, AttachstoreClientError, Image
 from ..config import Config
 from ..errors import AttachstoreError, SessionConflict, SessionNotFound
-from ..gate import probe_header
-from ..render import ImageBlock, MessageIn, RenderRequest, render
-from ..service import Store, Upload
+
+# Imported where used: the store (with the gate and Pillow), render and the HTTP client (aiohttp) are not
+# needed to answer `initialize`, and a host gives a server little time to start (docs/performance.md).
+if TYPE_CHECKING:
+    from ..client import AsyncClient
+    from ..service import Store
 
 T = TypeVar("T")
 # A daemon's limits are its own: a file up to this size is sent, and the daemon decides (fit's source
@@ -66,6 +68,8 @@ class Backend(Protocol):
 
 def sent_image_of(body: dict[str, Any]) -> SentImage | str:
     """The one image of an Anthropic render body of one user message, or the placeholder in its place."""
+    from ..gate import probe_header  # where used: see the imports above
+
     block = body["messages"][0]["content"][0]
     if block.get("type") != "image":
         return str(block.get("text", ""))
@@ -141,12 +145,16 @@ class Local:
         self._opening = asyncio.Lock()
 
     async def store(self) -> Store:
+        from ..service import Store  # where used: see the imports above
+
         async with self._opening:
             if self._store is None:
                 self._store = await Store.open(self.config, workers=1, read_cache=False)
             return self._store
 
     async def admit(self, data: bytes, name: str) -> Stored | str:
+        from ..service import Upload  # where used: see the imports above
+
         store = await self.store()
         key, route = (self.tenant, self.session.id), self.session.route
         answer = await self.session.within(
@@ -162,6 +170,8 @@ class Local:
         return Stored(r.ref, r.media_type, r.bytes, r.width, r.height, r.name, _normalized_from(r.normalized))
 
     async def sent_image(self, ref: str) -> SentImage | str:
+        from ..render import ImageBlock, MessageIn, RenderRequest, render  # where used: see the imports above
+
         store = await self.store()
         messages = [MessageIn("user", [ImageBlock(ref)])]
         route, session = self.session.route, self.session.id
@@ -201,11 +211,16 @@ class Local:
 
 class Remote:
     def __init__(self, url: str, token: str | None, session: str, route: str | None) -> None:
-        self.client = AsyncClient(url, token=token, timeout=120.0)
+        # Here, not at first use: the client checks the URL, and a bad --url is an error at start-up.
+        from ..client import AsyncClient
+
+        self.client: AsyncClient = AsyncClient(url, token=token, timeout=120.0)
         self.session = _Session(session, route)
         self.file_bytes = REMOTE_FILE_BYTES
 
     async def admit(self, data: bytes, name: str) -> Stored | str:
+        from ..client import Image  # where used: see the imports above
+
         c, s = self.client, self.session
         answer = await s.within(
             lambda: c.get_session(s.id),
@@ -218,6 +233,8 @@ class Remote:
         return Stored(a.ref, a.media_type, a.bytes, a.width, a.height, a.name, _normalized_from(a.normalized))
 
     async def sent_image(self, ref: str) -> SentImage | str:
+        from ..client import AttachstoreClientError  # where used: see the imports above
+
         messages = [{"role": "user", "content": [{"type": "image", "ref": ref}]}]
         route, session = self.session.route, self.session.id
         try:  # the session's route, unless --route names one
@@ -233,6 +250,8 @@ class Remote:
         return Stored(a.ref, a.media_type, a.bytes, a.width, a.height, a.name)
 
     async def held(self) -> list[Stored]:
+        from ..client import AttachstoreClientError  # where used: see the imports above
+
         try:
             session = await self.client.get_session(self.session.id)
         except AttachstoreClientError as e:
@@ -243,6 +262,8 @@ class Remote:
         return [m for m in metas if m is not None]
 
     async def _meta_or_none(self, ref: str) -> Stored | None:
+        from ..client import AttachstoreClientError  # where used: see the imports above
+
         try:
             return await self.meta(ref)
         except AttachstoreClientError as e:

@@ -22,13 +22,10 @@ from mcp.server.context import CallNext, HandlerResult
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
-from .. import __version__, gate
-from ..client import ConnectionFailed
+from .. import __version__
 from ..config import Limits
-from ..errors import AttachstoreError, ConfigError, InvalidRef, NotFound, Rejected
-from ..index import IndexUnusable
+from ..errors import AttachstoreError, ConfigError, IndexUnusable, InvalidRef, NotFound, Rejected
 from ..refs import Ref
-from ..service import Diagnostic, model_text
 from .backends import Backend, SentImage, Stored
 from .files import TooLarge, Unreadable, read_inside, shown
 from .roots import Roots
@@ -135,6 +132,10 @@ def ref_of(uri: str) -> Ref | None:
 
 
 def too_large(size: int, bound: int, name: str) -> str:
+    # Imported here: the gate and the service (Pillow, the store) are not needed to answer `initialize`.
+    from .. import gate
+    from ..service import Diagnostic, model_text
+
     try:
         gate.precheck(size, b"", None, Limits(max_image_bytes=bound))
     except Rejected as e:
@@ -151,6 +152,8 @@ def _structured(ctx: ServerRequestContext[Any, Any], mode: Structured) -> bool:
 
 
 def _failed(what: str, e: AttachstoreError) -> types.CallToolResult:
+    from ..client import ConnectionFailed  # aiohttp: not needed to answer `initialize`
+
     if isinstance(e, ConnectionFailed):
         return refusal(f"{what}: the attachstore daemon is not reachable ({e.message}); tell the user.")
     hint = f" {e.hint[0].upper()}{e.hint[1:]}." if e.hint else ""

@@ -1,12 +1,12 @@
 """The service: the one place that owns the order of operations. Edges (HTTP, CLI) call it; it calls the
 gate (through the decode pool), the blob store and the index."""
 
-from .admission import SOURCES, Admission
+from ..vocabulary import SESSION_ID_PATTERN, SOURCES
+from .admission import Admission
 from .model import ImageRef, Upload
 from .policy import Declaration, Diagnostic, RouteTable, accepts_images, model_text
 from .previews import SIZES as PREVIEW_SIZES
 from .previews import SIZES_HINT as PREVIEW_SIZES_HINT
-from .sessions import SESSION_ID_PATTERN
 from .store import Store
 from .storepolicy import Applied, own_policy
 from .variants import VariantSpec

@@ -16,6 +16,7 @@ from ..index import Hold, Index, ObjectRow
 from ..metrics import Metrics
 from ..refs import Checker, Ref
 from ..storage import Put
+from ..vocabulary import SOURCES
 from . import policy
 from .model import ImageRef, Upload
 from .names import display_name, renamed
@@ -24,8 +25,6 @@ from .publish import Check, Publisher
 from .sessions import Sessions
 from .slots import Slot, Slots
 from .validation import Admitted, Validator
-
-SOURCES = ("user", "tool", "mcp", "command")
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,11 +10,10 @@ from ..config import Config
 from ..errors import InvalidRequest, SessionNotFound
 from ..index import Hold, Index, SessionKey, SessionRow
 from ..refs import Ref
+from ..vocabulary import SESSION_ID_PATTERN
 from . import policy
 from .policy import RouteTable
 
-# "." and ".." are excluded: URL handling everywhere drops them as dot segments, so no client could name them.
-SESSION_ID_PATTERN = r"^(?!\.\.?$)[A-Za-z0-9._:-]{1,128}$"
 _SESSION_ID = re.compile(SESSION_ID_PATTERN)
 MAX_HOLDS_PER_REQUEST = 1000
 

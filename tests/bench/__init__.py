@@ -26,6 +26,9 @@ Scenarios, and what their baselines contain:
   disk has no room for it, the bench halves it and prints the projection to a million. Synthesized stores
   are kept in .bench/scale/ (git-ignored) and reset at each run, because deleting 100,000s of files is
   what is slow on a disk mounted with `discard` (minutes, against seconds to make).
+- mcp: `attachstore mcp` started over stdio until it answers `initialize` (spawn, request line, response
+  line), one new process per start, against the floor: the smallest server on the same MCP SDK (its low-level
+  `Server` with one tool, nothing else imported). `make bench ARGS="--only mcp"` runs it alone.
 - memory: the peak RSS of the daemon and its decode workers (VmHWM, summed) during the admit scenario.
 
 `--quick` shrinks everything (a smoke run for tests/test_bench.py; never installs anything, always uses the

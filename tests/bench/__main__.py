@@ -15,12 +15,14 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from . import report, scaleout, scenarios, tools, transcript, variants
+from . import mcpstartup, report, scaleout, scenarios, tools, transcript, variants
 from .drive import Driver
 from .procs import CHECK_KEY, REPO, Daemon, Profiler
 from .spy import render_text
 
-SCENARIOS = ["read", "render", "admit", "scale", "variant", "scaleout", "transcript"]
+SCENARIOS = ["read", "render", "admit", "scale", "variant", "scaleout", "transcript", "mcp"]
+# The scenarios that need neither wrk nor nginx: run alone, they install nothing.
+WITHOUT_TOOLS = {"variant", "transcript", "mcp"}
 
 
 def _clean(x: Any) -> Any:
@@ -78,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     only = set(args.only or SCENARIOS) - ({"scaleout"} if args.no_services else set())
 
     # --quick never installs anything and always uses the bundled load generator; nginx if it is there.
-    found = tools.find(install=not args.quick)
+    found = tools.find(install=not args.quick and not only <= WITHOUT_TOOLS)
     for note in found.notes:
         print(f"bench: {note}", file=sys.stderr)
     plan = scenarios.Plan.make(args.quick, args.scale_objects, args.rounds)
@@ -148,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
                 results["transcript"] = transcript.transcript(work, args.quick, plan.transcript_rounds)
 
             step("transcript", strip_restore)
+        if "mcp" in only:
+            step("mcp", lambda: results.__setitem__("mcp", mcpstartup.startup(work, plan.mcp_rounds)))
     finally:
         if args.keep:
             print(f"bench: kept {work}", file=sys.stderr)
@@ -169,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         "nginx": bench.nginx or f"unavailable: {bench.nginx_note}",
         "rounds": plan.rounds,
         "admit_render_rounds": plan.short_rounds,
+        "mcp_rounds": plan.mcp_rounds,
         "notes": found.notes + bench.notes,
         "method": (
             "every comparison alternates attachstore and its baseline in pairs (A, B, B, A, A, B, ...) for "
@@ -180,13 +185,14 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"attachstore bench{' (quick)' if args.quick else ''}: {elapsed:.0f} s, {os.cpu_count()} CPUs, "
         f"load generator {bench.driver.name}, {plan.rounds} alternating rounds "
-        f"({plan.short_rounds} for admit, render, scale), medians"
+        f"({plan.short_rounds} for admit, render, scale; {plan.mcp_rounds} for mcp start-up), medians"
     )
     print(report.table(table_rows))
     print(
         "baseline: nginx and the verified ceiling (read: read + keyed check, no HTTP), the physical floor "
-        "(admit), the in-process floor (render, transcript), raw sha256 (audit); for scale and gc rows "
-        "'attachstore' is the large store and 'baseline' the 1k one, the ratio is large/small."
+        "(admit), the in-process floor (render, transcript), raw sha256 (audit), the MCP SDK's smallest "
+        "server (mcp start-up); for scale and gc rows 'attachstore' is the large store and 'baseline' the 1k "
+        "one, the ratio is large/small."
     )
     if "scale" in results and "note" in results["scale"]:
         print(f"scale: {results['scale']['note']}")

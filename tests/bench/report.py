@@ -17,6 +17,7 @@ TARGETS = {
     "audit": ("min", 0.70),
     "scale_p99": ("max", 1.25),
     "memory_mb": ("max", 400.0),
+    "mcp_startup": ("max", 1.2),
 }
 
 
@@ -225,6 +226,12 @@ def rows(results: dict[str, Any]) -> list[Row]:
             out.append(_row(name, "peak RSS MB", transcript[what]["peak_rss_mb"], ""))
         before, after = transcript["bytes_before"], transcript["bytes_after"]
         out.append(_row(f"transcript {size} stripped", "MB after", after / 1e6, before / 1e6, after / before))
+    mcp = results.get("mcp")
+    if mcp:
+        a, f = mcp["attachstore"], mcp["floor_sdk"]
+        name = f"mcp start-up vs SDK {mcp['sdk']} floor"
+        out.append(_row(name, "initialize ms", a["ms"], f["ms"], mcp["ratio"], "mcp_startup", "times"))
+        out.append(_row(name, "fastest ms", a["min_ms"], f["min_ms"]))
     memory = results.get("memory")
     if memory:
         out.append(

@@ -48,6 +48,7 @@ class Plan:
     audit_rounds: int
     profile_seconds: float
     transcript_rounds: int  # strip and restore of the 1 GB rollout, each against the floor
+    mcp_rounds: int  # one start-up of `attachstore mcp` and one of the floor each: short, so many of them
 
     @classmethod
     def make(cls, quick: bool, scale_objects: int | None, rounds: int | None) -> Plan:
@@ -73,6 +74,7 @@ class Plan:
                 audit_rounds=1,
                 profile_seconds=2,
                 transcript_rounds=1,
+                mcp_rounds=rounds or 2,
             )
         return cls(
             quick=False,
@@ -98,6 +100,7 @@ class Plan:
             audit_rounds=4,
             profile_seconds=5,
             transcript_rounds=rounds or 2,
+            mcp_rounds=rounds or 25,
         )
 
 

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from attachstore.cli import main
+from attachstore.cli.transcript import FORMAT_NAMES
+from attachstore.transcripts import FORMATS
 from tests.transcripts import fixtures
 
 
@@ -165,6 +167,11 @@ def test_usage_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> Non
     )
     assert code == 2
     assert "no attachstore store at" in err
+
+
+def test_format_offers_every_format_strip_knows() -> None:
+    # The parser spells the names itself, so that it needs no store (docs/performance.md, "MCP start-up").
+    assert tuple(FORMATS) == FORMAT_NAMES
 
 
 def test_a_progress_line_on_a_terminal(

@@ -9,6 +9,7 @@ import hashlib
 import json
 import signal
 import sqlite3
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -172,6 +173,50 @@ def test_it_ends_when_the_client_closes_its_stdin(config: Path, ws: Path) -> Non
     answer = json.loads(out.splitlines()[0])
     assert answer["result"]["serverInfo"]["name"] == "attachstore"
     assert not (config.parent / "data").exists()  # the store is opened at the first call, not before
+
+
+# A host gives a server little time to start (docs/performance.md, "MCP start-up"): until a tool is called,
+# `attachstore mcp` imports neither the store and its gate (Pillow, the decode pool's metrics), render, the
+# other commands' packages, nor the HTTP client (aiohttp). `make bench ARGS="--only mcp"` times it.
+NOT_BEFORE_A_CALL = (
+    "attachstore.client",
+    "attachstore.gate",
+    "attachstore.maintenance",
+    "attachstore.render",
+    "attachstore.service",
+    "attachstore.transcripts",
+    "aiohttp",
+    "PIL",
+    "prometheus_client",
+)
+LOADED = """
+import atexit, json, sys
+from attachstore.cli import main
+out, *args = sys.argv[1:]
+atexit.register(lambda: open(out, "w").write(json.dumps(sorted(sys.modules))))
+sys.exit(main(args))
+"""
+
+
+@pytest.mark.parametrize("where", [[], ["--url", "http://127.0.0.1:9"]])
+def test_until_a_tool_is_called_it_imports_no_store_and_no_http_client(
+    config: Path, ws: Path, tmp_path: Path, where: list[str]
+) -> None:
+    loaded = tmp_path / "modules.json"
+    done = subprocess.run(
+        [*PYTHON[:-2], "-c", LOADED, str(loaded), "mcp", "--config", str(config), *where],
+        input=json.dumps(initialize(1)).encode() + b"\n",
+        cwd=ws,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[0])["result"]["serverInfo"]["name"] == "attachstore"
+    # With --url the HTTP client is there from the start: it checks the URL (a bad one is a usage error).
+    heavy = [h for h in NOT_BEFORE_A_CALL if not (where and h in ("attachstore.client", "aiohttp"))]
+    modules = json.loads(loaded.read_text())
+    assert [m for m in modules if any(m == h or m.startswith(h + ".") for h in heavy)] == []
 
 
 def test_it_ends_cleanly_on_sigterm(config: Path, ws: Path) -> None:
