@@ -19,6 +19,7 @@ from yarl import URL
 from .. import __version__
 from ..errors import AttachstoreError
 from ..refs import Ref
+from ..vocabulary import daemon_url
 from .errors import ConnectionFailed, TimedOut, bad_response, error_of
 from .models import (
     Admission,
@@ -124,10 +125,7 @@ class AsyncClient:
             given = "base_url"
         if token is None:
             token = os.environ.get(TOKEN_ENV)
-        url = URL(base_url)
-        if url.scheme not in ("http", "https") or not url.host:
-            raise ValueError(f"{given} must be an http:// or https:// URL, not {base_url!r}")
-        self.base_url = str(url).rstrip("/")
+        self.base_url = daemon_url(base_url, given)
         self.unix_socket = unix_socket
         self.timeout = timeout
         self.verify_reads = verify_reads

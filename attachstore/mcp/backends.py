@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ..config import Config
 from ..errors import AttachstoreError, SessionConflict, SessionNotFound
+from ..vocabulary import daemon_url
 
 # Imported where used: the store (with the gate and Pillow), render and the HTTP client (aiohttp) are not
 # needed to answer `initialize`, and a host gives a server little time to start (docs/performance.md).
@@ -211,12 +212,21 @@ class Local:
 
 class Remote:
     def __init__(self, url: str, token: str | None, session: str, route: str | None) -> None:
-        # Here, not at first use: the client checks the URL, and a bad --url is an error at start-up.
-        from ..client import AsyncClient
-
-        self.client: AsyncClient = AsyncClient(url, token=token, timeout=120.0)
+        # The URL is checked now, so that a bad --url is an error at start-up; the client (and aiohttp) is
+        # made at the first call, after the server has answered `initialize`.
+        self.url = daemon_url(url, "base_url")
+        self.token = token
+        self._client: AsyncClient | None = None
         self.session = _Session(session, route)
         self.file_bytes = REMOTE_FILE_BYTES
+
+    @property
+    def client(self) -> AsyncClient:
+        if self._client is None:
+            from ..client import AsyncClient  # where used: see the imports above
+
+            self._client = AsyncClient(self.url, token=self.token, timeout=120.0)
+        return self._client
 
     async def admit(self, data: bytes, name: str) -> Stored | str:
         from ..client import Image  # where used: see the imports above
@@ -276,7 +286,8 @@ class Remote:
         return blob.media_type or "application/octet-stream", blob.data or b""
 
     async def close(self) -> None:
-        await self.client.close()
+        if self._client is not None:
+            await self._client.close()
 
 
 async def _bounded(calls: Sequence[Awaitable[T]], at_once: int) -> list[T]:

@@ -213,10 +213,8 @@ def test_until_a_tool_is_called_it_imports_no_store_and_no_http_client(
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.splitlines()[0])["result"]["serverInfo"]["name"] == "attachstore"
-    # With --url the HTTP client is there from the start: it checks the URL (a bad one is a usage error).
-    heavy = [h for h in NOT_BEFORE_A_CALL if not (where and h in ("attachstore.client", "aiohttp"))]
     modules = json.loads(loaded.read_text())
-    assert [m for m in modules if any(m == h or m.startswith(h + ".") for h in heavy)] == []
+    assert [m for m in modules if any(m == h or m.startswith(h + ".") for h in NOT_BEFORE_A_CALL)] == []
 
 
 def test_it_ends_cleanly_on_sigterm(config: Path, ws: Path) -> None:
