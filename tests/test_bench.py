@@ -130,9 +130,10 @@ def test_quick_bench_reports_every_scenario(tmp_path: Path) -> None:
 
 
 def _mcp_startup(mcp: Any) -> None:
-    for side in ("attachstore", "floor_sdk"):
-        _side(mcp[side], ("ms", "min_ms"))
-    assert _number(mcp["ratio"])
+    for measured in (mcp, mcp["url"]):
+        for side in ("attachstore", "floor_sdk"):
+            _side(measured[side], ("ms", "min_ms"))
+        assert _number(measured["ratio"])
 
 
 def test_the_mcp_startup_runs_alone(tmp_path: Path) -> None:
@@ -151,9 +152,11 @@ def test_the_mcp_startup_runs_alone(tmp_path: Path) -> None:
     result = json.loads(out.read_text())
     assert list(result["scenarios"]) == ["mcp"]
     _mcp_startup(result["scenarios"]["mcp"])
-    [row] = [r for r in result["table"] if r["metric"] == "initialize ms"]
-    assert row["target"] == "<= 1.2x"
-    assert row["pass"] in (True, False)  # a verdict, whichever it is: tests do not time things
+    rows = [r for r in result["table"] if r["metric"] == "initialize ms"]
+    assert [r["scenario"].split()[1] for r in rows] == ["--config", "--url"]
+    for row in rows:
+        assert row["target"] == "<= 1.2x"
+        assert row["pass"] in (True, False)  # a verdict, whichever it is: tests do not time things
 
 
 def test_each_side_of_a_comparison_goes_first_in_turn() -> None:

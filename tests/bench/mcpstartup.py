@@ -97,25 +97,31 @@ def startup(work: Path, rounds: int) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["PYTHONPYCACHEPREFIX"] = str(base / "pycache")
     ours = [*attachstore_command(), "mcp", "--config", str(config)]
+    # What the hosts' snippets run: a client of a daemon. None listens there; `initialize` asks nothing of it.
+    remote = [*attachstore_command(), "mcp", "--url", "http://127.0.0.1:9", "--route", "vision"]
     floor = [sys.executable, str(floor_script)]
 
     def side(command: list[str], log: Path) -> Any:
         return lambda _r: {"ms": start(command, workspace, env, log) * 1000}
 
     a_side, f_side = side(ours, base / "attachstore.log"), side(floor, base / "floor.log")
-    a_side(-1), f_side(-1)  # fill the bytecode cache
+    u_side = side(remote, base / "attachstore-url.log")
+    a_side(-1), u_side(-1), f_side(-1)  # fill the bytecode cache
     a, f = alternate(rounds, a_side, f_side)
+    u, uf = alternate(rounds, u_side, f_side)
     return {
         "workload": (
             "a new process per start, over stdio: spawn, write the initialize request line, read the "
-            f"response line; `attachstore mcp --config FILE` (a data dir, one route) against the floor, "
-            f"one start of each a round, {rounds} rounds"
+            "response line; `attachstore mcp --config FILE` (a data dir, one route), then `attachstore mcp "
+            f"--url URL` (a daemon's client), each against the floor, one start of each a round, {rounds} "
+            "rounds each"
         ),
         "floor": "the MCP SDK's low-level Server with one tool over stdio_server(), nothing else imported",
         "sdk": metadata.version("mcp"),
         "attachstore": _side(a),
         "floor_sdk": _side(f),
         "ratio": paired_ratio(a, f, "ms"),
+        "url": {"attachstore": _side(u), "floor_sdk": _side(uf), "ratio": paired_ratio(u, uf, "ms")},
     }
 
 

@@ -228,10 +228,13 @@ def rows(results: dict[str, Any]) -> list[Row]:
         out.append(_row(f"transcript {size} stripped", "MB after", after / 1e6, before / 1e6, after / before))
     mcp = results.get("mcp")
     if mcp:
-        a, f = mcp["attachstore"], mcp["floor_sdk"]
-        name = f"mcp start-up vs SDK {mcp['sdk']} floor"
-        out.append(_row(name, "initialize ms", a["ms"], f["ms"], mcp["ratio"], "mcp_startup", "times"))
-        out.append(_row(name, "fastest ms", a["min_ms"], f["min_ms"]))
+        for mode, measured in (("--config", mcp), ("--url", mcp["url"])):
+            a, f = measured["attachstore"], measured["floor_sdk"]
+            name = f"mcp {mode} start-up vs SDK {mcp['sdk']} floor"
+            out.append(
+                _row(name, "initialize ms", a["ms"], f["ms"], measured["ratio"], "mcp_startup", "times")
+            )
+            out.append(_row(name, "fastest ms", a["min_ms"], f["min_ms"]))
     memory = results.get("memory")
     if memory:
         out.append(
