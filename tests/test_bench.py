@@ -28,10 +28,11 @@ def _side(figures: Any, keys: tuple[str, ...] = ("rps", "p50_ms", "p99_ms")) -> 
         assert _number(figures[key]), (key, figures)
 
 
-def test_quick_bench_reports_every_scenario(tmp_path: Path) -> None:
+def _bench(tmp_path: Path, *args: str) -> tuple[str, Any]:
+    """`python -m tests.bench --quick ARGS`: what it printed, and its JSON."""
     out = tmp_path / "bench.json"
     done = subprocess.run(
-        [sys.executable, "-m", "tests.bench", "--quick", "--json", str(out)],
+        [sys.executable, "-m", "tests.bench", "--quick", *args, "--json", str(out)],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -39,8 +40,12 @@ def test_quick_bench_reports_every_scenario(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "scenario" in done.stdout  # the table was printed
-    result = json.loads(out.read_text())
+    return done.stdout, json.loads(out.read_text())
+
+
+def test_quick_bench_reports_every_scenario(tmp_path: Path) -> None:
+    printed, result = _bench(tmp_path)
+    assert "scenario" in printed  # the table was printed
     scenarios = result["scenarios"]
     assert set(scenarios) >= {
         "read",
@@ -139,17 +144,7 @@ def _mcp_startup(mcp: Any) -> None:
 def test_the_mcp_startup_runs_alone(tmp_path: Path) -> None:
     """`make bench ARGS="--only mcp"`: `attachstore mcp` against the MCP SDK's smallest server, nothing else
     started or installed."""
-    out = tmp_path / "bench.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.bench", "--quick", "--only", "mcp", "--json", str(out)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(out.read_text())
+    _, result = _bench(tmp_path, "--only", "mcp")
     assert list(result["scenarios"]) == ["mcp"]
     _mcp_startup(result["scenarios"]["mcp"])
     rows = [r for r in result["table"] if r["metric"] == "initialize ms"]

@@ -21,7 +21,15 @@ from attachstore.cli import main
 from attachstore.client import AsyncClient
 from tests.mcp.conftest import shot_metadata
 from tests.support.daemon import Daemons, free_port
-from tests.support.mcp_server import PYTHON, configured, http_server, initialize, stdio, workspace
+from tests.support.mcp_server import (
+    PYTHON,
+    configured,
+    daemon_with_token,
+    http_server,
+    initialize,
+    stdio,
+    workspace,
+)
 
 ROUTES = '[routes."vision"]\ninput_modalities = ["text", "image"]\n[routes."small"]\n'
 ROUTES += 'input_modalities = ["text", "image"]\nmax_request_side = 16\n'
@@ -109,13 +117,7 @@ async def test_stdio_without_a_session_makes_one_per_process(config: Path, ws: P
 @pytest.fixture
 def daemon(tmp_path: Path, daemons: Daemons) -> str:
     """A real daemon with one tenant, whose token the MCP server gets from $ATTACHSTORE_TOKEN."""
-    path = tmp_path / "daemon.toml"
-    digest = hashlib.sha256(TOKEN.encode()).hexdigest()
-    path.write_text(
-        f"data_dir = {json.dumps(str(tmp_path / 'daemon-data'))}\n[admission]\ndecode_workers = 1\n{ROUTES}"
-        f'[[tenants]]\nname = "alpha"\ntoken_sha256 = "{digest}"\n'
-    )
-    return daemons.start("--config", str(path), command=[*PYTHON, "serve"], ready="/healthz").url
+    return daemon_with_token(daemons, tmp_path / "daemon-data", TOKEN, ROUTES)
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])

@@ -4,13 +4,14 @@ server started over stdio (spoken to raw) or over streamable HTTP."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from tests.support.daemon import free_port, wait_ready
+from tests.support.daemon import Daemons, free_port, wait_ready
 from tests.support.images import png
 
 # Warnings are errors in the server too: a deprecated SDK call would end it, and fail the test.
@@ -46,6 +47,18 @@ def configured(tmp_path: Path, routes: str) -> Path:
         f"data_dir = {json.dumps(str(tmp_path / 'data'))}\n[admission]\ndecode_workers = 1\n{routes}"
     )
     return path
+
+
+def daemon_with_token(daemons: Daemons, data: Path, token: str, routes: str, tenant: str = "alpha") -> str:
+    """A real daemon's URL: its data dir `data`, one decode worker, `routes` (TOML), and one tenant whose
+    token is `token` (what an MCP server with --url gets from $ATTACHSTORE_TOKEN)."""
+    config = data.parent / f"{data.name}.toml"
+    digest = hashlib.sha256(token.encode()).hexdigest()
+    config.write_text(
+        f"data_dir = {json.dumps(str(data))}\n[admission]\ndecode_workers = 1\n{routes}"
+        f'[[tenants]]\nname = "{tenant}"\ntoken_sha256 = "{digest}"\n'
+    )
+    return daemons.start("--config", str(config), command=[*PYTHON, "serve"], ready="/healthz").url
 
 
 def stdio(config: Path, cwd: Path) -> subprocess.Popen[bytes]:

@@ -3,7 +3,6 @@ or, with ATTACHSTORE_HOSTS=latest (a scheduled check against new releases), each
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -15,6 +14,7 @@ import pytest
 from tests.interop.hosts.scenario import ROUTES, TOKEN
 from tests.support import node
 from tests.support.daemon import Daemons
+from tests.support.mcp_server import daemon_with_token
 
 HERE = Path(__file__).parent
 VERSIONS = "ATTACHSTORE_HOSTS"  # "latest": each host's newest release instead of the lock's
@@ -60,10 +60,4 @@ def hosts() -> Path:
 @pytest.fixture
 def store(tmp_path: Path, daemons: Daemons) -> str:
     """A real daemon with one tenant, whose token is TOKEN, and the routes the snippets name."""
-    config = tmp_path / "daemon.toml"
-    digest = hashlib.sha256(TOKEN.encode()).hexdigest()
-    config.write_text(
-        f"data_dir = {json.dumps(str(tmp_path / 'data'))}\n[admission]\ndecode_workers = 1\n{ROUTES}"
-        f'[[tenants]]\nname = "hosts"\ntoken_sha256 = "{digest}"\n'
-    )
-    return daemons.start("--config", str(config), ready="/healthz").url
+    return daemon_with_token(daemons, tmp_path / "data", TOKEN, ROUTES, tenant="hosts")
