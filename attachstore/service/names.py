@@ -25,7 +25,18 @@ _EXTENSIONS = {
     "image/gif": ("gif",),
     "image/webp": ("webp",),
 }
-_TYPE_OF = {ext: media_type for media_type, exts in _EXTENSIONS.items() for ext in exts}
+# The extensions of the formats taken in only to be converted (docs/normalization.md): never a stored type,
+# but a name that says one is corrected like the others ('IMG_0042.HEIC' stored as a JPEG is 'IMG_0042.jpg').
+_SOURCE_EXTENSIONS = {
+    "image/heic": ("heic", "heics"),
+    "image/heif": ("heif", "heifs", "hif"),
+    "image/avif": ("avif", "avifs"),
+    "image/bmp": ("bmp", "dib"),
+    "image/tiff": ("tif", "tiff"),
+}
+_TYPE_OF = {
+    ext: media_type for media_type, exts in (_EXTENSIONS | _SOURCE_EXTENSIONS).items() for ext in exts
+}
 
 
 def display_name(name: str | None) -> str | None:
