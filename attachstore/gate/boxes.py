@@ -15,15 +15,23 @@ _U64BE = struct.Struct(">Q")
 _BOX = struct.Struct(">I4s")
 
 
+# The properties an association can name: its index has 15 bits. Those past it are not read, so that what
+# the reader keeps is bounded whatever the file holds.
+_MAX_PROPERTY = 0x7FFF
+
+
 @dataclass(slots=True)
 class Boxes:
-    """What the header says, as heif() reads it."""
+    """What the header says of the primary image and its tiles, as heif() reads it: what it keeps is bounded
+    (at most 65,535 tiles, 32,767 property sizes), however many items the file has."""
 
     brands: frozenset[bytes] = frozenset()  # the major brand and the compatible ones
     primary: int | None = None  # the primary item's id (pitm)
-    types: dict[int, bytes] = field(default_factory=dict)  # item id -> item type (hvc1, av01, grid, ...)
-    sizes: dict[int, tuple[int, int]] = field(default_factory=dict)  # item id -> its ispe
-    tiles: dict[int, list[int]] = field(default_factory=dict)  # item id -> its dimg references, in order
+    kind: bytes = b""  # the primary item's type: hvc1, av01, grid, iovl, ...
+    size: tuple[int, int] | None = None  # the primary item's ispe
+    tiles: list[int] = field(default_factory=list)  # the primary item's dimg references, in order
+    tile_sizes: dict[int, tuple[int, int]] = field(default_factory=dict)  # tile id -> its ispe
+    largest: tuple[int, int] = (0, 0)  # the largest ispe of any item
     layout: tuple[int, int] | None = None  # a primary grid's rows and columns
     canvas: tuple[int, int] | None = None  # a primary grid's or overlay's output size (its descriptor's)
     track: tuple[int, int] = (0, 0)  # the largest sample size of an image sequence's tracks
@@ -62,24 +70,30 @@ def heif(data: bytes) -> Boxes:
             _meta(data, body + 4, end, found)
         elif kind == b"moov":
             _movie(data, body, end, found)
-    derived = found.types.get(found.primary) if found.primary is not None else None
-    if derived in (b"grid", b"iovl"):
-        _descriptor(_located(data, found), derived, found)
+    if found.kind in (b"grid", b"iovl"):
+        _descriptor(_located(data, found), found.kind, found)
     return found
 
 
 def _meta(data: bytes, start: int, end: int, found: Boxes) -> None:
-    for kind, body, stop in boxes(data, start, end):
-        if kind in (b"pitm", b"iinf", b"iref"):
-            width = 2 if _u8(data, body, stop) == 0 else 4  # version 0 counts in 16 bits, others in 32
-            if kind == b"pitm":
-                found.primary = _uint(data, body + 4, width, stop)
-            elif kind == b"iinf":
-                _items(data, body + 4 + width, stop, found)
-            else:
-                _references(data, body + 4, stop, width, found)
+    # The primary item and its references first: the items and properties are then read for those alone.
+    inside = list(boxes(data, start, end))
+    for kind, body, stop in inside:
+        if kind == b"pitm":
+            found.primary = _uint(data, body + 4, _width(data, body, stop), stop)
+    for kind, body, stop in inside:
+        if kind == b"iref":
+            _references(data, body + 4, stop, _width(data, body, stop), found)
+    for kind, body, stop in inside:
+        if kind == b"iinf":
+            _items(data, body + 4 + _width(data, body, stop), stop, found)
         elif kind == b"iprp":
             _properties(data, body, stop, found)
+
+
+def _width(data: bytes, body: int, stop: int) -> int:
+    """A FullBox's version 0 counts in 16 bits, the others in 32."""
+    return 2 if _u8(data, body, stop) == 0 else 4
 
 
 def _items(data: bytes, start: int, end: int, found: Boxes) -> None:
@@ -87,28 +101,28 @@ def _items(data: bytes, start: int, end: int, found: Boxes) -> None:
         if kind != b"infe" or _u8(data, body, stop) < 2:
             continue  # versions 0 and 1 name no item type
         width = 2 if data[body] == 2 else 4
-        item = _uint(data, body + 4, width, stop)
-        at = body + 4 + width + 2  # past the item's id and its protection index
-        found.types[item] = bytes(_bytes(data, at, 4, stop))
+        if _uint(data, body + 4, width, stop) == found.primary:
+            at = body + 4 + width + 2  # past the item's id and its protection index
+            found.kind = bytes(_bytes(data, at, 4, stop))
 
 
 def _references(data: bytes, start: int, end: int, width: int, found: Boxes) -> None:
     for kind, body, stop in boxes(data, start, end):
-        if kind != b"dimg":
+        if kind != b"dimg" or _uint(data, body, width, stop) != found.primary or found.tiles:
             continue
-        source = _uint(data, body, width, stop)
         count = _uint(data, body + width, 2, stop)
         at = body + width + 2
         _bytes(data, at, count * width, stop)
-        found.tiles[source] = [_uint(data, at + i * width, width, stop) for i in range(count)]
+        found.tiles = [_uint(data, at + i * width, width, stop) for i in range(count)]
 
 
 def _properties(data: bytes, start: int, end: int, found: Boxes) -> None:
     sizes: dict[int, tuple[int, int]] = {}  # property index (from 1) -> ispe
+    tiles = set(found.tiles)
     for kind, body, stop in boxes(data, start, end):
         if kind == b"ipco":
             for index, (prop, at, last) in enumerate(boxes(data, body, stop), 1):
-                if prop == b"ispe":
+                if prop == b"ispe" and index <= _MAX_PROPERTY:
                     sizes[index] = (_uint(data, at + 4, 4, last), _uint(data, at + 8, 4, last))
         elif kind == b"ipma":
             version, flags = _u8(data, body, stop), _uint(data, body + 1, 3, stop)
@@ -120,8 +134,14 @@ def _properties(data: bytes, start: int, end: int, found: Boxes) -> None:
                 for _ in range(count):
                     index = (_uint(data, at, 2, stop) & 0x7FFF) if wide else (_u8(data, at, stop) & 0x7F)
                     at += 2 if wide else 1
-                    if index in sizes:
-                        found.sizes[item] = sizes[index]
+                    size = sizes.get(index)
+                    if size is None:
+                        continue
+                    found.largest = max(found.largest, size, key=lambda s: s[0] * s[1])
+                    if item == found.primary:
+                        found.size = size
+                    elif item in tiles:
+                        found.tile_sizes[item] = size
 
 
 def _located(data: bytes, found: Boxes) -> bytes:

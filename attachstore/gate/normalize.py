@@ -43,15 +43,21 @@ def fit(data: bytes, media_type: str, target: Target, *, preview: bool = False) 
 
 
 def _convert(data: bytes, media_type: str, target: Target) -> Normalized:
-    # Decoded here for the first time (checks.inspect read its headers only); libheif has applied the HEIF
-    # transforms (irot, imir, clap) and left the EXIF orientation at 1, Pillow's AVIF and TIFF plugins give it
-    # as the EXIF orientation.
+    # Decoded here for the first time (checks.inspect read its headers only). The orientation is read once
+    # it is: libheif applies the HEIF transforms (irot, imir, clap) and leaves the EXIF orientation at 1,
+    # Pillow's TIFF plugin turns the image upright as it loads and drops the tag, its AVIF plugin gives irot
+    # and imir as the EXIF orientation.
     more = sources.read(data, media_type).frames > 1
     with quiet_pillow(), Image.open(BytesIO(data), formats=[sources.plugin(media_type)]) as im:
+        # pi-heif keeps the orientation it reset as "original_orientation"
+        declared = im.info.get("original_orientation") or exif_orientation(im.getexif())
+        im.load()
+        orientation = exif_orientation(im.getexif())
         profile = im.info.get("icc_profile") or None
         metadata = any(im.info.get(key) for key in ("icc_profile", "exif", "xmp", "photoshop"))
-        out = _fit_still(im, target, exif_orientation(im.getexif()), profile, metadata)
-    steps = ("converted", *(("first_frame",) if more else ()), *out.steps)
+        out = _fit_still(im, target, orientation, profile, metadata)
+    turned = ("orientation",) if declared != orientation else ()  # by the plugin, as it loaded
+    steps = ("converted", *(("first_frame",) if more else ()), *turned, *out.steps)
     return Normalized(out.data, out.media_type, out.width, out.height, steps)
 
 

@@ -111,41 +111,39 @@ def plugin(media_type: str) -> str:
 
 def _heif(data: bytes, media_type: str) -> Source:
     found = boxes.heif(data)
-    sizes = list(found.sizes.values())
     if found.primary is None:  # an image sequence without a still image: its first frame
         if not found.frames:
             raise Malformed("it has neither a primary image nor an image sequence")
         width, height = found.track
         return Source(media_type, width, height, found.frames, 0, found.track)
-    if found.primary not in found.sizes:
+    if found.size is None:
         raise Malformed(f"the primary image (item {found.primary}) has no size (no ispe property)")
-    width, height = found.sizes[found.primary]
-    kind = found.types.get(found.primary)
-    tiles = found.tiles.get(found.primary, []) if kind in (b"grid", b"iovl") else []
-    if kind in (b"grid", b"iovl"):
-        if not tiles:
-            raise Malformed(f"its primary image is a {kind.decode()} of no images")
+    width, height = found.size
+    derived = found.kind in (b"grid", b"iovl")
+    if derived:
+        if not found.tiles:
+            raise Malformed(f"its primary image is a {found.kind.decode()} of no images")
         if found.canvas is not None:  # the size the derived image is put together at
             width, height = max(width, found.canvas[0]), max(height, found.canvas[1])
-    if kind == b"grid" and len(tiles) <= MAX_TILES:
-        _check_grid(found, tiles)
+    if found.kind == b"grid" and len(found.tiles) <= MAX_TILES:
+        _check_grid(found)
     # A sequence beside a still image is not decoded: libheif and libavif show the still image.
     frames = found.frames if media_type == "image/avif" and b"avis" in found.brands else 1
-    largest = max([*sizes, found.track], key=lambda s: s[0] * s[1])
-    return Source(media_type, width, height, max(frames, 1), len(tiles), largest)
+    largest = max(found.largest, found.track, (width, height), key=lambda s: s[0] * s[1])
+    return Source(media_type, width, height, max(frames, 1), len(found.tiles) if derived else 0, largest)
 
 
-def _check_grid(found: boxes.Boxes, tiles: list[int]) -> None:
-    if found.layout is None:
+def _check_grid(found: boxes.Boxes) -> None:
+    if found.layout is None or found.canvas is None:
         raise Malformed("its grid has no descriptor")
     rows, columns = found.layout
-    width, height = found.canvas or (0, 0)
-    if rows * columns != len(tiles):
-        raise Malformed(f"its grid of {rows}x{columns} tiles refers to {len(tiles)} images")
-    sides = {found.sizes.get(tile) for tile in tiles}
+    if rows * columns != len(found.tiles):
+        raise Malformed(f"its grid of {rows}x{columns} tiles refers to {len(found.tiles)} images")
+    sides = {found.tile_sizes.get(tile) for tile in found.tiles}
     if len(sides) != 1 or None in sides:
         raise Malformed("the tiles of its grid are not all of one size")
     tile_width, tile_height = next(iter(sides)) or (0, 0)
+    width, height = found.canvas
     if not (columns - 1) * tile_width < width <= columns * tile_width or not (
         (rows - 1) * tile_height < height <= rows * tile_height
     ):
