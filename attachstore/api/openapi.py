@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 
 from .. import __version__
-from ..gate import MEDIA_TYPES
+from ..gate import MEDIA_TYPES, SOURCE_TYPES
 from ..render import Rendered, RenderRequest
 from ..service import PREVIEW_SIZES, SESSION_ID_PATTERN, SOURCES
 from . import mcpschema, wire
@@ -197,6 +197,10 @@ _MULTIPART = {
 }
 
 
+# What a multipart image part may declare: the stored types, the sources the gate converts, or nothing.
+_UPLOADED = ", ".join([*MEDIA_TYPES, *SOURCE_TYPES, "application/octet-stream"])
+
+
 def _attachments() -> dict[str, Any]:
     ref = _path_param("ref", REF)
     admit = _answers(
@@ -210,7 +214,9 @@ def _attachments() -> dict[str, Any]:
         "application/json": {"schema": _ref("AdmitRequest")},
         "multipart/form-data": {
             "schema": _MULTIPART,
-            "encoding": {"image": {"contentType": ", ".join([*MEDIA_TYPES, "application/octet-stream"])}},
+            "encoding": {
+                "image": {"contentType": ", ".join([*MEDIA_TYPES, *SOURCE_TYPES, "application/octet-stream"])}
+            },
         },
     }
     headers = {

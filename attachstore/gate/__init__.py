@@ -9,12 +9,16 @@ from .containers import HeaderTooDeep
 from .pool import DecodePool
 from .probe import MEDIA_TYPES, Header, probe_header, sniff
 from .shared import SharedBuffer
+from .sources import NAMES as _SOURCE_NAMES
 from .worker import Original, Passed
+
+SOURCE_TYPES = tuple(_SOURCE_NAMES)  # taken in and converted, never stored (docs/normalization.md, "Sources")
 
 __all__ = [
     "ATTACH_AGAIN",
     "MEDIA_TYPES",
     "READ_AGAIN",
+    "SOURCE_TYPES",
     "AlreadyDecided",
     "Batch",
     "DecodePool",

@@ -3,24 +3,24 @@ and no I/O. The first failure decides the code, so the statements run in the ord
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from io import BytesIO
 from math import sqrt
 
-from PIL import Image, ImageFile, PngImagePlugin, UnidentifiedImageError
+from PIL import Image
 
 from ..config import Limits
 from ..errors import InvalidRequest, Rejected
-from . import containers
+from . import containers, sources
 from .containers import HeaderTooDeep, Malformed
-from .probe import MEDIA_TYPES, probe_header, sniff
+from .probe import probe_header, sniff
+from .strict import Damaged, reason, strict_pillow
 
-_NAMES = {"image/png": "PNG", "image/jpeg": "JPEG", "image/gif": "GIF", "image/webp": "WebP"}
+_STORED = {"image/png": "PNG", "image/jpeg": "JPEG", "image/gif": "GIF", "image/webp": "WebP"}
+_NAMES = _STORED | sources.NAMES
 # Pillow's format names. MPO comes out of the JPEG plugin and APNG out of the PNG one.
-_DECODED_TYPE = {name.upper(): media_type for media_type, name in _NAMES.items()} | {"MPO": "image/jpeg"}
+_DECODED_TYPE = {name.upper(): media_type for media_type, name in _STORED.items()} | {"MPO": "image/jpeg"}
 # Other names hosts declare the four formats under, accepted as what they name (SPEC section 4): image/jpg
 # (common, though never registered), Internet Explorer's image/pjpeg and image/x-png, what Citrix clients
 # send, and APNG's own names (Python's mimetypes gives image/apng for .apng), since APNG counts as PNG.
@@ -34,9 +34,20 @@ ALIASES = {
     "image/x-citrix-png": "image/png",
     "image/apng": "image/png",
     "image/vnd.mozilla.apng": "image/png",
-}
-# Formats people try to send, named in the UNSUPPORTED_IMAGE_TYPE message.
-_OTHER_MAGIC = ((b"BM", "BMP"), (b"II*\x00", "TIFF"), (b"MM\x00*", "TIFF"), (b"%PDF", "PDF"))
+} | sources.ALIASES
+# Formats people try to send that are no raster image a model can take, named in the UNSUPPORTED_IMAGE_TYPE
+# message.
+_OTHER_MAGIC = (
+    (b"%PDF", "PDF, a document"),
+    (b"8BPS", "a Photoshop document (PSD)"),
+    (b"II+\x00", "BigTIFF, a TIFF too large for the gate"),
+    (b"MM\x00+", "BigTIFF, a TIFF too large for the gate"),
+    (b"\x00\x00\x00\x0cJXL ", "JPEG XL"),
+    (b"\xff\x0a", "JPEG XL"),
+    (b"\x00\x00\x00\x0cjP  ", "JPEG 2000"),
+)
+# What the refusals of an unknown format say the gate takes.
+_TAKEN = "PNG, JPEG, GIF and WebP are stored, and HEIC, HEIF, AVIF, BMP and TIFF converted to PNG or JPEG"
 # How a hint that asks for the image once more ends: what can be read again is read again (a tool's file);
 # what a person attached is attached again. The caller says which (precheck's and inspect's `again`).
 READ_AGAIN = "read it again"
@@ -74,9 +85,18 @@ def canonical_type(declared: str) -> str:
     return ALIASES.get(wanted, wanted)
 
 
-def precheck(size: int, head: bytes, declared: str | None, limits: Limits, *, again: str = READ_AGAIN) -> str:
+def precheck(
+    size: int,
+    head: bytes,
+    declared: str | None,
+    limits: Limits,
+    *,
+    again: str = READ_AGAIN,
+    convert: bool = False,
+) -> str:
     """`head` is at least the image's first 64 bytes; `again` ends the hints that ask for the image once more
-    (READ_AGAIN, ATTACH_AGAIN)."""
+    (READ_AGAIN, ATTACH_AGAIN). Without `convert`, a source (HEIC, HEIF, AVIF, BMP, TIFF) is refused: it can
+    be stored only converted."""
     if size == 0:
         raise Rejected(
             "UNSUPPORTED_IMAGE_TYPE",
@@ -92,23 +112,34 @@ def precheck(size: int, head: bytes, declared: str | None, limits: Limits, *, ag
         )
     written = None if declared is None else declared.partition(";")[0].strip().lower()
     wanted = None if declared is None else canonical_type(declared)
-    sniffed = sniff(head)
-    if written is not None and wanted not in MEDIA_TYPES:
+    sniffed = sniff(head) or sources.sniff(head)
+    if written is not None and wanted not in _NAMES:
         bytes_are = f"; the bytes are {_NAMES[sniffed]}" if sniffed else ""
         raise Rejected(
             "UNSUPPORTED_IMAGE_TYPE",
             # Quoted short: this text can reach a model, and the declared type came from whoever sent it.
             f"the declared media type {written[:80]!r} is not supported; use image/png, image/jpeg, "
-            f"image/gif or image/webp{bytes_are}",
+            f"image/gif or image/webp, or image/heic, image/heif, image/avif, image/bmp or image/tiff to "
+            f"have it converted{bytes_are}",
             hint=_declare(sniffed) if sniffed else _convert(again),
         )
     if sniffed is None:
+        what = _describe(head)
         raise Rejected(
             "UNSUPPORTED_IMAGE_TYPE",
-            f"the bytes are {_describe(head)}; only PNG, JPEG, GIF and WebP are supported",
+            f"the bytes are {what}, not a raster image a model can take; {_TAKEN}"
+            if what
+            else f"the bytes are not a recognised image format; {_TAKEN}",
             hint=_convert(again),
         )
-    if wanted is not None and wanted != sniffed:
+    if sniffed in sources.NAMES and not convert:
+        raise Rejected(
+            "UNSUPPORTED_IMAGE_TYPE",
+            f"the image is {_NAMES[sniffed]}, which can be stored only converted to PNG or JPEG, and this "
+            "admission stores every image exactly as it came",
+            hint=_convert(again),
+        )
+    if wanted is not None and wanted != sniffed and not {wanted, sniffed} <= sources.KIN:
         raise Rejected(
             "IMAGE_TYPE_MISMATCH",
             f"the image is declared as {written} but its bytes are {_NAMES[sniffed]} ({sniffed})",
@@ -144,12 +175,16 @@ def inspect(
     *,
     trailing_data: str = "allow",
     again: str = READ_AGAIN,
+    convert: bool = False,
 ) -> Inspection:
     """Not thread-safe: it sets Pillow's process-wide limits while it runs (a decode worker runs one at a
-    time)."""
+    time). A source (`convert`) is checked up to its decoder's parse of the header: it is decoded once, by
+    its conversion (worker.py)."""
     if trailing_data not in TRAILING_DATA:
         raise ValueError(f"trailing_data must be 'allow' or 'reject', not {trailing_data!r}")
-    media_type = precheck(len(data), data, declared, limits, again=again)
+    media_type = precheck(len(data), data, declared, limits, again=again, convert=convert)
+    if media_type in sources.NAMES:
+        return _inspect_source(data, media_type, limits, again)
     try:
         # Bounded: every read probes the header again, on the event loop (docs/design.md, "Verified reads").
         header = probe_header(data, bounded=True)
@@ -160,20 +195,7 @@ def inspect(
     if header is None:
         raise _invalid(media_type, "the header is truncated or malformed")
     width, height = header.width, header.height
-    if max(width, height) > limits.max_side:
-        raise Rejected(
-            "IMAGE_DIMENSION_TOO_LARGE",
-            f"the image is {width}x{height} pixels; the limit is {limits.max_side} pixels a side",
-            hint=f"the limit is {limits.max_side} pixels a side and this image is {width}x{height}; "
-            f"shrink it to at most {_fit(width, height, limits)} and {again}",
-        )
-    if width * height > limits.max_pixels:
-        raise Rejected(
-            "IMAGE_TOO_MANY_PIXELS",
-            f"the image is {width}x{height} = {width * height:,} pixels; the limit is {limits.max_pixels:,}",
-            hint=f"the limit is {limits.max_pixels:,} pixels and this image has {width * height:,}; "
-            f"shrink it to at most {_fit(width, height, limits)} and {again}",
-        )
+    _check_size(width, height, limits, again)
     with strict_pillow(limits):
         frames, decoded_type = _decode(data, media_type, (width, height), limits, trailing_data, again)
     if decoded_type != media_type:  # cannot happen while one plugin is tried per type; kept as a backstop
@@ -185,6 +207,63 @@ def inspect(
     return Inspection(media_type, width, height, frames)
 
 
+def _check_size(
+    width: int, height: int, limits: Limits, again: str, within: tuple[int, int] | None = None
+) -> None:
+    """`within`: the size of the image that holds a picture of `width` x `height` beside it."""
+    if within is not None:
+        what = f"the image is {within[0]}x{within[1]} pixels but holds a picture of {width}x{height}"
+        hint = f"convert it to PNG or JPEG and {again}"
+    else:
+        what = f"the image is {width}x{height} pixels"
+        hint = f"shrink it to at most {_fit(width, height, limits)} and {again}"
+    if max(width, height) > limits.max_side:
+        raise Rejected(
+            "IMAGE_DIMENSION_TOO_LARGE",
+            f"{what}; the limit is {limits.max_side} pixels a side",
+            hint=f"the limit is {limits.max_side} pixels a side and this image is {width}x{height}; {hint}",
+        )
+    if width * height > limits.max_pixels:
+        raise Rejected(
+            "IMAGE_TOO_MANY_PIXELS",
+            f"{what} = {width * height:,} pixels; the limit is {limits.max_pixels:,}",
+            hint=f"the limit is {limits.max_pixels:,} pixels and this image has {width * height:,}; {hint}",
+        )
+
+
+def _inspect_source(data: bytes, media_type: str, limits: Limits, again: str) -> Inspection:
+    name = _NAMES[media_type]
+    try:
+        found = sources.read(data, media_type)
+    except Malformed as e:
+        raise Rejected(
+            "INVALID_IMAGE", f"the {name} image is malformed: {e}", hint=_reencode(again)
+        ) from None
+    _check_size(found.width, found.height, limits, again)
+    _check_size(*found.largest, limits, again, within=(found.width, found.height))
+    if found.tiles > sources.MAX_TILES:
+        raise Rejected(
+            "TOO_MANY_FRAMES",
+            f"the {name} image is made of {found.tiles:,} tiles, each decoded as an image of its own; the "
+            f"limit is {sources.MAX_TILES:,}",
+            hint=f"convert it to PNG or JPEG and {again}",
+        )
+    with strict_pillow(limits):
+        try:
+            # Only the sniffed format's plugin may open it, as for the stored formats.
+            with Image.open(BytesIO(data), formats=[sources.plugin(media_type)]) as im:
+                size = im.size
+        except Exception as e:  # as in _decode: a bad file must never surface as anything but a code
+            raise _invalid(media_type, reason(e)) from None
+    if max(size) > max(found.width, found.height) or size[0] * size[1] > found.width * found.height:
+        # libheif shows the image turned (irot) and cropped (clap): never larger than its header says
+        raise _invalid(
+            media_type,
+            f"the header says {found.width}x{found.height} but the decoder sees {size[0]}x{size[1]}",
+        )
+    return Inspection(media_type, found.width, found.height, found.frames)
+
+
 def _decode(
     data: bytes, media_type: str, size: tuple[int, int], limits: Limits, trailing_data: str, again: str
 ) -> tuple[int, str | None]:
@@ -193,17 +272,17 @@ def _decode(
         im = Image.open(BytesIO(data), formats=[_NAMES[media_type].upper()])
     except Exception as e:  # Pillow raises many types; a bad file must never surface as anything but a code
         # Where Pillow says only "cannot identify image file", the container walk can say what is wrong.
-        raise _invalid(media_type, _container_fault(data, media_type) or _reason(e)) from None
+        raise _invalid(media_type, _container_fault(data, media_type) or reason(e)) from None
     where = ""
     with im:
         try:
             if im.size != size:  # e.g. a GIF whose first frame lies outside the logical screen
-                raise _Damaged(
+                raise Damaged(
                     f"the header says {size[0]}x{size[1]} but the decoder sees {im.width}x{im.height}"
                 )
             frames = getattr(im, "n_frames", 1)
             if frames < 1:
-                raise _Damaged("it has no frames")
+                raise Damaged("it has no frames")
             _check_frames(frames, size, limits)
             # A JPEG's segments are walked only to find its end: its decoder checks its own structure.
             if trailing_data == "reject" or media_type in _WALKS:
@@ -221,8 +300,8 @@ def _decode(
             return frames, _DECODED_TYPE.get(im.format or "")
         except Rejected:
             raise
-        except Exception as e:  # _Damaged, Malformed, or whatever Pillow raised
-            raise _invalid(media_type, where + _reason(e)) from None
+        except Exception as e:  # Damaged, Malformed, or whatever Pillow raised
+            raise _invalid(media_type, where + reason(e)) from None
 
 
 def _check_frames(frames: int, size: tuple[int, int], limits: Limits) -> None:
@@ -246,12 +325,12 @@ def _check_extent(im: Image.Image, decoded: int, limits: Limits) -> None:
     # their own, so each frame is held to the per-image limits again and the running sum to the animation one.
     width, height = im.size
     if max(width, height) > limits.max_side or width * height > limits.max_pixels:
-        raise _Damaged(
+        raise Damaged(
             f"the frame grows the image to {width}x{height}, past the limits of "
             f"{limits.max_side} pixels a side and {limits.max_pixels:,} pixels"
         )
     if decoded + width * height > limits.max_animation_pixels:
-        raise _Damaged(
+        raise Damaged(
             f"the frames grow to {decoded + width * height:,} pixels, past the "
             f"limit of {limits.max_animation_pixels:,} for all frames"
         )
@@ -282,62 +361,19 @@ def _trailing(media_type: str, extra: int, end: int, again: str) -> Rejected:
     )
 
 
-@contextmanager
-def strict_pillow(limits: Limits) -> Iterator[None]:
-    saved = Image.MAX_IMAGE_PIXELS, ImageFile.LOAD_TRUNCATED_IMAGES
-    Image.MAX_IMAGE_PIXELS = limits.max_pixels  # Pillow's own bomb check agrees with ours
-    ImageFile.LOAD_TRUNCATED_IMAGES = False  # a truncated image must fail, not decode to grey
-    try:
-        with warnings.catch_warnings():
-            # Pillow warns about metadata it skips (EXIF, an MPO index it falls back from): the pixels are
-            # unaffected, so those pass. A bomb warning fails. (An acTL Pillow warns about and ignores is
-            # caught by the chunk walk, which compares it with the frames that are there.)
-            warnings.simplefilter("ignore")
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            yield
-    finally:
-        Image.MAX_IMAGE_PIXELS, ImageFile.LOAD_TRUNCATED_IMAGES = saved
-
-
-class _Damaged(Exception): ...
-
-
-def _reason(e: BaseException) -> str:
-    if isinstance(e, (_Damaged, Malformed)):
-        return str(e)
-    if isinstance(e, (Image.DecompressionBombError, Image.DecompressionBombWarning)):
-        return "decoding would exceed the pixel limit (a decompression bomb)"
-    if isinstance(e, UnidentifiedImageError):
-        return "the decoder cannot read its header"
-    if isinstance(e, MemoryError):
-        return "the decoder ran out of memory"
-    text = " ".join(str(e).split())[:200]  # one line, bounded
-    if "MAX_TEXT_CHUNK" in text:  # Pillow inflates a zTXt, iTXt or iCCP chunk no further than its limit
-        limit = PngImagePlugin.MAX_TEXT_CHUNK
-        return f"a compressed text or ICC profile chunk inflates past {limit:,} bytes (a decompression bomb)"
-    if "MAX_TEXT_MEMORY" in text:
-        limit = PngImagePlugin.MAX_TEXT_MEMORY
-        return f"its text chunks inflate past {limit:,} bytes in all (a decompression bomb)"
-    if text == "could not create decoder object":  # Pillow's words for libwebp refusing the file
-        return "libwebp cannot parse it: the file is truncated or malformed"
-    if isinstance(e, (OSError, SyntaxError, ValueError, EOFError)) and text:
-        return text  # Pillow's own messages: "image file is truncated", "broken PNG file", ...
-    return f"{type(e).__name__}: {text}" if text else type(e).__name__
-
-
 def _invalid(media_type: str, problem: str) -> Rejected:
     return Rejected("INVALID_IMAGE", f"the {_NAMES[media_type]} image is damaged: {problem}")
 
 
-def _describe(head: bytes) -> str:
+def _describe(head: bytes) -> str | None:
     for magic, name in _OTHER_MAGIC:
         if head.startswith(magic):
             return name
     if head[4:8] == b"ftyp":
-        return "an ISO media file (HEIC, AVIF or video)"
+        return "an ISO media file of no image brand (a video, most likely)"
     if head[:64].lstrip()[:1] == b"<":
         return "text markup (SVG, XML or HTML)"
-    return "not a recognised image format"
+    return None
 
 
 def _fit(width: int, height: int, limits: Limits) -> str:

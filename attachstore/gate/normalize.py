@@ -8,7 +8,7 @@ from io import BytesIO
 
 from PIL import Image, ImageFile
 
-from . import encode, resize
+from . import encode, resize, sources
 from .animation import FORMATS, fit_animation
 from .character import screenshot_like
 from .colour import to_srgb
@@ -27,7 +27,10 @@ _LOSSLESS = (
 
 def fit(data: bytes, media_type: str, target: Target, *, preview: bool = False) -> Normalized:
     """Raises Unfittable when a few shrink rounds do not get there. Pillow's decompression-bomb check stays as
-    the caller has set it."""
+    the caller has set it. A source (sources.NAMES) becomes a still PNG or JPEG: its primary image, first
+    frame or first page, the steps led by "converted"."""
+    if media_type in sources.NAMES:
+        return _convert(data, media_type, target)
     # Pillow's warnings about metadata it cannot read are silenced: the gate has already decoded every frame.
     with quiet_pillow(), Image.open(BytesIO(data), formats=[_FORMATS[media_type]]) as im:
         orientation = exif_orientation(im.getexif())
@@ -37,6 +40,25 @@ def fit(data: bytes, media_type: str, target: Target, *, preview: bool = False) 
             return fit_animation(im, media_type, target, orientation, profile, metadata)
         lossless = preview and media_type in _LOSSLESS
         return _fit_still(im, target, orientation, profile, metadata, lossless)
+
+
+def _convert(data: bytes, media_type: str, target: Target) -> Normalized:
+    # Decoded here for the first time (checks.inspect read its headers only). The orientation is read once
+    # it is: libheif applies the HEIF transforms (irot, imir, clap) and leaves the EXIF orientation at 1,
+    # Pillow's TIFF plugin turns the image upright as it loads and drops the tag, its AVIF plugin gives irot
+    # and imir as the EXIF orientation.
+    more = sources.read(data, media_type).frames > 1
+    with quiet_pillow(), Image.open(BytesIO(data), formats=[sources.plugin(media_type)]) as im:
+        # pi-heif keeps the orientation it reset as "original_orientation"
+        declared = im.info.get("original_orientation") or exif_orientation(im.getexif())
+        im.load()
+        orientation = exif_orientation(im.getexif())
+        profile = im.info.get("icc_profile") or None
+        metadata = any(im.info.get(key) for key in ("icc_profile", "exif", "xmp", "photoshop"))
+        out = _fit_still(im, target, orientation, profile, metadata)
+    turned = ("orientation",) if declared != orientation else ()  # by the plugin, as it loaded
+    steps = ("converted", *(("first_frame",) if more else ()), *turned, *out.steps)
+    return Normalized(out.data, out.media_type, out.width, out.height, steps)
 
 
 def _fit_still(

@@ -99,13 +99,15 @@ class DecodePool:
         strip_metadata: bool = False,
         again: str = READ_AGAIN,
         check_key: bytes | None = None,
+        convert: bool = False,
         tenant: str | None = None,
         batch: Batch | None = None,
         position: int = 0,
     ) -> Passed:
         """With `fit_limits`, an image over `limits` but within them is normalized to fit, and Passed.data
-        holds the bytes to store when they are not `data`. As the job at `position` in `batch`, AlreadyDecided
-        instead of starting once an earlier one failed."""
+        holds the bytes to store when they are not `data`; with `convert`, so is a source (HEIC, HEIF, AVIF,
+        BMP, TIFF), which is refused without it. As the job at `position` in `batch`, AlreadyDecided instead
+        of starting once an earlier one failed."""
         if trailing_data not in TRAILING_DATA:  # here, where a caller's mistake surfaces as its own error
             raise ValueError(f"trailing_data must be 'allow' or 'reject', not {trailing_data!r}")
         shared = data if isinstance(data, SharedBuffer) else None
@@ -120,6 +122,7 @@ class DecodePool:
             strip_metadata,
             again,
             check_key=check_key,
+            convert=convert,
         )
         if shared is not None:
             shared.seal()

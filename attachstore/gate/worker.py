@@ -18,6 +18,7 @@ import msgspec
 from ..config import Limits
 from ..errors import Rejected
 from ..refs import Checker, Ref
+from .sources import NAMES as SOURCES
 
 if TYPE_CHECKING:
     from .checks import Inspection
@@ -40,6 +41,9 @@ class Job(msgspec.Struct, tag=True, array_like=True):
     check_key: bytes | None = (
         None  # with it, a sha256-addressed result carries its keyed check (refs.Checker)
     )
+    # Sources (HEIC, HEIF, AVIF, BMP, TIFF) are converted to PNG or JPEG; False: they are refused, as they
+    # cannot be stored as they came (an exact admission, a re-index)
+    convert: bool = False
 
 
 class Derive(msgspec.Struct, tag=True, array_like=True):
@@ -114,11 +118,20 @@ def _admit(job: Job) -> Passed:
     from .metadata import strip_metadata
 
     try:
-        found = inspect(job.data, job.declared, job.limits, trailing_data=job.trailing_data, again=job.again)
+        found = inspect(
+            job.data,
+            job.declared,
+            job.limits,
+            trailing_data=job.trailing_data,
+            again=job.again,
+            convert=job.convert,
+        )
     except Rejected as e:
         if job.fit_limits is None or e.code not in OVERSIZE:
             raise
         return _fit(job, job.fit_limits, e)
+    if found.media_type in SOURCES:
+        return _normalized(job, found, job.limits)
     if job.strip_metadata:
         stripped = strip_metadata(job.data, found.media_type)
         if stripped is not job.data:
@@ -130,29 +143,56 @@ def _admit(job: Job) -> Passed:
 
 
 def _fit(job: Job, fit_limits: Limits, oversize: Rejected) -> Passed:
-    from .checks import inspect, strict_pillow
-    from .normalize import Target, Unfittable, fit
+    from .checks import inspect
 
-    found = inspect(job.data, job.declared, fit_limits, trailing_data=job.trailing_data, again=job.again)
+    found = inspect(
+        job.data,
+        job.declared,
+        fit_limits,
+        trailing_data=job.trailing_data,
+        again=job.again,
+        convert=job.convert,
+    )
+    return _normalized(job, found, fit_limits, oversize)
+
+
+def _normalized(
+    job: Job, found: Inspection, source_limits: Limits, oversize: Rejected | None = None
+) -> Passed:
+    """`found` normalized to fit job.limits: an image over them (`oversize` says how), or a source."""
+    from .checks import inspect
+    from .normalize import Target, Unfittable, fit
+    from .strict import reason, strict_pillow
+
     limits = job.limits
-    # An animation's frames together stay within max_animation_pixels too: the source may have more.
-    pixels = min(limits.max_pixels, limits.max_animation_pixels // found.frames)
+    # An animation's frames together stay within max_animation_pixels too: the source may have more. A
+    # source becomes one still image.
+    frames = 1 if found.media_type in SOURCES else found.frames
+    pixels = min(limits.max_pixels, limits.max_animation_pixels // frames)
     target = Target(limits.max_side, pixels, limits.max_image_bytes)
     try:
-        with strict_pillow(fit_limits):  # Pillow's bomb bounds as the gate just had them
+        with strict_pillow(source_limits):  # Pillow's bomb bounds as the gate just had them
             out = fit(job.data, found.media_type, target)
     except Unfittable as e:
+        if oversize is None:
+            raise Rejected("IMAGE_TOO_LARGE", f"converting the image failed: {e}") from None
         raise Rejected(
             oversize.code, f"{oversize.message}; fitting it failed: {e}", hint=oversize.hint
         ) from None
+    except Exception as e:  # a source's first decode is the conversion's: a damaged one fails here
+        if found.media_type not in SOURCES:
+            raise
+        name = SOURCES[found.media_type]
+        raise Rejected("INVALID_IMAGE", f"the {name} image is damaged: {reason(e)}") from None
     stored = inspect(out.data, out.media_type, limits, trailing_data="reject")
     original = Original(found.media_type, len(job.data), found.width, found.height)
     return _passed(stored, out.data, job.algorithm, original=original, steps=out.steps)
 
 
 def _derive(job: Derive) -> Passed:
-    from .checks import inspect, strict_pillow
+    from .checks import inspect
     from .normalize import Target, Unfittable, fit
+    from .strict import strict_pillow
 
     try:
         with strict_pillow(job.source_limits):
@@ -206,7 +246,10 @@ def _shared_bytes(fds: socket.socket, size: int) -> bytes:
 
 
 def main() -> None:
-    from . import checks, normalize  # noqa: F401  # load Pillow first, so no job's time bound pays for it
+    from . import checks, normalize, sources  # noqa: F401  # load Pillow first, so no job's time bound pays for it
+
+    for media_type in SOURCES:  # and the sources' decoders: pi-heif is registered here, in the worker only
+        sources.plugin(media_type)
 
     fds = None
     if "--fds" in sys.argv:

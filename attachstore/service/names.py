@@ -25,18 +25,11 @@ _EXTENSIONS = {
     "image/gif": ("gif",),
     "image/webp": ("webp",),
 }
-# The extensions of the formats taken in only to be converted (docs/normalization.md): never a stored type,
-# but a name that says one is corrected like the others ('IMG_0042.HEIC' stored as a JPEG is 'IMG_0042.jpg').
-_SOURCE_EXTENSIONS = {
-    "image/heic": ("heic", "heics"),
-    "image/heif": ("heif", "heifs", "hif"),
-    "image/avif": ("avif", "avifs"),
-    "image/bmp": ("bmp", "dib"),
-    "image/tiff": ("tif", "tiff"),
-}
-_TYPE_OF = {
-    ext: media_type for media_type, exts in (_EXTENSIONS | _SOURCE_EXTENSIONS).items() for ext in exts
-}
+# The sources' extensions (HEIC, HEIF, AVIF, BMP, TIFF): stored converted, always under another type.
+_SOURCES = ("heic", "heif", "hif", "heics", "heifs", "avif", "avifs", "bmp", "dib", "tif", "tiff")
+_TYPE_OF = {ext: media_type for media_type, exts in _EXTENSIONS.items() for ext in exts} | dict.fromkeys(
+    _SOURCES, "a source"
+)
 
 
 def display_name(name: str | None) -> str | None:
@@ -51,8 +44,8 @@ def display_name(name: str | None) -> str | None:
 
 
 def renamed(name: str | None, media_type: str) -> str | None:
-    """'photo.png' stored as a JPEG is 'photo.jpg'; a name without an image extension of another type stays as
-    it is."""
+    """'photo.png' stored as a JPEG is 'photo.jpg', and so is 'photo.heic'; a name without an image extension
+    of another type stays as it is."""
     if name is None:
         return None
     stem, dot, extension = name.rpartition(".")

@@ -101,7 +101,7 @@ class Validator:
                     decoded.append(gate.decode_base64_shared(u.payload))
                 data = decoded[-1] if isinstance(u.payload, str) else u.payload
                 head = data.head(64) if isinstance(data, SharedBuffer) else data[:64]
-                gate.precheck(u.size, head, u.media_type, limits, again=terms.again)
+                gate.precheck(u.size, head, u.media_type, limits, again=terms.again, convert=not terms.exact)
                 cheap.append(data)
             except Rejected as e:
                 cheap.append(e)
@@ -128,6 +128,8 @@ class Validator:
                     strip_metadata=admission.strip_metadata and not terms.exact,
                     again=terms.again,
                     check_key=self.checker.key,
+                    # A source is stored only converted: never by an exact admission.
+                    convert=not terms.exact,
                     tenant=terms.tenant,
                     batch=batch,
                     position=i,

@@ -163,23 +163,37 @@ def test_a_noisy_photo_sized_png_is_too_large_by_default() -> None:
 @pytest.mark.parametrize(
     ("data", "named"),
     [
-        (images.bmp(), "BMP"),
-        (images.tiff(), "TIFF"),
-        (images.SVG, "SVG"),
-        (images.PDF, "PDF"),
-        (images.HEIC, "HEIC"),
-        (b"\x00" * 64, "not a recognised image"),
+        (images.SVG, "the bytes are text markup (SVG, XML or HTML), not a raster image a model can take"),
+        (images.PDF, "the bytes are PDF, a document, not a raster image a model can take"),
+        (b"8BPS" + bytes(60), "a Photoshop document (PSD)"),
+        (b"\x00\x00\x00\x18ftypmp42" + bytes(52), "an ISO media file of no image brand"),
+        (b"\x00" * 64, "the bytes are not a recognised image format"),
         (b"", "the image is empty (0 bytes)"),
     ],
 )
 def test_unsupported_bytes(data: bytes, named: str) -> None:
-    error = rejected(inspect, data, None, DEFAULTS)
-    assert error.code == "UNSUPPORTED_IMAGE_TYPE"
-    assert named in error.message
+    for convert in (False, True):
+        error = rejected(inspect, data, None, DEFAULTS, convert=convert)
+        assert error.code == "UNSUPPORTED_IMAGE_TYPE"
+        assert named in error.message
 
 
 @pytest.mark.parametrize(
-    "declared", ["image/bmp", "image/svg+xml", "image/tiff", "application/pdf", "", "png"]
+    ("data", "named"), [(images.bmp(), "BMP"), (images.tiff(), "TIFF"), (images.HEIC, "HEIC")]
+)
+def test_sources_are_refused_where_the_image_must_be_stored_as_it_came(data: bytes, named: str) -> None:
+    """An exact admission (transcript strip) or a re-index stores the bytes it is given, or nothing."""
+    error = rejected(inspect, data, None, DEFAULTS)
+    assert error.code == "UNSUPPORTED_IMAGE_TYPE"
+    assert error.message == (
+        f"the image is {named}, which can be stored only converted to PNG or JPEG, and this admission "
+        "stores every image exactly as it came"
+    )
+    assert error.hint == "convert it to PNG, JPEG, GIF or WebP and read it again"
+
+
+@pytest.mark.parametrize(
+    "declared", ["image/x-icon", "image/svg+xml", "image/jxl", "application/pdf", "", "png"]
 )
 def test_unsupported_declared_type(declared: str) -> None:
     assert code(images.png(4, 4), declared) == "UNSUPPORTED_IMAGE_TYPE"
@@ -215,7 +229,7 @@ def test_an_alias_of_another_type_names_the_type_of_the_bytes_in_one_step() -> N
 
 
 def test_an_unsupported_declared_type_on_known_bytes_names_them() -> None:
-    error = rejected(inspect, images.png(4, 4), "image/heic", DEFAULTS)
+    error = rejected(inspect, images.png(4, 4), "image/x-icon", DEFAULTS)
     assert error.code == "UNSUPPORTED_IMAGE_TYPE"
     assert error.message.endswith("; the bytes are PNG")
     assert error.hint == "declare it as image/png, or leave the media type out"
@@ -720,7 +734,8 @@ def test_damage_anywhere_raises_only_rejected(make: Callable[[], bytes]) -> None
         (images.png(16, 16), "image/bmp", Limits(max_image_bytes=100), "IMAGE_TOO_LARGE"),
         (images.png(16, 16), "image/jpeg", Limits(max_image_bytes=100), "IMAGE_TOO_LARGE"),
         (images.bmp(16, 16), "image/png", DEFAULTS, "UNSUPPORTED_IMAGE_TYPE"),
-        (images.png(16, 16), "image/bmp", DEFAULTS, "UNSUPPORTED_IMAGE_TYPE"),
+        (images.png(16, 16), "image/x-icon", DEFAULTS, "UNSUPPORTED_IMAGE_TYPE"),
+        (images.png(16, 16), "image/bmp", DEFAULTS, "IMAGE_TYPE_MISMATCH"),
         (images.png_claiming(100_000, 100_000), "image/jpeg", DEFAULTS, "IMAGE_TYPE_MISMATCH"),
         (images.png_claiming(100_000, 100_000), None, DEFAULTS, "IMAGE_DIMENSION_TOO_LARGE"),
         (

@@ -75,10 +75,10 @@ def test_the_path_and_the_length_rules_still_hold() -> None:
         ("x.webp", "image/png", "x.png"),
         ("scan.JFIF", "image/png", "scan.png"),
         ("photo.png", "image/webp", "photo.webp"),
-        ("IMG_0042.HEIC", "image/jpeg", "IMG_0042.jpg"),  # a source converted at admission
+        ("IMG_0042.HEIC", "image/jpeg", "IMG_0042.jpg"),  # a converted source
         ("scan.tif", "image/png", "scan.png"),
+        ("logo.bmp", "image/png", "logo.png"),
         ("still.avif", "image/jpeg", "still.jpg"),
-        ("icon.bmp", "image/png", "icon.png"),
         ("shot", "image/jpeg", "shot"),  # no extension: nothing to correct
         ("notes.txt", "image/jpeg", "notes.txt"),  # not an image extension: the name is the user's
         (".png", "image/jpeg", ".png"),  # a dot file, not an extension

@@ -69,3 +69,32 @@ async def test_check_gives_each_verdict_and_stores_nothing(make_config: MakeConf
         assert await store.check([Upload.of_bytes(wide)], "user") == [None]
     finally:
         await store.close()
+
+
+@pytest.mark.parametrize(
+    ("data", "named"),
+    [
+        (images.bmp(), "BMP"),
+        (images.tiff(), "TIFF"),
+        (images.encode(images.noise(8, 8), "AVIF"), "AVIF"),
+    ],
+)
+async def test_exact_refuses_a_source_that_could_be_stored_only_converted(
+    make_config: MakeConfig, data: bytes, named: str
+) -> None:
+    store = await Store.open(make_config(**NORMALIZING))
+    try:
+        converted = await store.admit([Upload.of_bytes(data)], "user")
+        assert converted.attachments[0].normalized is not None
+        with pytest.raises(Rejected) as e:
+            await store.admit([Upload.of_bytes(data)], "user", exact=True)
+        assert e.value.code == "UNSUPPORTED_IMAGE_TYPE"
+        assert e.value.message == (
+            f"the image is {named}, which can be stored only converted to PNG or JPEG, and this admission "
+            "stores every image exactly as it came"
+        )
+        [verdict] = await store.check([Upload.of_bytes(data)], "user", exact=True)
+        assert verdict is not None
+        assert verdict.code == "UNSUPPORTED_IMAGE_TYPE"
+    finally:
+        await store.close()
