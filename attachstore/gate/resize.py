@@ -51,8 +51,12 @@ def working_mode(im: Image.Image) -> Image.Image:
         return im.convert(mode + "A")
     if mode in ("L", "LA", "RGB", "RGBA", "CMYK"):
         return im
+    if mode in ("La", "RGBa"):  # alpha premultiplied (a TIFF's associated alpha): Pillow unmultiplies it
+        return im.convert(mode[:-1] + "A")
     if mode.startswith("I"):  # 16-bit greyscale, which convert("L") would clip rather than scale
-        return im.point(lambda v: v / 257 + 0.5).convert("L")
+        # Through "I" first: point() takes no big-endian 16-bit pixels (a TIFF's I;16B).
+        wide = im if mode in ("I", "I;16") else im.convert("I")
+        return wide.point(lambda v: v / 257 + 0.5).convert("L")
     if mode == "1":
         return im.convert("L")
     return im.convert("RGBA" if im.has_transparency_data else "RGB")  # P, PA, and anything rarer
