@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.bench import ceiling, loadgen
+from tests.bench import ceiling, convert, loadgen
 from tests.bench.stats import alternate
 
 REPO = Path(__file__).resolve().parents[1]
@@ -57,6 +57,7 @@ def test_quick_bench_reports_every_scenario(tmp_path: Path) -> None:
         "scaleout",
         "transcript",
         "mcp",
+        "convert",
     }
 
     read = scenarios["read"]
@@ -152,6 +153,21 @@ def test_the_mcp_startup_runs_alone(tmp_path: Path) -> None:
     for row in rows:
         assert row["target"] == "<= 1.2x"
         assert row["pass"] in (True, False)  # a verdict, whichever it is: tests do not time things
+
+
+def test_the_convert_scenario_runs_alone(tmp_path: Path) -> None:
+    """`make bench ARGS="--only convert"`: each source format's admission against its bare decode and
+    encode, one row a file."""
+    _, result = _bench(tmp_path, "--only", "convert")
+    files = result["scenarios"]["convert"]["files"]
+    assert sorted(files) == sorted(convert.FILES)
+    for measured in files.values():
+        assert measured["stored"] in ("image/png", "image/jpeg")
+        assert _number(measured["ms"])
+        assert _number(measured["floor_ms"])
+        assert _number(measured["ratio"])
+    rows = [r for r in result["table"] if r["scenario"].startswith("convert ")]
+    assert len(rows) == len(convert.FILES)
 
 
 def test_each_side_of_a_comparison_goes_first_in_turn() -> None:

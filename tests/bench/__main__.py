@@ -15,14 +15,14 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from . import mcpstartup, report, scaleout, scenarios, tools, transcript, variants
+from . import convert, mcpstartup, report, scaleout, scenarios, tools, transcript, variants
 from .drive import Driver
 from .procs import CHECK_KEY, REPO, Daemon, Profiler
 from .spy import render_text
 
-SCENARIOS = ["read", "render", "admit", "scale", "variant", "scaleout", "transcript", "mcp"]
+SCENARIOS = ["read", "render", "admit", "scale", "variant", "scaleout", "transcript", "mcp", "convert"]
 # The scenarios that need neither wrk nor nginx: run alone, they install nothing.
-WITHOUT_TOOLS = {"variant", "transcript", "mcp"}
+WITHOUT_TOOLS = {"variant", "transcript", "mcp", "convert"}
 
 
 def _clean(x: Any) -> Any:
@@ -152,6 +152,10 @@ def main(argv: list[str] | None = None) -> int:
             step("transcript", strip_restore)
         if "mcp" in only:
             step("mcp", lambda: results.__setitem__("mcp", mcpstartup.startup(work, plan.mcp_rounds)))
+        if "convert" in only:
+            step(
+                "convert", lambda: results.__setitem__("convert", convert.convert(work, plan.convert_rounds))
+            )
     finally:
         if args.keep:
             print(f"bench: kept {work}", file=sys.stderr)
@@ -174,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         "rounds": plan.rounds,
         "admit_render_rounds": plan.short_rounds,
         "mcp_rounds": plan.mcp_rounds,
+        "convert_rounds": plan.convert_rounds,
         "notes": found.notes + bench.notes,
         "method": (
             "every comparison alternates attachstore and its baseline in pairs (A, B, B, A, A, B, ...) for "
@@ -185,14 +190,15 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"attachstore bench{' (quick)' if args.quick else ''}: {elapsed:.0f} s, {os.cpu_count()} CPUs, "
         f"load generator {bench.driver.name}, {plan.rounds} alternating rounds "
-        f"({plan.short_rounds} for admit, render, scale; {plan.mcp_rounds} for mcp start-up), medians"
+        f"({plan.short_rounds} for admit, render, scale; {plan.mcp_rounds} for mcp start-up; "
+        f"{plan.convert_rounds} for convert), medians"
     )
     print(report.table(table_rows))
     print(
         "baseline: nginx and the verified ceiling (read: read + keyed check, no HTTP), the physical floor "
         "(admit), the in-process floor (render, transcript), raw sha256 (audit), the MCP SDK's smallest "
-        "server (mcp start-up); for scale and gc rows 'attachstore' is the large store and 'baseline' the 1k "
-        "one, the ratio is large/small."
+        "server (mcp start-up), the same decode and encode in a bare process (convert); for scale and gc "
+        "rows 'attachstore' is the large store and 'baseline' the 1k one, the ratio is large/small."
     )
     if "scale" in results and "note" in results["scale"]:
         print(f"scale: {results['scale']['note']}")

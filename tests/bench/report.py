@@ -235,6 +235,21 @@ def rows(results: dict[str, Any]) -> list[Row]:
                 _row(name, "initialize ms", a["ms"], f["ms"], measured["ratio"], "mcp_startup", "times")
             )
             out.append(_row(name, "fastest ms", a["min_ms"], f["min_ms"]))
+    converted = results.get("convert")
+    if converted:
+        for name, measured in converted["files"].items():
+            scenario = f"convert {name.rpartition('/')[2]} to {measured['stored'].partition('/')[2].upper()}"
+            out.append(
+                _row(
+                    scenario,
+                    "admit ms",
+                    measured["ms"],
+                    measured["floor_ms"],
+                    measured["ratio"],
+                    None,
+                    "times",
+                )
+            )
     memory = results.get("memory")
     if memory:
         out.append(

@@ -49,6 +49,7 @@ class Plan:
     profile_seconds: float
     transcript_rounds: int  # strip and restore of the 1 GB rollout, each against the floor
     mcp_rounds: int  # one start-up of `attachstore mcp` and one of the floor each: short, so many of them
+    convert_rounds: int  # one admission of each source format and one decode and encode of the floor each
 
     @classmethod
     def make(cls, quick: bool, scale_objects: int | None, rounds: int | None) -> Plan:
@@ -75,6 +76,7 @@ class Plan:
                 profile_seconds=2,
                 transcript_rounds=1,
                 mcp_rounds=rounds or 2,
+                convert_rounds=rounds or 2,
             )
         return cls(
             quick=False,
@@ -101,6 +103,7 @@ class Plan:
             profile_seconds=5,
             transcript_rounds=rounds or 2,
             mcp_rounds=rounds or 25,
+            convert_rounds=rounds or 9,
         )
 
 
