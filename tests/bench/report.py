@@ -238,7 +238,7 @@ def rows(results: dict[str, Any]) -> list[Row]:
     converted = results.get("convert")
     if converted:
         for name, measured in converted["files"].items():
-            scenario = f"convert {name.rpartition('/')[2]} to {measured['stored'].partition('/')[2].upper()}"
+            scenario = f"convert {name} to {measured['stored'].partition('/')[2].upper()}"
             out.append(
                 _row(
                     scenario,
