@@ -198,12 +198,7 @@ def _tiff(data: bytes) -> Source:
 
 def _ifd(data: bytes, order: str, at: int) -> tuple[dict[int, list[int]], int]:
     """The SHORT and LONG tags of the directory at `at` (16 values each at most), and the next's offset."""
-    if at < 8 or at + 2 > len(data):
-        raise Malformed(f"a page's directory at offset {at:,} lies outside the file")
-    (count,) = struct.unpack_from(order + "H", data, at)
-    end = at + 2 + 12 * count
-    if end + 4 > len(data):
-        raise Malformed(f"the file is truncated: the page's directory at offset {at:,} runs past the end")
+    end = _directory_end(data, order, at)
     tags: dict[int, list[int]] = {}
     for entry in range(at + 2, end, 12):
         tag, kind, n = struct.unpack_from(order + "HHI", data, entry)
@@ -227,11 +222,16 @@ def _pages(data: bytes, order: str, first: int, after: int) -> int:
             raise Malformed(f"it has more than {MAX_PAGES:,} pages, which no scanner or program writes")
         seen.add(after)
         pages += 1
-        if after < 8 or after + 2 > len(data):
-            raise Malformed(f"a page's directory at offset {after:,} lies outside the file")
-        (count,) = struct.unpack_from(order + "H", data, after)
-        end = after + 2 + 12 * count
-        if end + 4 > len(data):
-            raise Malformed(f"the file is truncated: the page at offset {after:,} runs past the end")
-        after = struct.unpack_from(order + "I", data, end)[0]
+        (after,) = struct.unpack_from(order + "I", data, _directory_end(data, order, after))
     return pages
+
+
+def _directory_end(data: bytes, order: str, at: int) -> int:
+    """Where the directory at `at` ends: the offset of the next one's offset (4 bytes, within the file)."""
+    if at < 8 or at + 2 > len(data):
+        raise Malformed(f"a page's directory at offset {at:,} lies outside the file")
+    count: int = struct.unpack_from(order + "H", data, at)[0]
+    end = at + 2 + 12 * count
+    if end + 4 > len(data):
+        raise Malformed(f"the file is truncated: the page's directory at offset {at:,} runs past the end")
+    return end
