@@ -11,8 +11,9 @@ from aiohttp import web
 from multidict import MultiMapping
 
 from ..errors import InvalidRequest
+from ..mcpimages import Malformed, block_image, refused
 from ..render.neutral import MAX_NESTING, nested_deeper
-from ..service import Admission, Malformed, Upload, block_image, refused
+from ..service import Admission, Upload
 from . import wire
 from .attachments import attachment, diagnostics
 from .bodies import BODY_BYTES, IMAGES_HINT
@@ -72,7 +73,7 @@ _FIELDS: dict[str, tuple[type, str]] = {
 
 
 def images_of(result: dict[str, Any], where: str = "$") -> dict[int, Upload]:
-    """The images of a CallToolResult by their position in `content` (service/mcpimages.py). Of the rest,
+    """The images of a CallToolResult by their position in `content` (mcpimages.py). Of the rest,
     only the result's own fields are checked: the blocks are answered as they came."""
     content = result.get("content")
     if not isinstance(content, list):
@@ -97,7 +98,7 @@ def images_of(result: dict[str, Any], where: str = "$") -> dict[int, Upload]:
         if isinstance(found, Malformed):
             raise InvalidRequest(f"invalid request at {found.where}: {found.message}")
         if found is not None:
-            images[i] = found
+            images[i] = Upload.of_base64(found.data, found.declared, found.name)
     return images
 
 

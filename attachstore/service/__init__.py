@@ -3,7 +3,6 @@ gate (through the decode pool), the blob store and the index."""
 
 from ..vocabulary import SESSION_ID_PATTERN, SOURCES
 from .admission import Admission
-from .mcpimages import Malformed, block_image, contents_image, refused
 from .model import ImageRef, Upload
 from .policy import Declaration, Diagnostic, RouteTable, accepts_images, model_text
 from .previews import SIZES as PREVIEW_SIZES
@@ -22,15 +21,11 @@ __all__ = [
     "Declaration",
     "Diagnostic",
     "ImageRef",
-    "Malformed",
     "RouteTable",
     "Store",
     "Upload",
     "VariantSpec",
     "accepts_images",
-    "block_image",
-    "contents_image",
     "model_text",
     "own_policy",
-    "refused",
 ]
