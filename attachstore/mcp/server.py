@@ -29,15 +29,11 @@ from ..refs import Ref
 from .backends import Backend, SentImage, Stored
 from .files import TooLarge, Unreadable, read_inside, shown
 from .roots import Roots
-from .texts import described, failed
+from .texts import described, failed, shows_structured_only
 
 log = logging.getLogger(__name__)
 
 Structured = Literal["auto", "always", "never"]
-# Hosts that show the model only JSON.stringify(structuredContent) when a result has it, dropping the image
-# and text blocks (docs/mcp.md): Claude Code, and Codex (clientInfo.name "codex-mcp-client" and others).
-DROP_CONTENT = ("claude-code",)
-DROP_CONTENT_PREFIXES = ("codex",)
 SCHEME = "attachstore://"
 PAGE = 100  # resources/list
 
@@ -149,7 +145,7 @@ def _structured(ctx: ServerRequestContext[Any, Any], mode: Structured) -> bool:
         return mode == "always"
     client = ctx.session.client_params
     name = client.client_info.name if client is not None else ""
-    return name not in DROP_CONTENT and not name.startswith(DROP_CONTENT_PREFIXES)
+    return not shows_structured_only(name)
 
 
 def _text(stored: Stored, path: Path | None, sent: SentImage) -> str:

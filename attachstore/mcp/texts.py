@@ -6,6 +6,11 @@ from __future__ import annotations
 from ..errors import AttachstoreError
 from .backends import SentImage, Stored
 
+# Hosts that show the model only JSON.stringify(structuredContent) when a result has it, dropping the image
+# and text blocks (docs/mcp.md): Claude Code, and Codex (clientInfo.name "codex-mcp-client" and others).
+DROP_CONTENT = ("claude-code",)
+DROP_CONTENT_PREFIXES = ("codex",)
+
 
 def described(stored: Stored, sent: SentImage, where: str = "") -> str:
     """One line: the ref (and `where` it came from), the stored image's type, size and sides, what admission
@@ -31,3 +36,9 @@ def failed(what: str, e: Exception) -> str:
         hint = f" {e.hint[0].upper()}{e.hint[1:]}." if e.hint else ""
         return f"{what}: attachstore answered {e.code}: {e.message}.{hint} Tell the user."
     return f"{what}: attachstore cannot use its store: {e}. Tell the user."
+
+
+def shows_structured_only(client: str) -> bool:
+    """Whether the client named `client` in its `initialize` shows the model a result's structuredContent in
+    place of its content blocks."""
+    return client in DROP_CONTENT or client.startswith(DROP_CONTENT_PREFIXES)
