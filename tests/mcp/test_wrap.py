@@ -24,8 +24,10 @@ from typing import Any
 import pytest
 from PIL import Image
 
+from attachstore.client import AsyncClient
+from tests.support.daemon import Daemons
 from tests.support.images import jpeg, png
-from tests.support.mcp_server import PYTHON, configured
+from tests.support.mcp_server import PYTHON, configured, daemon_with_token
 
 SERVER = Path(__file__).with_name("scripted_server.py")
 ROUTES = """
@@ -333,6 +335,70 @@ def test_the_session_is_named_after_the_command_and_holds_the_images(config: Pat
     assert len(session) == len(f"wrap-{name}-") + 8
     assert route == "vision"
     assert holds(config, session) == [ref_of(SHOT)]
+
+
+async def test_on_a_daemon_the_images_are_admitted_into_the_tokens_session(
+    config: Path, scripted: Any, tmp_path: Path, daemons: Daemons
+) -> None:
+    token = "ast_wrap-test-token"
+    url = daemon_with_token(daemons, tmp_path / "daemon-data", token, ROUTES)
+    result = {"content": [image(SHOT), embedded(PHOTO, "file:///photo.jpg", "image/jpeg")]}
+    command = wrapper(config, scripted({"tools/call shot": [answer(result)]}), "--url", url)
+    command[command.index("--") : command.index("--")] = ["--route", "small", "--session", "remote-1"]
+    ran = run(command, [call(1, "shot")], env={"PATH": "/usr/bin:/bin", "ATTACHSTORE_TOKEN": token})
+    assert ran.code == 0, ran.err
+    shot, said, photo, said_too = ran.result(1)["content"]
+    assert sides(shot["data"], shot["mimeType"]) == (16, 11) or sides(shot["data"], shot["mimeType"]) == (
+        16,
+        12,
+    )
+    assert said["text"].startswith(ref_of(SHOT))
+    assert photo["resource"]["uri"] == "file:///photo.jpg"
+    assert said_too["text"].startswith(ref_of(PHOTO))
+    async with AsyncClient(url, token=token) as store:
+        session = await store.get_session("remote-1")
+    assert (session.route, session.holds) == ("small", [ref_of(SHOT), ref_of(PHOTO)])
+
+
+def test_tasks_result_is_gated_as_the_tool_result_it_carries(config: Path, scripted: Any) -> None:
+    script = scripted({"tasks/result": [answer({"content": [image(NOTES)], "_meta": {"task": "t1"}})]})
+    ran = wrapped(config, script, [request(1, "tasks/result", taskId="t1")])
+    [said] = ran.result(1)["content"]
+    assert "(UNSUPPORTED_IMAGE_TYPE)" in said["text"]
+    assert ran.result(1)["_meta"] == {"task": "t1"}
+
+
+def test_structured_content_is_dropped_for_hosts_that_would_show_nothing_else(
+    config: Path, scripted: Any
+) -> None:
+    """Claude Code and Codex show the model structuredContent in place of the content: with --structured
+    auto a changed result loses it, unless the tool declared an outputSchema their SDK checks it against."""
+    tools = {
+        "tools": [
+            {"name": "free", "inputSchema": {"type": "object"}},
+            {"name": "typed", "inputSchema": {"type": "object"}, "outputSchema": {"type": "object"}},
+        ]
+    }
+    result = answer({"content": [image(SHOT)], "structuredContent": {"n": 1}})
+    script = scripted(
+        {"tools/list": [answer(tools)], "tools/call free": [result], "tools/call typed": [result]}
+    )
+
+    def session(client: str, *options: str) -> tuple[bool, bool]:
+        init = request(
+            0, "initialize", protocolVersion="2025-11-25", capabilities={}, clientInfo={"name": client}
+        )
+        ran = wrapped(
+            config, script, [init, request(1, "tools/list"), call(2, "free"), call(3, "typed")], *options
+        )
+        assert ran.code == 0, ran.err
+        return "structuredContent" in ran.result(2), "structuredContent" in ran.result(3)
+
+    assert session("claude-code") == (False, True)
+    assert session("codex-mcp-client") == (False, True)
+    assert session("gemini-cli-mcp-client") == (True, True)
+    assert session("claude-code", "--structured", "always") == (True, True)
+    assert session("gemini-cli-mcp-client", "--structured", "never") == (False, False)
 
 
 # --- Refused ---
