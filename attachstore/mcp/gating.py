@@ -5,7 +5,10 @@ turns them into the text for the model. Everything else in the result stays as i
 
 from __future__ import annotations
 
+import functools
+import importlib
 import logging
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,7 +116,7 @@ class Gate:
             sent = await self.backend.sent_images([s.ref for s in stored])
         except (AttachstoreError, OSError, ConfigError, IndexUnusable) as e:
             if self.unsafe_pass:
-                log.warning("images passed unchecked (--unsafe-pass-images): %s", failed("the gate", e))
+                log.warning("images passed on unchecked (--unsafe-pass-images); the store: %s", e)
                 return None
             return failed(f"{what}, but {'it was' if count == 1 else 'they were'} not checked", e)
         except Exception:  # a bug: logged with its traceback, and the model is told without it
@@ -121,6 +124,19 @@ class Gate:
             checked = "it was" if count == 1 else "they were"
             return f"{what}, but {checked} not checked: attachstore failed; its log says why. Tell the user."
         return list(zip(stored, sent, strict=True))
+
+
+@functools.cache
+def warm() -> None:
+    """What gating imports at its first image (the store, the gate with Pillow, render, the HTTP client:
+    about a second), imported now in a thread of its own: on the event loop, the import would hold every
+    other line the wrapper passes on. Once per process."""
+
+    def imported() -> None:
+        for module in ("attachstore.service", "attachstore.render", "attachstore.client"):
+            importlib.import_module(module)
+
+    threading.Thread(target=imported, name="gating-imports", daemon=True).start()
 
 
 def has_images(result: dict[str, Any], kind: str) -> bool:

@@ -105,7 +105,12 @@ def claimed_stdout() -> Iterator[int]:
     library, a decode worker started meanwhile) goes to stderr, never into the protocol. Restored on exit."""
     private = fcntl.fcntl(1, fcntl.F_DUPFD_CLOEXEC, 3)
     try:
-        os.dup2(2, 1)
+        try:
+            os.dup2(2, 1)
+        except OSError:  # no stderr either
+            null = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+            os.dup2(null, 1)
+            os.close(null)
         try:
             yield private
         finally:

@@ -24,7 +24,7 @@ from typing import Any, Literal
 import msgspec
 
 from . import pipes
-from .gating import Gate, has_images
+from .gating import Gate, has_images, warm
 from .texts import shows_structured_only
 
 log = logging.getLogger(__name__)
@@ -240,6 +240,7 @@ class Proxy:
             if key is None or not isinstance(m.method, str):  # no request: an answer, or a notification
                 continue
             if (kind := GATED.get(m.method)) is not None:
+                warm()  # the answer may have images: what gating needs is imported meanwhile
                 name = _params(m).name if m.method == "tools/call" else None
                 self.pending[key] = _Pending(kind, name if isinstance(name, str) else None)
             elif m.method == "initialize":
@@ -353,7 +354,9 @@ class _Stop:
 @contextlib.contextmanager
 def _passed_on(server: asyncio.subprocess.Process) -> Iterator[_Stop]:
     """SIGTERM and SIGINT passed on to the server, each as it comes; from the first, the server has
-    STOP_GRACE seconds to exit before it is killed."""
+    STOP_GRACE seconds to exit before it is killed. Once one has come, the process ignores both until it
+    exits: a host sends one and then the other (Claude Code: SIGINT, then SIGTERM 100 ms later), and the
+    second must not kill the wrapper while its store closes."""
     loop = asyncio.get_running_loop()
     stop = _Stop()
     killer: asyncio.TimerHandle | None = None
@@ -378,6 +381,8 @@ def _passed_on(server: asyncio.subprocess.Process) -> Iterator[_Stop]:
     finally:
         for s in signals:
             loop.remove_signal_handler(s)
+            if stop.came:
+                signal.signal(s, signal.SIG_IGN)
         if killer is not None:
             killer.cancel()
 

@@ -504,7 +504,7 @@ def test_unsafe_pass_images_passes_them_unchecked_when_the_store_cannot_be_reach
     )
     assert ran.code == 0, ran.err
     assert ran.out == [line.replace("$ID", "1").encode() + b"\n"]
-    assert "passed unchecked" in ran.err
+    assert "passed on unchecked" in ran.err
 
 
 # --- Batches ---
