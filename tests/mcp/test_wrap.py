@@ -240,6 +240,27 @@ def test_a_session_passes_byte_for_byte_but_the_result_with_an_image(
     assert changed["result"]["content"][2]["text"].startswith(f"{ref_of(SHOT)}, stored by attachstore")
 
 
+def test_a_servers_request_with_the_id_of_a_pending_call_is_not_its_answer(
+    config: Path, scripted: Any
+) -> None:
+    """The server's requests number in a space of their own: one that shares the id of the host's pending
+    tools/call, and carries an image, goes on as it came, and the answer that follows is the one gated."""
+    sampling = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 7,
+            "method": "sampling/createMessage",
+            "params": {"messages": [{"role": "user", "content": image(NOTES)}], "maxTokens": 5},
+        }
+    )
+    script = scripted({"tools/call shot": [sampling, answer({"content": [image(SHOT)]})]})
+    ran = wrapped(config, script, [call(7, "shot")])
+    assert ran.code == 0, ran.err
+    request_line, answer_line = ran.out
+    assert request_line == sampling.encode() + b"\n"
+    assert json.loads(answer_line)["result"]["content"][1]["text"].startswith(ref_of(SHOT))
+
+
 # --- Images admitted ---
 
 
