@@ -11,6 +11,7 @@ from aiohttp import web
 from multidict import MultiMapping
 
 from ..errors import InvalidRequest
+from ..mcpimages import Malformed, block_image, refused
 from ..render.neutral import MAX_NESTING, nested_deeper
 from ..service import Admission, Upload
 from . import wire
@@ -21,12 +22,8 @@ from .sending import Sending, View, sending
 
 # Content blocks in one result: as many as the images one JSON admission may list.
 MAX_BLOCKS = wire.MAX_IMAGES
-# Servers send base64 broken into lines (MIME's 76 characters, or 64): here only, they are taken out before
-# the gate's strict check. Any other whitespace is still INVALID_IMAGE_BASE64, as everywhere.
-_LINE_BREAKS = str.maketrans("", "", "\r\n")
 _decoder = msgspec.json.Decoder(dict[str, Any])
 _QUERY: dict[str, Any] = {"route": wire.RouteId, "session": wire.SessionId}
-_IMAGE_TYPE = "image/"
 
 
 def _from_query(query: MultiMapping[str]) -> dict[str, str | None]:
@@ -67,25 +64,6 @@ def _unwrap(
     return wrapped.result, "$.result", given
 
 
-def _string(block: dict[str, Any], key: str, where: str, *, required: bool = False) -> str | None:
-    value = block.get(key)
-    if value is None and not required:
-        return None
-    if not isinstance(value, str):
-        raise InvalidRequest(
-            f"invalid request at {where}.{key}: Expected `str`, got `{type(value).__name__}`"
-        )
-    return value
-
-
-def _base64(block: dict[str, Any], key: str, where: str) -> str:
-    # Line breaks dropped, and kept so in the block: the text is held once.
-    text = _string(block, key, where, required=True) or ""
-    if "\n" in text or "\r" in text:
-        block[key] = text = text.translate(_LINE_BREAKS)
-    return text
-
-
 # The fields of a CallToolResult besides its content, and what each must be when present.
 _FIELDS: dict[str, tuple[type, str]] = {
     "structuredContent": (dict, "object"),
@@ -95,9 +73,8 @@ _FIELDS: dict[str, tuple[type, str]] = {
 
 
 def images_of(result: dict[str, Any], where: str = "$") -> dict[int, Upload]:
-    """The images of a CallToolResult by their position in `content`: every `image` block, and every
-    embedded `resource` whose blob has an image type (named by its uri). Of the rest, only the result's
-    own fields are checked: the blocks are answered as they came."""
+    """The images of a CallToolResult by their position in `content` (mcpimages.py). Of the rest,
+    only the result's own fields are checked: the blocks are answered as they came."""
     content = result.get("content")
     if not isinstance(content, list):
         raise InvalidRequest(f"invalid request at {where}.content: a CallToolResult has a `content` array")
@@ -117,17 +94,11 @@ def images_of(result: dict[str, Any], where: str = "$") -> dict[int, Upload]:
             raise InvalidRequest(
                 f"invalid request at {at}: a content block is an object with a string `type`"
             )
-        if block["type"] == "image":
-            images[i] = Upload.of_base64(_base64(block, "data", at), _string(block, "mimeType", at))
-        elif block["type"] == "resource":
-            resource = block.get("resource")
-            if not isinstance(resource, dict):
-                raise InvalidRequest(f"invalid request at {at}.resource: an embedded resource is an object")
-            at += ".resource"
-            declared = _string(resource, "mimeType", at)
-            if "blob" in resource and declared is not None and declared.lower().startswith(_IMAGE_TYPE):
-                blob = _base64(resource, "blob", at)
-                images[i] = Upload.of_base64(blob, declared, _string(resource, "uri", at))
+        found = block_image(block, at)
+        if isinstance(found, Malformed):
+            raise InvalidRequest(f"invalid request at {found.where}: {found.message}")
+        if found is not None:
+            images[i] = Upload.of_base64(found.data, found.declared, found.name)
     return images
 
 
@@ -136,9 +107,7 @@ def answered(result: dict[str, Any], images: dict[int, Upload], admission: Admis
     content: list[Any] = list(result["content"])
     positions = list(images)
     if admission.degraded:
-        content[positions[0]] = {"type": "text", "text": admission.text}
-        gone = set(positions[1:])
-        content = [block for i, block in enumerate(content) if i not in gone]
+        content = refused(content, positions, admission.text or "")
     else:
         for i, found in zip(positions, admission.attachments, strict=True):
             content[i] = {"type": "image", "ref": found.ref}

@@ -1,7 +1,8 @@
 """Where `attachstore mcp` keeps the images: a `Store` opened on the data dir (`Local`), or a running daemon
-through the HTTP client (`Remote`). Both admit with source `tool` into one session, and both take the bytes
-an image block carries from render, for the session's route (or `--route`): the stored image, or its
-request variant where the route has limits (docs/normalization.md), exactly as a model request would."""
+through the HTTP client (`Remote`). Both admit into one session, a file with source `tool` and the images
+of an MCP result as one batch with source `mcp`, and both take the bytes an image block carries from render,
+for the session's route (or `--route`): the stored image, or its request variant where the route has limits
+(docs/normalization.md), exactly as a model request would."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ from ..vocabulary import daemon_url
 # Imported where used: the store (with the gate and Pillow), render and the HTTP client (aiohttp) are not
 # needed to answer `initialize`, and a host gives a server little time to start (docs/performance.md).
 if TYPE_CHECKING:
+    from ..client import Admission as Answer
     from ..client import AsyncClient
-    from ..service import Store
+    from ..service import Admission, Store, Upload
 
 T = TypeVar("T")
 # A daemon's limits are its own: a file up to this size is sent, and the daemon decides (fit's source
@@ -54,7 +56,16 @@ class Backend(Protocol):
     async def admit(self, data: bytes, name: str) -> Stored | str:
         """Admitted into the session with source `tool`, or the soft rejection's text for the model."""
 
+    async def admit_mcp(self, images: Sequence[Upload]) -> list[Stored] | str:
+        """The images of one MCP result admitted as one batch with source `mcp`: each stored, in order, or
+        the soft rejection's text for the model (SPEC section 5)."""
+
     async def sent_image(self, ref: str) -> SentImage | str: ...
+
+    async def sent_images(self, refs: Sequence[str]) -> list[SentImage | str]:
+        """What one model request on the route carries for these images together: each the stored image or
+        its request variant, or render's placeholder where it is left out (the oldest first, past the
+        route's request budget)."""
 
     async def meta(self, ref: str) -> Stored:
         """Raises AttachstoreError (ATTACHMENT_NOT_FOUND for a ref the tenant may not see)."""
@@ -67,17 +78,30 @@ class Backend(Protocol):
     async def close(self) -> None: ...
 
 
-def sent_image_of(body: dict[str, Any]) -> SentImage | str:
-    """The one image of an Anthropic render body of one user message, or the placeholder in its place."""
+def sent_images_of(body: dict[str, Any]) -> list[SentImage | str]:
+    """The images of an Anthropic render body of user messages of one image each (merged into one message),
+    each as sent, or the placeholder in its place."""
     from ..gate import probe_header  # where used: see the imports above
 
-    block = body["messages"][0]["content"][0]
-    if block.get("type") != "image":
-        return str(block.get("text", ""))
-    source = block["source"]
-    head = probe_header(base64.b64decode(source["data"]))
-    width, height = (head.width, head.height) if head is not None else (0, 0)
-    return SentImage(source["media_type"], source["data"], width, height)
+    sent: list[SentImage | str] = []
+    for block in body["messages"][0]["content"]:
+        if block.get("type") != "image":
+            sent.append(str(block.get("text", "")))
+            continue
+        source = block["source"]
+        head = probe_header(base64.b64decode(source["data"]))
+        width, height = (head.width, head.height) if head is not None else (0, 0)
+        sent.append(SentImage(source["media_type"], source["data"], width, height))
+    return sent
+
+
+def _stored(answer: Admission | Answer) -> list[Stored] | str:
+    if answer.degraded:
+        return answer.text or "The image was not attached."
+    return [
+        Stored(r.ref, r.media_type, r.bytes, r.width, r.height, r.name, _normalized_from(r.normalized))
+        for r in answer.attachments
+    ]
 
 
 def _normalized_from(normalized: Any) -> str | None:
@@ -156,25 +180,30 @@ class Local:
     async def admit(self, data: bytes, name: str) -> Stored | str:
         from ..service import Upload  # where used: see the imports above
 
+        stored = await self._admit([Upload.of_bytes(data, None, name)], "tool")
+        return stored if isinstance(stored, str) else stored[0]
+
+    async def admit_mcp(self, images: Sequence[Upload]) -> list[Stored] | str:
+        return await self._admit(images, "mcp")
+
+    async def _admit(self, uploads: Sequence[Upload], source: str) -> list[Stored] | str:
         store = await self.store()
         key, route = (self.tenant, self.session.id), self.session.route
         answer = await self.session.within(
             lambda: store.sessions.get(key),
             lambda: store.sessions.create(key, route),
-            lambda: store.admit(
-                [Upload.of_bytes(data, None, name)], "tool", route=route, session=key[1], tenant=key[0]
-            ),
+            lambda: store.admit(uploads, source, route=route, session=key[1], tenant=key[0]),
         )
-        if answer.degraded:
-            return answer.text or "The image was not attached."
-        r = answer.attachments[0]
-        return Stored(r.ref, r.media_type, r.bytes, r.width, r.height, r.name, _normalized_from(r.normalized))
+        return _stored(answer)
 
     async def sent_image(self, ref: str) -> SentImage | str:
+        return (await self.sent_images([ref]))[0]
+
+    async def sent_images(self, refs: Sequence[str]) -> list[SentImage | str]:
         from ..render import ImageBlock, MessageIn, RenderRequest, render  # where used: see the imports above
 
         store = await self.store()
-        messages = [MessageIn("user", [ImageBlock(ref)])]
+        messages = [MessageIn("user", [ImageBlock(ref)]) for ref in refs]
         route, session = self.session.route, self.session.id
         try:  # the session's route, unless --route names one
             rendered = await render(
@@ -182,7 +211,7 @@ class Local:
             )
         except SessionNotFound:  # read_attachment before the first read_image: --route alone
             rendered = await render(store, RenderRequest(messages, "anthropic", route), tenant=self.tenant)
-        return sent_image_of(rendered.body)
+        return sent_images_of(rendered.body)
 
     async def meta(self, ref: str) -> Stored:
         r = await (await self.store()).meta(ref, self.tenant)
@@ -237,15 +266,28 @@ class Remote:
             lambda: c.create_session(s.id, s.route),
             lambda: c.admit(Image(data, None, name), source="tool", route=s.route, session=s.id),
         )
-        if answer.degraded:
-            return answer.text or "The image was not attached."
-        a = answer.attachments[0]
-        return Stored(a.ref, a.media_type, a.bytes, a.width, a.height, a.name, _normalized_from(a.normalized))
+        stored = _stored(answer)
+        return stored if isinstance(stored, str) else stored[0]
+
+    async def admit_mcp(self, images: Sequence[Upload]) -> list[Stored] | str:
+        # POST /v1/mcp/results, with a result made of these images alone: the daemon reads and admits them as
+        # it would the server's own result.
+        c, s = self.client, self.session
+        result = {"content": [_block(u) for u in images]}
+        answer = await s.within(
+            lambda: c.get_session(s.id),
+            lambda: c.create_session(s.id, s.route),
+            lambda: c.admit_mcp_result(result, route=s.route, session=s.id),
+        )
+        return _stored(answer)
 
     async def sent_image(self, ref: str) -> SentImage | str:
+        return (await self.sent_images([ref]))[0]
+
+    async def sent_images(self, refs: Sequence[str]) -> list[SentImage | str]:
         from ..client import AttachstoreClientError  # where used: see the imports above
 
-        messages = [{"role": "user", "content": [{"type": "image", "ref": ref}]}]
+        messages = [{"role": "user", "content": [{"type": "image", "ref": ref}]} for ref in refs]
         route, session = self.session.route, self.session.id
         try:  # the session's route, unless --route names one
             rendered = await self.client.render(messages, provider="anthropic", route=route, session=session)
@@ -253,7 +295,7 @@ class Remote:
             if e.code != SessionNotFound.code:
                 raise
             rendered = await self.client.render(messages, provider="anthropic", route=route)
-        return sent_image_of(rendered.body)
+        return sent_images_of(rendered.body)
 
     async def meta(self, ref: str) -> Stored:
         a = await self.client.meta(ref)
@@ -288,6 +330,15 @@ class Remote:
     async def close(self) -> None:
         if self._client is not None:
             await self._client.close()
+
+
+def _block(image: Upload) -> dict[str, Any]:
+    # An image named by a uri came as a resource's blob; one without, as an image block.
+    if image.name is None or image.media_type is None:
+        typed = {} if image.media_type is None else {"mimeType": image.media_type}
+        return {"type": "image", "data": image.payload, **typed}
+    resource = {"uri": image.name, "mimeType": image.media_type, "blob": image.payload}
+    return {"type": "resource", "resource": resource}
 
 
 async def _bounded(calls: Sequence[Awaitable[T]], at_once: int) -> list[T]:

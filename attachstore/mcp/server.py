@@ -29,14 +29,11 @@ from ..refs import Ref
 from .backends import Backend, SentImage, Stored
 from .files import TooLarge, Unreadable, read_inside, shown
 from .roots import Roots
+from .texts import described, failed, shows_structured_only
 
 log = logging.getLogger(__name__)
 
 Structured = Literal["auto", "always", "never"]
-# Hosts that show the model only JSON.stringify(structuredContent) when a result has it, dropping the image
-# and text blocks (docs/mcp.md): Claude Code, and Codex (clientInfo.name "codex-mcp-client" and others).
-DROP_CONTENT = ("claude-code",)
-DROP_CONTENT_PREFIXES = ("codex",)
 SCHEME = "attachstore://"
 PAGE = 100  # resources/list
 
@@ -148,29 +145,13 @@ def _structured(ctx: ServerRequestContext[Any, Any], mode: Structured) -> bool:
         return mode == "always"
     client = ctx.session.client_params
     name = client.client_info.name if client is not None else ""
-    return name not in DROP_CONTENT and not name.startswith(DROP_CONTENT_PREFIXES)
-
-
-def _failed(what: str, e: AttachstoreError) -> types.CallToolResult:
-    from ..client import ConnectionFailed  # aiohttp: not needed to answer `initialize`
-
-    if isinstance(e, ConnectionFailed):
-        return refusal(f"{what}: the attachstore daemon is not reachable ({e.message}); tell the user.")
-    hint = f" {e.hint[0].upper()}{e.hint[1:]}." if e.hint else ""
-    return refusal(f"{what}: attachstore answered {e.code}: {e.message}.{hint} Tell the user.")
+    return not shows_structured_only(name)
 
 
 def _text(stored: Stored, path: Path | None, sent: SentImage) -> str:
     where = f" from {path}" if path is not None else ""
-    line = (
-        f"{stored.ref}{where}: {stored.media_type}, {stored.width}x{stored.height}, {stored.bytes:,} bytes."
-    )
-    if stored.normalized_from:
-        line += f" Stored normalized; the file was {stored.normalized_from}."
-    if (sent.width, sent.height) != (stored.width, stored.height):
-        line += f" Shown here at {sent.width}x{sent.height}, within the model's request limits."
-    line += f' Look at it again with read_attachment {{"ref": "{stored.ref}"}}.'
-    return line
+    again = f' Look at it again with read_attachment {{"ref": "{stored.ref}"}}.'
+    return described(stored, sent, where) + again
 
 
 class Tools:
@@ -203,10 +184,8 @@ class Tools:
             return refusal(f'{params.name} takes one argument, {{"{key}": "<a non-empty string>"}}')
         try:
             return await tool(ctx, params, value)
-        except AttachstoreError as e:
-            return _failed(params.name, e)
-        except (OSError, ConfigError, IndexUnusable) as e:  # the store cannot be opened at all
-            return refusal(f"{params.name}: attachstore cannot use its store: {e}. Tell the user.")
+        except (AttachstoreError, OSError, ConfigError, IndexUnusable) as e:  # the store did not answer
+            return refusal(failed(params.name, e))
         except Exception:  # a bug: logged with its traceback, and the model is told without it
             log.exception("%s failed", params.name)
             return refusal(f"{params.name} failed inside attachstore; its log says why. Tell the user.")

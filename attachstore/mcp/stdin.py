@@ -5,11 +5,7 @@ Why the SDK's own reader will not do: docs/mcp.md, "Protocol errors"."""
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
-import os
-import stat
-import sys
 from collections.abc import Iterator
 from typing import Protocol
 
@@ -19,7 +15,8 @@ from mcp.shared.dispatcher import coerce_request_id
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
-CHUNK = 1 << 16
+from .pipes import FdReads, Reader, claimed_fd
+
 # At the end of stdin, how long the requests already read have to be answered before the server ends (a
 # host that closes stdin and waits sends SIGTERM after its own wait, which ends the server at once).
 EOF_GRACE = 30.0
@@ -40,13 +37,7 @@ class Lines:
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
-        mode = os.fstat(fd).st_mode
-        # The loop can wait on a pipe, a socket or a terminal; a regular file or /dev/null it cannot (epoll
-        # refuses them), and reading one never waits for a writer, so a worker thread reads those.
-        self.pollable = stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or os.isatty(fd)
-        self._pending = bytearray()
-        self._scanned = 0  # no newline before this offset of _pending
-        self._eof = False
+        self._reader = Reader(FdReads(fd))
         self._writer: Sender | None = None
         self._ready = anyio.Event()
         self._unanswered: set[types.RequestId] = set()
@@ -92,35 +83,8 @@ class Lines:
                 await self._answered.wait()
 
     async def _line(self) -> bytes | None:
-        while True:
-            end = self._pending.find(b"\n", self._scanned)
-            if end >= 0:
-                line = bytes(self._pending[:end])
-                del self._pending[: end + 1]
-                self._scanned = 0
-                return line
-            self._scanned = len(self._pending)
-            if self._eof:
-                if not self._pending:
-                    return None
-                line = bytes(self._pending)
-                self._pending.clear()
-                self._scanned = 0
-                return line
-            chunk = await self._read()
-            if chunk:
-                self._pending += chunk
-            else:
-                self._eof = True
-
-    async def _read(self) -> bytes:
-        if not self.pollable:
-            return await anyio.to_thread.run_sync(os.read, self.fd, CHUNK)
-        await anyio.wait_readable(self.fd)
-        try:
-            return os.read(self.fd, CHUNK)  # readable: this does not wait
-        except BlockingIOError:  # someone else's reader (a shared terminal) took it first
-            return await self._read()
+        line = await self._reader.line()
+        return line[:-1] if line is not None and line.endswith(b"\n") else line
 
 
 def parse(line: str) -> types.JSONRPCMessage | types.ErrorData:
@@ -172,36 +136,6 @@ class _Answers:
 
 @contextlib.contextmanager
 def claimed() -> Iterator[Lines]:
-    """Lines of fd 0, read from a private duplicate while fd 0 points at /dev/null; fd 0 is restored on
-    exit. With no fd 0 at all (the host gave none: Python then has no sys.stdin, and fd 0 may since be
-    anything, the event loop's own epoll descriptor say), the lines end at once."""
-    try:
-        private = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3) if _fd0_is_stdin() else -1
-    except OSError:
-        private = -1
-    if private < 0:
-        null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            yield Lines(null)
-        finally:
-            os.close(null)
-        return
-    try:
-        null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            os.dup2(null, 0)
-        finally:
-            os.close(null)
-        try:
-            yield Lines(private)
-        finally:
-            os.dup2(private, 0)
-    finally:
-        os.close(private)
-
-
-def _fd0_is_stdin() -> bool:
-    try:
-        return sys.stdin is not None and sys.stdin.fileno() == 0
-    except (AttributeError, OSError, ValueError):  # replaced by something without a descriptor
-        return False
+    """Lines of fd 0, read from a private duplicate while fd 0 points at /dev/null (pipes.claimed_fd)."""
+    with claimed_fd() as fd:
+        yield Lines(fd)
