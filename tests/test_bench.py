@@ -58,6 +58,7 @@ def test_quick_bench_reports_every_scenario(tmp_path: Path) -> None:
         "transcript",
         "mcp",
         "convert",
+        "wrap",
     }
 
     read = scenarios["read"]
@@ -168,6 +169,19 @@ def test_the_convert_scenario_runs_alone(tmp_path: Path) -> None:
         assert _number(measured["ratio"])
     rows = [r for r in result["table"] if r["scenario"].startswith("convert ")]
     assert len(rows) == len(convert.FILES)
+
+
+def test_the_wrap_scenario_runs_alone(tmp_path: Path) -> None:
+    """`make bench ARGS="--only wrap"`: calls through `attachstore mcp wrap` against the bare server, and an
+    image's added cost against its admission."""
+    _, result = _bench(tmp_path, "--only", "wrap")
+    wrapped = result["scenarios"]["wrap"]
+    for key in ("text_calls_per_s", "bare_calls_per_s", "text_ratio", "admission_ms", "image_ratio"):
+        assert _number(wrapped[key]), key
+    assert [r["scenario"] for r in result["table"]] == [
+        "mcp wrap vs the bare server",
+        "mcp wrap: an image's added ms vs its admission",
+    ]
 
 
 def test_each_side_of_a_comparison_goes_first_in_turn() -> None:

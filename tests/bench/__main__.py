@@ -15,14 +15,25 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from . import convert, mcpstartup, report, scaleout, scenarios, tools, transcript, variants
+from . import convert, mcpstartup, report, scaleout, scenarios, tools, transcript, variants, wrap
 from .drive import Driver
 from .procs import CHECK_KEY, REPO, Daemon, Profiler
 from .spy import render_text
 
-SCENARIOS = ["read", "render", "admit", "scale", "variant", "scaleout", "transcript", "mcp", "convert"]
+SCENARIOS = [
+    "read",
+    "render",
+    "admit",
+    "scale",
+    "variant",
+    "scaleout",
+    "transcript",
+    "mcp",
+    "convert",
+    "wrap",
+]
 # The scenarios that need neither wrk nor nginx: run alone, they install nothing.
-WITHOUT_TOOLS = {"variant", "transcript", "mcp", "convert"}
+WITHOUT_TOOLS = {"variant", "transcript", "mcp", "convert", "wrap"}
 
 
 def _clean(x: Any) -> Any:
@@ -152,6 +163,11 @@ def main(argv: list[str] | None = None) -> int:
             step("transcript", strip_restore)
         if "mcp" in only:
             step("mcp", lambda: results.__setitem__("mcp", mcpstartup.startup(work, plan.mcp_rounds)))
+        if "wrap" in only:
+            step(
+                "wrap",
+                lambda: results.__setitem__("wrap", wrap.wrap(work, plan.wrap_rounds, plan.wrap_calls)),
+            )
         if "convert" in only:
             step(
                 "convert", lambda: results.__setitem__("convert", convert.convert(work, plan.convert_rounds))
@@ -179,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         "admit_render_rounds": plan.short_rounds,
         "mcp_rounds": plan.mcp_rounds,
         "convert_rounds": plan.convert_rounds,
+        "wrap_rounds": plan.wrap_rounds,
         "notes": found.notes + bench.notes,
         "method": (
             "every comparison alternates attachstore and its baseline in pairs (A, B, B, A, A, B, ...) for "

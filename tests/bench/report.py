@@ -235,6 +235,14 @@ def rows(results: dict[str, Any]) -> list[Row]:
                 _row(name, "initialize ms", a["ms"], f["ms"], measured["ratio"], "mcp_startup", "times")
             )
             out.append(_row(name, "fastest ms", a["min_ms"], f["min_ms"]))
+    wrapped = results.get("wrap")
+    if wrapped:
+        name = "mcp wrap vs the bare server"
+        calls, bare = wrapped["text_calls_per_s"], wrapped["bare_calls_per_s"]
+        out.append(_row(name, "calls/s, no image", calls, bare, wrapped["text_ratio"], None, "times"))
+        added, admission = wrapped["image_added_ms"], wrapped["admission_ms"]
+        name = "mcp wrap: an image's added ms vs its admission"
+        out.append(_row(name, "ms", added, admission, wrapped["image_ratio"], None, "times"))
     converted = results.get("convert")
     if converted:
         for name, measured in converted["files"].items():

@@ -50,6 +50,8 @@ class Plan:
     transcript_rounds: int  # strip and restore of the 1 GB rollout, each against the floor
     mcp_rounds: int  # one start-up of `attachstore mcp` and one of the floor each: short, so many of them
     convert_rounds: int  # one admission of each source format and one decode and encode of the floor each
+    wrap_rounds: int  # tool calls through `attachstore mcp wrap` and to the bare server each
+    wrap_calls: int  # calls without images a round
 
     @classmethod
     def make(cls, quick: bool, scale_objects: int | None, rounds: int | None) -> Plan:
@@ -77,6 +79,8 @@ class Plan:
                 transcript_rounds=1,
                 mcp_rounds=rounds or 2,
                 convert_rounds=rounds or 2,
+                wrap_rounds=rounds or 2,
+                wrap_calls=20,
             )
         return cls(
             quick=False,
@@ -104,6 +108,8 @@ class Plan:
             transcript_rounds=rounds or 2,
             mcp_rounds=rounds or 25,
             convert_rounds=rounds or 9,
+            wrap_rounds=rounds or 9,
+            wrap_calls=500,
         )
 
 
