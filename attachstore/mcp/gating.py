@@ -43,24 +43,33 @@ class Gate:
         shown = await self._shown(list(found.values()), "tool result")
         if shown is None:
             return None
+        originals = {f.data for f in found.values() if isinstance(f, Found)}
         if isinstance(shown, str):
-            return {**result, "content": refused(content, list(found), shown)}
+            gated = {**result, "content": refused(content, list(found), shown)}
+            return _restructured(gated, dict.fromkeys(originals, shown))
         by_position = dict(zip(found, shown, strict=True))
         out: list[Any] = []
+        instead: dict[str, SentImage | str] = {}  # each image's base64 -> what stands for it now
         for i, block in enumerate(content):
             if i not in by_position:
                 out.append(block)
                 continue
             stored, sent = by_position[i]
+            original = found[i]
             if isinstance(sent, str):  # left out by render: past the budget, or unavailable
-                out.append({"type": "text", "text": _left_out(stored, sent)})
+                text = _left_out(stored, sent)
+                out.append({"type": "text", "text": text})
+                if isinstance(original, Found):
+                    instead[original.data] = text
                 continue
             if block["type"] == "image":
                 out.append({**block, "data": sent.data, "mimeType": sent.media_type})
             else:
                 out.append({**block, "resource": _with_blob(block["resource"], sent)})
             out.append({"type": "text", "text": described(stored, sent, BY)})
-        return {**result, "content": out}
+            if isinstance(original, Found):
+                instead[original.data] = sent
+        return _restructured({**result, "content": out}, instead)
 
     async def resource_result(self, result: dict[str, Any]) -> dict[str, Any] | None:
         """A ReadResourceResult with its image blobs gated, or None when it has none (or they pass
@@ -169,3 +178,28 @@ def _as_text(contents: dict[str, Any], text: str) -> dict[str, Any]:
         else:
             out[key] = "text/plain" if key == "mimeType" else value
     return out
+
+
+def _restructured(result: dict[str, Any], instead: dict[str, SentImage | str]) -> dict[str, Any]:
+    """`result` with the copies of its images in `structuredContent` (a server may repeat its content
+    there, base64 and all) changed as the content was: none of a gated image's bytes is left anywhere. A
+    shown image's object gets the shown bytes and type; a refused or left-out one keeps its shape with its
+    data emptied, since the tool's outputSchema may require an image there (the content says why)."""
+    if "structuredContent" not in result or not instead:
+        return result
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, list):
+            return [walk(v) for v in value]
+        if not isinstance(value, dict):
+            return value
+        for key, field in value.items():
+            if isinstance(field, str) and field in instead:
+                now = instead[field]
+                if isinstance(now, str):
+                    return {**value, key: ""}
+                kind = {"mimeType": now.media_type} if "mimeType" in value else {}
+                return {**value, key: now.data, **kind}
+        return {key: walk(field) for key, field in value.items()}
+
+    return {**result, "structuredContent": walk(result["structuredContent"])}

@@ -56,17 +56,7 @@ class _Message(msgspec.Struct):
 
 
 class _Params(msgspec.Struct):
-    name: Any = None  # tools/call
     clientInfo: Any = None  # initialize  # MCP's name
-
-
-class _Tool(msgspec.Struct):
-    name: Any = None
-    outputSchema: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET  # MCP's name
-
-
-class _Tools(msgspec.Struct):
-    tools: list[_Tool] = msgspec.field(default_factory=list)
 
 
 _one = msgspec.json.Decoder(_Message)
@@ -123,7 +113,6 @@ def _params(m: _Message) -> _Params:
 @dataclass(frozen=True, slots=True)
 class _Pending:
     kind: str  # "tool" or "resource"
-    tool: str | None  # the tool called
 
 
 class Output:
@@ -178,14 +167,12 @@ def _resolve(done: asyncio.Future[None]) -> None:
 class Proxy:
     """The host on one side, the server on the other, and the gate between them for the answers it
     changes. What it notes of the host's requests: the id and kind of each request whose answer is gated,
-    the client's name (from `initialize`) and, for --structured auto, which tools declare an outputSchema."""
+    and the client's name (from `initialize`)."""
 
     def __init__(self, gate: Gate, options: WrapOptions = WrapOptions()) -> None:
         self.gate = gate
         self.options = options
         self.pending: dict[Key, _Pending] = {}
-        self.listing: set[Key] = set()  # tools/list requests unanswered, while their answers matter
-        self.output_schemas: dict[str, bool] = {}
         self.client = ""
         self.gating: set[asyncio.Task[None]] = set()
 
@@ -241,14 +228,11 @@ class Proxy:
                 continue
             if (kind := GATED.get(m.method)) is not None:
                 warm()  # the answer may have images: what gating needs is imported meanwhile
-                name = _params(m).name if m.method == "tools/call" else None
-                self.pending[key] = _Pending(kind, name if isinstance(name, str) else None)
+                self.pending[key] = _Pending(kind)
             elif m.method == "initialize":
                 info = _params(m).clientInfo
                 name = info.get("name") if isinstance(info, dict) else None
                 self.client = name if isinstance(name, str) else ""
-            elif m.method == "tools/list" and self._schemas_matter():
-                self.listing.add(key)
 
     async def _from_server(self, stdout: asyncio.StreamReader, out: Output) -> None:
         lines = pipes.Reader(lambda: stdout.read(pipes.CHUNK))
@@ -258,7 +242,7 @@ class Proxy:
     async def _answer(self, line: bytes, out: Output) -> None:
         """A line of the server's: an answer with images to gate goes to a task of its own and is written
         when they are gated; every other line is written now, in its order."""
-        if not self.pending and not self.listing:  # nothing awaited: not even parsed
+        if not self.pending:  # nothing awaited: not even parsed
             await out.write(line)
             return
         answers: list[tuple[int | None, Key, _Pending]] = []
@@ -266,12 +250,11 @@ class Proxy:
             key = _key(m.id)
             if key is None or m.method is not None:  # the server's own request, or a notification
                 continue
-            if (pending := self.pending.pop(key, None)) is not None:
-                if not isinstance(m.result, msgspec.UnsetType):  # an error answer has nothing to gate
-                    answers.append((position, key, pending))
-            elif key in self.listing:
-                self.listing.discard(key)
-                self._note_schemas(m)
+            pending = self.pending.pop(key, None)
+            if pending is not None and not isinstance(
+                m.result, msgspec.UnsetType
+            ):  # an error: nothing to gate
+                answers.append((position, key, pending))
         value = _decoded(line) if answers else None
         gated = [a for a in answers if has_images(_result(value, a[0]), a[2].kind)]
         if not gated:
@@ -293,7 +276,7 @@ class Proxy:
                     new = await self.gate.resource_result(result)
                 else:
                     new = await self.gate.tool_result(result)
-                    if new is not None and self._drops_structured(pending.tool):
+                    if new is not None and self._drops_structured():
                         new.pop("structuredContent", None)
                 if new is not None:  # None: passed unchecked (--unsafe-pass-images)
                     (value if position is None else value[position])["result"] = new  # in its place
@@ -304,25 +287,13 @@ class Proxy:
             written = _internal_errors(value, gated) + ending
         await out.write(written)
 
-    def _schemas_matter(self) -> bool:
-        return self.options.structured == "auto" and shows_structured_only(self.client)
-
-    def _note_schemas(self, m: _Message) -> None:
-        if isinstance(m.result, msgspec.UnsetType):
-            return
-        try:
-            tools = msgspec.json.decode(m.result, type=_Tools).tools
-        except msgspec.DecodeError:
-            return
-        for tool in tools:
-            if isinstance(tool.name, str):
-                self.output_schemas[tool.name] = not isinstance(tool.outputSchema, msgspec.UnsetType)
-
-    def _drops_structured(self, tool: str | None) -> bool:
+    def _drops_structured(self) -> bool:
         if self.options.structured != "auto":
             return self.options.structured == "never"
-        # A host checks a result against the tool's outputSchema: dropped only where none was declared.
-        return self._schemas_matter() and tool is not None and self.output_schemas.get(tool) is False
+        # Claude Code and Codex show the model JSON.stringify(structuredContent) in place of the content: the
+        # image as base64 text and no ref. Dropped for them whether or not the tool declared an outputSchema
+        # (tests/interop/hosts: Claude Code takes a result without it).
+        return shows_structured_only(self.client)
 
 
 def _result(value: Any, position: int | None) -> dict[str, Any]:

@@ -223,13 +223,14 @@ def test_server_filesystem_wrapped(built: node.Node, tmp_path: Path) -> None:
     assert report.stderr.count("Secure MCP Filesystem Server running on stdio") == 2, report.stderr
     # 6000x4000: stored at 2000x1333, shown fitted to the route's side.
     large = admitted(report["large.png"], report.got, (SIDE, 1045))
-    # The HEIC, an opaque blob to the server: converted, upright (4032x3024 rotated), fitted.
-    heic = admitted(report["photo.heic"], report.got, (1176, SIDE))
+    # The HEIC, an application/octet-stream blob to the server: no image by what it declares, so no host shows
+    # it to a model as one, and the wrapper passes it on as it came (docs/mcp.md, "Gate another server").
+    unchanged(report["photo.heic"])
     refused(report["truncated.png"], "INVALID_IMAGE")
     refused(report["notes.png"], "UNSUPPORTED_IMAGE_TYPE")
     for case in ("text", "dirs"):
         unchanged(report[case])
-    assert holds(tmp_path) == {("fs-1", large), ("fs-1", heic)}
+    assert holds(tmp_path) == {("fs-1", large)}
 
 
 def test_the_client_is_the_one_this_folder_pins() -> None:
