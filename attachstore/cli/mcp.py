@@ -133,7 +133,15 @@ def _wrap(args: argparse.Namespace, config: Config) -> int:
         )
     session = _session(args.session or f"wrap-{_named(command[0])}-{secrets.token_hex(4)}")
     gate = mcp.Gate(_backend(args, config, session), unsafe_pass=args.unsafe_pass_images)
-    return asyncio.run(mcp.wrapped(command, gate, mcp.WrapOptions(args.structured)))
+    # uvloop where it is installed, as the daemon runs: each message is a pipe's hop each way through the loop.
+    try:
+        import uvloop  # type: ignore[import-not-found, unused-ignore]
+
+        factory: Callable[[], asyncio.AbstractEventLoop] | None = uvloop.new_event_loop
+    except ImportError:
+        factory = None
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(mcp.wrapped(command, gate, mcp.WrapOptions(args.structured)))
 
 
 def _session(session: str) -> str:
