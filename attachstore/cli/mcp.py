@@ -133,7 +133,7 @@ def _wrap(args: argparse.Namespace, config: Config) -> int:
         )
     session = _session(args.session or f"wrap-{_named(command[0])}-{secrets.token_hex(4)}")
     gate = mcp.Gate(_backend(args, config, session), unsafe_pass=args.unsafe_pass_images)
-    # uvloop where it is installed, as the daemon runs: each message is a pipe's hop each way through the loop.
+    # uvloop where installed, as the daemon runs: each message is a pipe's hop each way through the loop.
     try:
         import uvloop  # type: ignore[import-not-found, unused-ignore]
 
