@@ -81,7 +81,7 @@ def _add_wrap(sub: Any, common: argparse.ArgumentParser) -> None:
         choices=["auto", "always", "never"],
         default="auto",
         help="structuredContent of a result whose images were changed: kept (always), dropped (never), or "
-        "dropped for Claude Code and Codex where the tool declared no outputSchema (default: %(default)s)",
+        "dropped for Claude Code and Codex, which show it in place of the content (default: %(default)s)",
     )
     w.add_argument(
         "--unsafe-pass-images",

@@ -43,7 +43,7 @@ TOKEN = "ATTACHSTORE_TOKEN"  # the wrapper's, not the server's
 @dataclass(frozen=True, slots=True)
 class WrapOptions:
     # structuredContent of a result whose images were changed: kept (always), dropped (never), or dropped
-    # for hosts that would show the model nothing else, where the tool declared no outputSchema (auto).
+    # for the hosts that show it to the model in place of the content (auto).
     structured: Structured = "auto"
 
 
