@@ -256,6 +256,10 @@ def _line(report: Report | RestoreReport) -> str:
             f"{head}  {report.placeholders} images from {report.refs} refs; {sizes}; sha256 {report.sha256}"
             f"{note}"
         )
+    if report.formats:
+        names = " or ".join(", ".join(report.formats).rsplit(", ", 1))
+        n = report.tally.unclaimed
+        note += f"; {n} image{'s' * (n != 1)} left inline under keys of --format {names}: run again with it"
     return f"{head}  [{report.format}] {_images(report.tally)}; {sizes}{note}"
 
 
@@ -265,7 +269,8 @@ def _images(tally: Tally) -> str:
     codes = ", ".join(f"{code} {n}" for code, n in s["refused"].items())
     kept = f" ({codes})" if codes else ""
     already = f", {s['already']} already refs" if s["already"] else ""
-    stored = f"{s['distinct']} distinct, {s['stored']} stored, {refused} refused{kept}{already}"
+    unclaimed = f", {s['unclaimed']} unclaimed" if s["unclaimed"] else ""
+    stored = f"{s['distinct']} distinct, {s['stored']} stored, {refused} refused{kept}{already}{unclaimed}"
     return f"images {s['found']} found, {stored}"
 
 

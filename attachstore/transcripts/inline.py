@@ -108,14 +108,19 @@ def image(raw: bytes) -> Inline | Unusable:
 
 
 class Finder:
-    """The scanner's policy for strip: inline images, and the placeholders of an earlier strip."""
+    """The scanner's policy for strip: inline images, and the placeholders of an earlier strip. Bare base64
+    that looks like an image under a key of another format (`watched`) is not taken, but counted by its key
+    in `unclaimed`, so that the run can name the format that would take it."""
 
-    def __init__(self, keys: frozenset[bytes], cap: int) -> None:
+    def __init__(self, keys: frozenset[bytes], cap: int, watched: frozenset[bytes] = frozenset()) -> None:
         self.keys = keys
         self.cap = cap
+        self.watched = watched - keys
+        self.unclaimed: dict[bytes, int] = {}
 
     def may_want(self, first: int, level: int, key: bytes | None) -> bool:
-        return first in b"adD" or (key in self.keys and (first in _BASE64_CHARS or first == 0))
+        bare = key in self.keys or key in self.watched
+        return first in b"adD" or (bare and (first in _BASE64_CHARS or first == 0))
 
     def wanted(self, head: bytes, level: int, key: bytes | None, final: bool) -> bool | None:
         verdicts = [_starts(head, SCHEME, final), _starts(head[:12].lower(), _DATA_IMAGE[0], final)]
@@ -124,7 +129,15 @@ class Finder:
             verdicts.append(_base64_image(head, final))
         if any(verdicts):
             return True
-        return None if None in verdicts else False
+        if None in verdicts:
+            return None
+        if key is not None and key in self.watched:
+            looks = _base64_image(head, final)
+            if looks is None:
+                return None
+            if looks:
+                self.unclaimed[key] = self.unclaimed.get(key, 0) + 1
+        return False
 
 
 class Placeholders:

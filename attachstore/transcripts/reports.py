@@ -47,6 +47,7 @@ class Tally:
     replaced: int = 0  # of them, now placeholders
     inline: int = 0  # of them, left inline (refused)
     already: int = 0  # placeholders of an earlier strip
+    unclaimed: int = 0  # bare base64 images under another format's keys, left inline
     stored: set[str] = field(default_factory=set)
     refused: dict[str, set[bytes]] = field(default_factory=dict)
 
@@ -55,6 +56,7 @@ class Tally:
         self.replaced += other.replaced
         self.inline += other.inline
         self.already += other.already
+        self.unclaimed += other.unclaimed
         self.stored |= other.stored
         for code, keys in other.refused.items():
             self.refused.setdefault(code, set()).update(keys)
@@ -73,6 +75,7 @@ class Tally:
             "replaced": self.replaced,
             "inline": self.inline,
             "already": self.already,
+            "unclaimed": self.unclaimed,
         }
 
 
@@ -86,6 +89,7 @@ class Report:
     reason: str | None = None  # why it was skipped, or the code it failed with
     message: str | None = None
     tally: Tally = field(default_factory=Tally)
+    formats: list[str] = field(default_factory=list)  # the formats that would take its unclaimed images
     bytes_before: int = 0
     bytes_after: int = 0
     sha256: str | None = None  # of the file as it was read
@@ -99,6 +103,8 @@ class Report:
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         out["images"] = self.tally.summary()
+        if self.formats:
+            out["formats"] = self.formats
         out["bytes"] = {"before": self.bytes_before, "after": self.bytes_after}
         if self.appended:
             out["bytes"]["appended"] = self.appended

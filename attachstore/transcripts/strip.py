@@ -23,7 +23,7 @@ from . import inline
 from .candidates import session_for
 from .digest import Digest
 from .files import Snapshot, Staged, Steps, replace, same_file
-from .formats import HEAD_BYTES, Format, detect
+from .formats import HOST_KEYS, Format, detect, read_head, taking
 from .policy import Event, Found
 from .reports import Report, Tally, TranscriptError, outcome
 from .restore import CHUNK, Restorer, Sink, restored_hash
@@ -153,9 +153,9 @@ class Stripper:
         options = self.options
         with await asyncio.to_thread(open, source, "rb") as f:
             before = Snapshot.of(os.fstat(f.fileno()))
-            head = await asyncio.to_thread(f.read, HEAD_BYTES)
-            f.seek(0)
-            fmt = fmt or detect(source, head)
+            if fmt is None:
+                fmt = detect(source, await asyncio.to_thread(read_head, f))
+                f.seek(0)
             report.format, report.bytes_before = fmt.name, before.size
             key = None
             if not options.dry_run:
@@ -265,7 +265,8 @@ class Stripper:
             return outcome.replacement
 
         ordered = _InOrder(sink, written_for)
-        scanner = Scanner(inline.Finder(fmt.keys, self.cap))
+        finder = inline.Finder(fmt.keys, self.cap, HOST_KEYS)
+        scanner = Scanner(finder)
         depth = max(1, self.options.concurrency)
         while chunk := await asyncio.to_thread(source.read, CHUNK):
             read.update(chunk)
@@ -277,6 +278,9 @@ class Stripper:
         for event in scanner.end():
             self._event(event, ordered, key, tally, held)
         await ordered.close()
+        if finder.unclaimed:
+            tally.unclaimed = sum(finder.unclaimed.values())
+            report.formats = taking(finder.unclaimed)
         report.bytes_after = sink.size
         report.sha256_after = sink.hexdigest()
         return read.hexdigest()

@@ -78,6 +78,7 @@ def test_strip_a_tree_in_place_then_restore_it(
         "replaced": 22,
         "inline": 1,
         "already": 0,
+        "unclaimed": 0,
     }
     assert total["images"]["refused"] == {"INVALID_IMAGE": 1}
     assert total["bytes"]["after"] < total["bytes"]["before"] / 4
@@ -130,6 +131,28 @@ def test_strip_one_file_to_another_restore_check_and_release(
     code, out, _ = run(capsys, "transcript", "release", *data, str(out_file), "--force", "--json")
     assert code == 0
     assert json.loads(out)["released"][0]["released"] == 3
+
+
+def test_a_generic_run_over_a_hosts_images_names_its_format(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    data = ["--data-dir", str(tmp_path / "data")]
+    source = tmp_path / "s.jsonl"
+    source.write_bytes(fixtures.claude().text)
+    code, out, _ = run(capsys, "transcript", "strip", *data, str(source), "--in-place", "--format", "generic")
+    assert code == 0
+    first, total = out.splitlines()
+    assert first.startswith(f"unchanged  {source}  [generic] images 0 found")
+    assert first.endswith("; 6 images left inline under keys of --format claude: run again with it")
+    assert total.startswith(
+        "strip: 1 files (1 unchanged); images 0 found, 0 distinct, 0 stored, 0 refused, 6 unclaimed"
+    )
+    assert source.read_bytes() == fixtures.claude().text
+    code, out, _ = run(
+        capsys, "transcript", "strip", *data, str(source), "--dry-run", "--format", "gemini", "--json"
+    )
+    [file] = json.loads(out)["files"]
+    assert (code, file["images"]["unclaimed"], file["formats"]) == (0, 1, ["claude"])
 
 
 def test_a_ref_that_cannot_be_read_fails_naming_the_line(

@@ -24,6 +24,7 @@ from attachstore.transcripts import (
     Restorer,
     Stripper,
     inline,
+    named,
     release,
     restore_file,
     session_for,
@@ -120,6 +121,7 @@ async def test_in_place_and_back(store: Store, tmp_path: Path) -> None:
         "replaced": 3,
         "inline": 0,
         "already": 0,
+        "unclaimed": 0,
     }
     st = os.stat(source)
     assert (st.st_mode & 0o777, st.st_mtime_ns) == (0o600, mtime)  # the host's listing order stays
@@ -137,6 +139,34 @@ async def test_nothing_to_strip_leaves_the_file_alone(store: Store, tmp_path: Pa
     report = await strip(store, source)
     assert report.status == "unchanged"
     assert os.stat(source).st_ino == inode
+
+
+async def test_a_session_whose_first_line_no_host_tells_is_stripped_as_its_host(
+    store: Store, tmp_path: Path
+) -> None:
+    source = tmp_path / "shared" / "5f0c7c4e.jsonl"  # not where Claude Code keeps it
+    source.parent.mkdir()
+    torn = b'ssistant","message":{"role":"assistant","content":[]}}\n'
+    source.write_bytes(torn + fixtures.claude().text)
+    report = await strip(store, source)
+    assert (report.status, report.format, report.tally.replaced) == ("stripped", "claude", 6)
+    assert (report.tally.unclaimed, report.formats) == (0, [])
+
+
+@pytest.mark.parametrize(("name", "found", "unclaimed"), [("generic", 0, 6), ("gemini", 5, 1)])
+async def test_a_format_that_leaves_a_hosts_images_names_the_one_that_takes_them(
+    store: Store, tmp_path: Path, name: str, found: int, unclaimed: int
+) -> None:
+    source = tmp_path / "session.jsonl"
+    source.write_bytes(fixtures.claude().text)
+    stripper = Stripper(store, Options(dry_run=True))
+    try:
+        report = await stripper.strip(source, None, fmt=named(name))
+    finally:
+        await stripper.close()
+    assert (report.tally.found, report.tally.unclaimed, report.formats) == (found, unclaimed, ["claude"])
+    assert report.summary()["formats"] == ["claude"]
+    assert source.read_bytes() == fixtures.claude().text
 
 
 async def test_stripping_again_changes_nothing_and_new_images_are_stripped_too(
