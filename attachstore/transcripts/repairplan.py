@@ -15,7 +15,7 @@ from typing import BinaryIO
 import blake3
 
 from ..errors import Rejected
-from ..gate import HeaderTooDeep, probe_header
+from ..gate import HeaderTooDeep, probe_header, sniff_source
 from ..index import SessionKey
 from ..refs import Ref
 from ..service import Store, Upload
@@ -220,8 +220,9 @@ def _shape(data: bytes) -> Shape | None:
         header = probe_header(data, bounded=True)
     except HeaderTooDeep:
         return None
-    if header is None:
-        return None
+    if header is None:  # a HEIC, an AVIF, ...: its type, not its size
+        kind = sniff_source(data)
+        return None if kind is None else Shape(kind, 0, 0, len(data))
     return Shape(header.media_type, header.width, header.height, len(data))
 
 

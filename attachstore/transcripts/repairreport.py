@@ -23,7 +23,8 @@ class Shape:
         }
 
     def __str__(self) -> str:
-        return f"{self.media_type} {self.width}x{self.height} {self.bytes:,} B"
+        size = f" {self.width}x{self.height}" if self.width else ""
+        return f"{self.media_type}{size} {self.bytes:,} B"
 
 
 @dataclass(frozen=True, slots=True)
