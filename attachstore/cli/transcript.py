@@ -17,6 +17,7 @@ from ..config import Config, Gc
 from ..errors import ConfigError, InvalidRequest
 from ..progress import Progress
 from ..text import human_bytes
+from . import repair
 
 if TYPE_CHECKING:  # imported where used: the other commands, `mcp` first, start without the store
     from ..service import Store
@@ -68,6 +69,8 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     a.add_argument("--dry-run", action="store_true", help="read every image back verified, write nothing")
 
+    repair.add_parser(action, FORMAT_NAMES)
+
     a = action("release", "drop a stripped transcript's session, so that gc may collect its images")
     a.add_argument("paths", nargs="*", metavar="FILE", help="transcripts whose sessions are dropped")
     a.add_argument("--session", metavar="ID", help="the session to drop (default: from each FILE)")
@@ -92,6 +95,8 @@ def _outputs(a: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, config: Config) -> int:
     if args.action == "release":
         return _release(args, config)
+    if args.action == "repair":
+        return asyncio.run(_with_store(config, not args.undo, repair.runner(args, config)))
     jobs = _jobs(args)
     return asyncio.run(_with_store(config, args.action == "strip", lambda store: _run(args, store, jobs)))
 

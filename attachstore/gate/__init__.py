@@ -10,6 +10,7 @@ from .pool import DecodePool
 from .probe import MEDIA_TYPES, Header, probe_header, sniff
 from .shared import SharedBuffer
 from .sources import NAMES as _SOURCE_NAMES
+from .sources import sniff as sniff_source
 from .worker import Original, Passed
 
 SOURCE_TYPES = tuple(_SOURCE_NAMES)  # taken in and converted, never stored (docs/normalization.md, "Sources")
@@ -34,4 +35,5 @@ __all__ = [
     "precheck",
     "probe_header",
     "sniff",
+    "sniff_source",
 ]

@@ -4,7 +4,10 @@ face is what the CLI uses."""
 
 from .candidates import Candidate, candidates, session_for
 from .formats import FORMATS, named
+from .provider import limits_for
 from .release import release
+from .repair import Repairer, RepairOptions, undo
+from .repairreport import RepairReport
 from .reports import Report, RestoreReport, Tally
 from .restore import Restorer, restore_file
 from .strip import Options, Stripper
@@ -13,14 +16,19 @@ __all__ = [
     "FORMATS",
     "Candidate",
     "Options",
+    "RepairOptions",
+    "RepairReport",
+    "Repairer",
     "Report",
     "RestoreReport",
     "Restorer",
     "Stripper",
     "Tally",
     "candidates",
+    "limits_for",
     "named",
     "release",
     "restore_file",
     "session_for",
+    "undo",
 ]

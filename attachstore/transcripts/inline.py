@@ -9,7 +9,8 @@ import binascii
 import re
 from dataclasses import dataclass
 
-from ..gate import sniff
+from ..gate import sniff, sniff_source
+from .policy import HEAD
 
 SCHEME = b"attachstore:"
 _PREFIX_MAX = 256  # the longest data URL prefix kept in a placeholder
@@ -110,13 +111,22 @@ def image(raw: bytes) -> Inline | Unusable:
 class Finder:
     """The scanner's policy for strip: inline images, and the placeholders of an earlier strip. Bare base64
     that looks like an image under a key of another format (`watched`) is not taken, but counted by its key
-    in `unclaimed`, so that the run can name the format that would take it."""
+    in `unclaimed`, so that the run can name the format that would take it. `sources`: bare base64 of a
+    HEIC, HEIF, AVIF, BMP or TIFF counts too (repair converts them; strip cannot store them)."""
 
-    def __init__(self, keys: frozenset[bytes], cap: int, watched: frozenset[bytes] = frozenset()) -> None:
+    def __init__(
+        self,
+        keys: frozenset[bytes],
+        cap: int,
+        watched: frozenset[bytes] = frozenset(),
+        *,
+        sources: bool = False,
+    ) -> None:
         self.keys = keys
         self.cap = cap
         self.watched = watched - keys
         self.unclaimed: dict[bytes, int] = {}
+        self.sources = sources
 
     def may_want(self, first: int, level: int, key: bytes | None) -> bool:
         bare = key in self.keys or key in self.watched
@@ -126,7 +136,7 @@ class Finder:
         verdicts = [_starts(head, SCHEME, final), _starts(head[:12].lower(), _DATA_IMAGE[0], final)]
         verdicts.append(_starts(head[:12].lower(), _DATA_IMAGE[1], final))
         if key in self.keys:
-            verdicts.append(_base64_image(head, final))
+            verdicts.append(_base64_image(head, final, self.sources))
         if any(verdicts):
             return True
         if None in verdicts:
@@ -156,12 +166,19 @@ def _starts(head: bytes, prefix: bytes, final: bool) -> bool | None:
     return None if not final and prefix.startswith(head) else False
 
 
-def _base64_image(head: bytes, final: bool) -> bool | None:
+def _base64_image(head: bytes, final: bool, sources: bool = False) -> bool | None:
     match = _BASE64_HEAD.match(head)
     text = match.group() if match else b""
     chars = text.replace(b"\\/", b"/")
     if len(chars) >= _MAGIC_CHARS:
-        return sniff(base64.b64decode(chars[:_MAGIC_CHARS])) is not None
+        if sniff(base64.b64decode(chars[:_MAGIC_CHARS])) is not None:
+            return True
+        if not sources:
+            return False
+        if sniff_source(base64.b64decode(chars[: len(chars) // 4 * 4])) is not None:
+            return True
+        more = len(head) < HEAD and len(text) == len(head) and not final
+        return None if more else False
     if len(text) < len(head) or final:  # something else follows: too short to be an image
         return False
     return None
