@@ -9,16 +9,24 @@ What Claude Code 2.1.332 does that the run depends on:
 - before its first request it waits only 2 s for MCP servers still starting (`CLAUDE_CODE_MCP_STARTUP_WAIT_MS`
   raises that), and offers MCP tools behind its ToolSearch tool unless `ENABLE_TOOL_SEARCH=false`;
 - it re-encodes an image block over 512,000 bytes (the 1568x980 screenshot comes as a JPEG) and passes smaller
-  ones byte for byte (the photo)."""
+  ones byte for byte (the photo);
+- a 400 whose message names an image (`messages.N.content.M[.tool_result.content.K].image`, or says "could not
+  process image", "image does not match the provided media type", ...) is not the end of the run: it sends the
+  request again with that image replaced by "[Image removed: ...]" and writes an "API Error: an image in the
+  conversation could not be processed and was removed" message into the session, after which no resume of
+  that session sends the image again, even once the transcript holds a valid one."""
 
 from __future__ import annotations
 
 import base64
+import binascii
+import io
 import json
 import subprocess
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+import PIL.Image
 from aiohttp import web
 
 from tests.interop.hosts.model import (
@@ -109,12 +117,82 @@ def _events(reply: Reply, model: str) -> Iterator[bytes]:
     yield _event("message_stop")
 
 
+# What Anthropic takes, by the bytes' signature, and the longest side it takes.
+_SIGNATURES = ((b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jpeg"), (b"GIF8", "image/gif"))
+MAX_SIDE = 8000
+
+
+def _sniffed(data: bytes) -> str | None:
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    if data[4:8] == b"ftyp":  # an ISO media file: a HEIC, an AVIF, which Anthropic tells apart and refuses
+        return "image/avif" if data[8:12] in (b"avif", b"avis") else "image/heic"
+    return next((kind for magic, kind in _SIGNATURES if data.startswith(magic)), None)
+
+
+def _image_refusal(source: dict[str, Any]) -> str | None:
+    """Why Anthropic refuses a base64 image source, in its words (the `.data` it names), or None."""
+    if source.get("type") != "base64":
+        return None
+    try:
+        data = base64.b64decode(source.get("data", ""), validate=True)
+    except (binascii.Error, ValueError):
+        return ".data: Invalid base64 data"
+    declared, found = source.get("media_type"), _sniffed(data)
+    if found is not None and found != declared:
+        return f".data: Image does not match the provided media type {declared}"
+    try:
+        with PIL.Image.open(io.BytesIO(data)) as image:
+            image.load()
+            size = image.size
+    except (OSError, SyntaxError, ValueError, PIL.Image.DecompressionBombError):
+        return ": Could not process image"
+    if found is None:
+        return f".data: Image does not match the provided media type {declared}"
+    if max(size) > MAX_SIDE:
+        return f": At least one of the image dimensions exceed max allowed size: {MAX_SIDE} pixels"
+    return None
+
+
+def refused_by_anthropic(body: dict[str, Any]) -> str | None:
+    """Why the Messages API refuses the request `body` for one of its images (the first it meets, named by
+    its place as the API names it), or None: declared type against the bytes, bytes that do not decode, a side
+    over MAX_SIDE. A `refuse` for `Messages`."""
+    for m, message in enumerate(body.get("messages", [])):
+        content = message.get("content")
+        for b, block in enumerate(content if isinstance(content, list) else []):
+            where = f"messages.{m}.content.{b}"
+            found = [(where, block)] if block.get("type") == "image" else []
+            nested = block.get("content") if block.get("type") == "tool_result" else None
+            found += [
+                (f"{where}.tool_result.content.{i}", part)
+                for i, part in enumerate(nested if isinstance(nested, list) else [])
+                if part.get("type") == "image"
+            ]
+            for place, image in found:
+                reason = _image_refusal(image.get("source", {}))
+                if reason is not None:
+                    return f"{place}.image.source.base64{reason}"
+    return None
+
+
 class Messages(Protocol):
-    """POST /v1/messages (Claude Code adds `?beta=true`), streamed where the request asks for it."""
+    """POST /v1/messages (Claude Code adds `?beta=true`), streamed where the request asks for it.
+
+    `refuse`, where given, judges each request first: the reason it returns is answered 400 with Anthropic's
+    error body, as the real API refuses a request (the request is recorded, without a reply)."""
+
+    def __init__(self, refuse: Callable[[dict[str, Any]], str | None] | None = None) -> None:
+        self.refuse = refuse
 
     def routes(self, model: FakeModel) -> list[web.RouteDef]:
         async def messages(request: web.Request) -> web.StreamResponse:
             body = await request.json()
+            reason = self.refuse(body) if self.refuse is not None else None
+            if reason is not None:
+                model.record(request, body, turn(body))
+                error = {"type": "invalid_request_error", "message": reason}
+                return web.json_response({"type": "error", "error": error}, status=400)
             reply = model.converse(request, body, turn(body))
             if body.get("stream"):
                 return await stream(request, _events(reply, body.get("model", "")))
