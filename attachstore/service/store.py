@@ -30,6 +30,7 @@ from .reads import Reads
 from .sessions import Sessions
 from .slots import Slot
 from .storepolicy import Applied, Role, take_policy
+from .validation import Validator
 from .variants import Variants, VariantSpec
 
 
@@ -104,6 +105,11 @@ class Store:
 
     def body_slot(self, tenant: str = "", source: str = "") -> AbstractContextManager[Slot]:
         return self.admissions.slots.body(tenant, source)
+
+    def validator(self, config: Config) -> Validator:
+        """The gate's checks as this store runs them (its routes, decode workers and check key), under
+        `config`'s limits and admission terms: `transcript repair` judges an image with a provider's."""
+        return Validator(config, self.routes, self.pool, self.checker)
 
     # -- reads -----------------------------------------------------------------------------------------------
 

@@ -50,9 +50,7 @@ class Judge:
         admission = msgspec.structs.replace(
             config.admission, oversize="fit", fit_max_side=max(config.admission.fit_max_side, FIT_MAX_SIDE)
         )
-        self._fitting = Validator(
-            msgspec.structs.replace(config, admission=admission), store.routes, store.pool, store.checker
-        )
+        self._fitting = store.validator(msgspec.structs.replace(config, admission=admission))
         self._config = config
 
     def _provider(self, images: int) -> Validator:
@@ -66,7 +64,7 @@ class Judge:
             max_image_bytes=min(limits.image_bytes, max(fit.fit_max_bytes, config.limits.max_image_bytes)),
         )
         judged = msgspec.structs.replace(config, limits=gate_limits)
-        return Validator(judged, self.store.routes, self.store.pool, self.store.checker)
+        return self.store.validator(judged)
 
     async def judge(self, data: bytes, declared: str | None, images: int) -> Verdict:
         if not self.limits.vision:
