@@ -30,6 +30,7 @@ class Fit:
     media_type: str
     width: int
     height: int
+    source: tuple[str, int, int] | None = None  # what the bytes were, as the gate decoded them
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +85,10 @@ class Judge:
         inspection = fitted.inspection
         if inspection.media_type not in self.limits.formats:
             return Drop("UNSUPPORTED_IMAGE_TYPE", f"{self.limits.provider} takes no {inspection.media_type}")
-        return Fit(why, bytes(fitted.data), inspection.media_type, inspection.width, inspection.height)
+        was = inspection.original
+        source = None if was is None else (was.media_type, was.width, was.height)
+        shown = (inspection.media_type, inspection.width, inspection.height)
+        return Fit(why, bytes(fitted.data), *shown, source)
 
     async def _one(self, validator: Validator, upload: Upload, *, exact: bool) -> Admitted | Rejected:
         error, verdicts = await validator.validate(

@@ -194,7 +194,8 @@ async def act(
             continue
         assert isinstance(verdict, Fit)
         after = Shape(verdict.media_type, verdict.width, verdict.height, len(verdict.data))
-        report.fitted.append(FittedImage(line, verdict.why, _shape(image.data), after, image.ref))
+        before = _shape(image.data) if verdict.source is None else Shape(*verdict.source, len(image.data))
+        report.fitted.append(FittedImage(line, verdict.why, before, after, image.ref))
         plan.changes[k] = Fitted(verdict.data, verdict.media_type, verdict.width, verdict.height)
 
 

@@ -110,6 +110,10 @@ async def test_poisoned_images_are_fitted_or_turned_to_text(
     fitted = sorted(f.why for f in report.fitted)
     expected = ["UNSUPPORTED_IMAGE_TYPE"] * 2 + ["IMAGE_DIMENSION_TOO_LARGE"] * tall_refused
     assert fitted == sorted(expected)  # the HEIC declared image/png, the AVIF, the 9000 px PNG
+    for f in report.fitted:  # what each was, as decoded: its type and size, a HEIC's and an AVIF's too
+        assert f.before is not None
+        assert f.before.width > 0
+        assert f.before.height > 0
     assert [t.code for t in report.text] == ["INVALID_IMAGE"]
     repaired = source.read_bytes()
     assert repaired.count(b64(GOOD).encode()) == original.count(b64(GOOD).encode())
