@@ -27,6 +27,7 @@ from . import logs
 from .api import DaemonSite, drain, make_app
 from .config import Config
 from .errors import ConfigError
+from .loops import loop_factory
 from .service import checkkey
 
 log = logging.getLogger("attachstore.server")
@@ -173,13 +174,7 @@ def _keep_freed_memory() -> None:
 
 def _run_loop(main: Coroutine[Any, Any, None]) -> None:
     _keep_freed_memory()
-    try:
-        import uvloop  # type: ignore[import-not-found, unused-ignore]
-
-        factory: Callable[[], asyncio.AbstractEventLoop] | None = uvloop.new_event_loop
-    except ImportError:
-        factory = None
-    with asyncio.Runner(loop_factory=factory) as runner:
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
         runner.run(main)
 
 

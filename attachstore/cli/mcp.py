@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import Config
 from ..errors import ConfigError
+from ..loops import loop_factory
 from ..vocabulary import SESSION_ID_PATTERN
 
 if TYPE_CHECKING:
@@ -133,14 +134,8 @@ def _wrap(args: argparse.Namespace, config: Config) -> int:
         )
     session = _session(args.session or f"wrap-{_named(command[0])}-{secrets.token_hex(4)}")
     gate = mcp.Gate(_backend(args, config, session), unsafe_pass=args.unsafe_pass_images)
-    # uvloop where installed, as the daemon runs: each message is a pipe's hop each way through the loop.
-    try:
-        import uvloop  # type: ignore[import-not-found, unused-ignore]
-
-        factory: Callable[[], asyncio.AbstractEventLoop] | None = uvloop.new_event_loop
-    except ImportError:
-        factory = None
-    with asyncio.Runner(loop_factory=factory) as runner:
+    # The daemon's loop: each message is a pipe's hop each way through it.
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
         return runner.run(mcp.wrapped(command, gate, mcp.WrapOptions(args.structured)))
 
 
