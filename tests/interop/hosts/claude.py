@@ -20,13 +20,11 @@ from __future__ import annotations
 
 import base64
 import binascii
-import io
 import json
 import subprocess
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-import PIL.Image
 from aiohttp import web
 
 from tests.interop.hosts.model import (
@@ -40,6 +38,7 @@ from tests.interop.hosts.model import (
     sse,
     stream,
 )
+from tests.interop.hosts.refusals import Fault, fault
 from tests.interop.hosts.scenario import Host, Place
 
 
@@ -117,17 +116,15 @@ def _events(reply: Reply, model: str) -> Iterator[bytes]:
     yield _event("message_stop")
 
 
-# What Anthropic takes, by the bytes' signature, and the longest side it takes.
-_SIGNATURES = ((b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jpeg"), (b"GIF8", "image/gif"))
+# What Anthropic takes, and the longest side it takes.
+FORMATS = ("image/png", "image/jpeg", "image/gif", "image/webp")
 MAX_SIDE = 8000
-
-
-def _sniffed(data: bytes) -> str | None:
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "image/webp"
-    if data[4:8] == b"ftyp":  # an ISO media file: a HEIC, an AVIF, which Anthropic tells apart and refuses
-        return "image/avif" if data[8:12] in (b"avif", b"avis") else "image/heic"
-    return next((kind for magic, kind in _SIGNATURES if data.startswith(magic)), None)
+_WORDS = {
+    Fault.MISMATCH: ".data: Image does not match the provided media type {declared}",
+    Fault.FORMAT: ".data: Image does not match the provided media type {declared}",
+    Fault.UNDECODABLE: ": Could not process image",
+    Fault.SIDE: f": At least one of the image dimensions exceed max allowed size: {MAX_SIDE} pixels",
+}
 
 
 def _image_refusal(source: dict[str, Any]) -> str | None:
@@ -138,20 +135,9 @@ def _image_refusal(source: dict[str, Any]) -> str | None:
         data = base64.b64decode(source.get("data", ""), validate=True)
     except (binascii.Error, ValueError):
         return ".data: Invalid base64 data"
-    declared, found = source.get("media_type"), _sniffed(data)
-    if found is not None and found != declared:
-        return f".data: Image does not match the provided media type {declared}"
-    try:
-        with PIL.Image.open(io.BytesIO(data)) as image:
-            image.load()
-            size = image.size
-    except (OSError, SyntaxError, ValueError, PIL.Image.DecompressionBombError):
-        return ": Could not process image"
-    if found is None:
-        return f".data: Image does not match the provided media type {declared}"
-    if max(size) > MAX_SIDE:
-        return f": At least one of the image dimensions exceed max allowed size: {MAX_SIDE} pixels"
-    return None
+    declared = source.get("media_type")
+    found = fault(declared, data, FORMATS, MAX_SIDE)
+    return None if found is None else _WORDS[found].format(declared=declared)
 
 
 def refused_by_anthropic(body: dict[str, Any]) -> str | None:
