@@ -109,6 +109,14 @@ MIGRATIONS: list[list[str]] = [
     [
         "ALTER TABLE variants ADD COLUMN link_check text",
     ],
+    [
+        "ALTER TABLE sessions ADD COLUMN ttl double precision",
+        "ALTER TABLE sessions ADD COLUMN used_at double precision",
+        "ALTER TABLE sessions ADD COLUMN expires_at double precision",
+        "UPDATE sessions SET used_at = created_at",
+        "CREATE INDEX sessions_expires ON sessions (expires_at) WHERE expires_at IS NOT NULL",
+        "CREATE INDEX sessions_used ON sessions (tenant, used_at)",
+    ],
 ]
 if len(MIGRATIONS) != len(schema.MIGRATIONS):
     raise ImportError(

@@ -118,6 +118,17 @@ MIGRATIONS: list[list[str]] = [
         # derived again, and linked with a check, the first time it is wanted.
         "ALTER TABLE variants ADD COLUMN link_check TEXT",
     ],
+    [
+        # Sessions that end (docs/operations.md, "Session lifetimes"): an idle lifetime in seconds (NULL:
+        # none), when the session was last used (made, or an admission, hold or render that named it), and
+        # when it expires (used_at + ttl; NULL: never), kept in step by every change that renews it.
+        "ALTER TABLE sessions ADD COLUMN ttl REAL",
+        "ALTER TABLE sessions ADD COLUMN used_at REAL",
+        "ALTER TABLE sessions ADD COLUMN expires_at REAL",
+        "UPDATE sessions SET used_at = created_at",
+        "CREATE INDEX sessions_expires ON sessions (expires_at) WHERE expires_at IS NOT NULL",
+        "CREATE INDEX sessions_used ON sessions (tenant, used_at)",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -46,7 +46,7 @@ async def insert_holds(tx: Tx, key: SessionKey, refs: Sequence[str], now: float)
 
 async def _insert(tx: Tx, key: SessionKey, route: str | None, now: float) -> bool:
     made = await tx.fetch(
-        """INSERT INTO sessions (tenant, id, route, created_at) VALUES ($1, $2, $3, $4)
+        """INSERT INTO sessions (tenant, id, route, created_at, used_at) VALUES ($1, $2, $3, $4, $4)
         ON CONFLICT (tenant, id) DO NOTHING RETURNING 1""",
         *key,
         route,

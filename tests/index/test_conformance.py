@@ -131,6 +131,13 @@ class SqliteStore:
     async def set_version(self, version: int) -> None:
         await self.execute(f"PRAGMA user_version = {version}")
 
+    async def fetch(self, statement: str) -> list[tuple[Any, ...]]:
+        db = sqlite3.connect(self.path)
+        try:
+            return [tuple(r) for r in db.execute(statement)]
+        finally:
+            db.close()
+
     async def build(self, version: int) -> None:
         """The index as an attachstore of schema `version` left it."""
         await self.execute(
@@ -171,6 +178,9 @@ class PostgresStore:
 
     async def set_version(self, version: int) -> None:
         await self.execute(f"UPDATE attachstore_schema SET version = {version}")
+
+    async def fetch(self, statement: str) -> list[tuple[Any, ...]]:
+        return [tuple(r) for r in await (await self.admin()).fetch(statement)]
 
     async def build(self, version: int) -> None:
         await self.execute(
@@ -388,13 +398,23 @@ async def test_a_version_9_index_keeps_its_links_without_checks(blank: Store) ->
         f"INSERT INTO variants (source, spec, variant, created_at) VALUES ('{A}', 'fit', '{B}', 1.0)",
     )
     index = await blank.open()
-    assert await blank.version() == SCHEMA_VERSION == 10
+    assert await blank.version() == SCHEMA_VERSION
     assert await index.variant(A, "fit") == Link(A, "fit", row(B, None, at=1.0), None)
     assert await index.links() == [LinkRow(A, "fit", B, None)]
     assert await index.publish_variant(row(B, None, at=2.0), A, "fit", nothing, "v2:k:ll")
     assert await index.variant(A, "fit") == Link(
         A, "fit", row(B, None, at=1.0)._replace(lease_at=2.0), "v2:k:ll"
     )
+
+
+async def test_a_version_10_index_gives_its_sessions_no_lifetime(blank: Store) -> None:
+    """Sessions gain a lifetime in version 11: those made before have none, and were last used when they
+    were made."""
+    await blank.build(10)
+    await blank.execute("INSERT INTO sessions (tenant, id, route, created_at) VALUES ('t', 's', NULL, 5.0)")
+    await blank.open()
+    assert await blank.version() == SCHEMA_VERSION
+    assert await blank.fetch("SELECT ttl, used_at, expires_at FROM sessions") == [(None, 5.0, None)]
 
 
 # -- objects ---------------------------------------------------------------------------------------------
