@@ -20,7 +20,8 @@ import base64
 import binascii
 import json
 import tomllib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -36,6 +37,7 @@ from tests.interop.hosts.model import (
     sse,
     stream,
 )
+from tests.interop.hosts.refusals import Fault, fault
 from tests.interop.hosts.scenario import Host, Place
 
 KEY = "FAKE_MODEL_KEY"  # the provider's env_key, the variable Codex reads its API key from
@@ -155,12 +157,100 @@ def events(reply: Reply, number: int) -> Iterator[bytes]:
     yield sse("response.completed", {"type": "response.completed", "response": completed})
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """An answer OpenAI refuses a request with: its status, and its body (OpenAI's error object, or the
+    HTML page its front answers an over-size body with)."""
+
+    status: int
+    body: dict[str, Any] | str
+
+
+# What OpenAI takes. It sets no side limit (it scales a large image down itself), and names no media type
+# mismatch: bytes that are none of its formats, whatever their data URL declares, or that do not decode, are
+# "not a valid image" (openai/codex #3097, #4946: param "input", code "invalid_value").
+FORMATS = ("image/png", "image/jpeg", "image/gif", "image/webp")
+BODY_CAP = 50 * 1_000_000  # a request body, as provider.py has it for openai-responses
+_INVALID = (
+    "The image data you provided does not represent a valid image. Please check your input and try again "
+    "with one of the supported image formats: ['image/jpeg', 'image/png', 'image/gif', 'image/webp']."
+)
+# An over-size body never reaches the API: its front answers 413 with a page (openai/codex #2908, #7682).
+TOO_LARGE = (
+    "<html>\r\n<head><title>413 Request Entity Too Large</title></head>\r\n<body>\r\n"
+    "<center><h1>413 Request Entity Too Large</h1></center>\r\n<hr><center>cloudflare</center>\r\n"
+    "</body>\r\n</html>\r\n"
+)
+
+
+def _error(message: str, param: str | None, code: str | None) -> Refusal:
+    error = {"message": message, "type": "invalid_request_error", "param": param, "code": code}
+    return Refusal(400, {"error": error})
+
+
+def _images(body: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    """Each `input_image` of the request's input, with its place as OpenAI names it
+    (`input[3].output[1].image_url`, `input[0].content[1].image_url`) and its URL."""
+    for i, item in enumerate(body.get("input", [])):
+        if not isinstance(item, dict):
+            continue
+        for key in ("content", "output"):
+            parts = item.get(key)
+            for k, part in enumerate(parts if isinstance(parts, list) else []):
+                if isinstance(part, dict) and part.get("type") == "input_image":
+                    yield f"input[{i}].{key}[{k}].image_url", str(part.get("image_url", ""))
+
+
+def openai_refusals(
+    text_only: Collection[str] = (), body_cap: int = BODY_CAP
+) -> Callable[[Mapping[str, Any], int], Refusal | None]:
+    """A `refuse` for `Responses` that refuses what OpenAI refuses: a body over `body_cap` bytes (413), an
+    image for a model of `text_only` (which takes none), an image whose data URL does not decode or whose
+    bytes are not an image of FORMATS (400, in OpenAI's words)."""
+
+    def refuse(body: Mapping[str, Any], size: int) -> Refusal | None:
+        if size > body_cap:
+            return Refusal(413, TOO_LARGE)
+        for where, url in _images(body):
+            if body.get("model") in text_only:
+                # Chat Completions' words to a model without vision (gpt-3.5-turbo), the type named
+                message = "Invalid content type. image_url is only supported by certain models."
+                return _error(message, where.removesuffix("image_url") + "type", None)
+            image = _image(url)
+            if image is None:
+                message = (
+                    f"Invalid '{where}'. Expected a base64-encoded data URL with an image MIME type (e.g. "
+                    "'data:image/png;base64,aW1nIGJ5dGVzIGhlcmU='), but got an invalid base64-encoded value."
+                )
+                return _error(message, where, "invalid_value")
+            found = fault(image.media_type, image.data, FORMATS, None)
+            if found is not None and found is not Fault.SIDE:
+                return _error(_INVALID, "input", "invalid_value")
+        return None
+
+    return refuse
+
+
 class Responses(Protocol):
-    """POST /v1/responses, streamed: the only request Codex makes here."""
+    """POST /v1/responses, streamed: the only request Codex makes here.
+
+    `refuse`, where given, judges each request first (its body, and its size in bytes as received): the
+    Refusal it returns is the answer, as the real API refuses a request (the request is recorded, without a
+    reply)."""
+
+    def __init__(self, refuse: Callable[[Mapping[str, Any], int], Refusal | None] | None = None) -> None:
+        self.refuse = refuse
 
     def routes(self, model: FakeModel) -> list[web.RouteDef]:
         async def respond(request: web.Request) -> web.StreamResponse:
-            body = await request.json()
+            raw = await request.read()
+            body = json.loads(raw)
+            refusal = self.refuse(body, len(raw)) if self.refuse is not None else None
+            if refusal is not None:
+                model.record(request, body, turn(body))
+                if isinstance(refusal.body, str):
+                    return web.Response(status=refusal.status, text=refusal.body, content_type="text/html")
+                return web.json_response(refusal.body, status=refusal.status)
             reply = model.converse(request, body, turn(body))
             return await stream(request, events(reply, len(model.requests)))
 
