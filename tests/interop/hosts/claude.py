@@ -146,7 +146,7 @@ def _image_refusal(source: dict[str, Any], many: bool) -> str | None:
     found = fault(declared, data, FORMATS, MANY_SIDE if many else MAX_SIDE)
     if found is Fault.SIDE:
         limit = f" for many-image requests: {MANY_SIDE}" if many else f": {MAX_SIDE}"
-        return f": At least one of the image dimensions exceed max allowed size{limit} pixels"
+        return f".data: At least one of the image dimensions exceed max allowed size{limit} pixels"
     return None if found is None else _WORDS[found].format(declared=declared)
 
 
