@@ -127,11 +127,14 @@ async def judge(plan: Plan, judge: Judge) -> None:
 
 def budget(plan: Plan, limits: Limits, report: RepairReport) -> None:
     """Newest first, each image is sent while it and everything newer fit the provider's limits; from the
-    first that does not, every older one is left out (as render's budget does)."""
+    first that does not, every older one is left out (as render's budget does). Of the images on one line
+    (a tool result of many), the later is the newer."""
     used = count = 0
     full = False
-    newest_first = sorted(plan.images.values(), key=lambda i: max(i.lines), reverse=True)
-    for image in newest_first:
+    # By the last line each is on; on one line, the later first (the images are in the order they were met).
+    met = list(plan.images.values())
+    newest_first = sorted(range(len(met)), key=lambda n: (max(met[n].lines), n), reverse=True)
+    for image in (met[n] for n in newest_first):
         size = _sent_size(image)
         if size is None or image.sent == 0:
             continue

@@ -169,6 +169,26 @@ async def test_twenty_photos_keep_the_request_within_the_limit(store: Store, tmp
     assert b64(photos[0]).encode() not in lines[1]
 
 
+async def test_of_the_images_in_one_record_the_first_go_first(store: Store, tmp_path: Path) -> None:
+    photos = [png(820, 820, seed=40 + i) for i in range(16)]  # about 2 MB each, all in one tool result
+    blocks = [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64(p)}}
+        for p in photos
+    ]
+    result = {"type": "tool_result", "tool_use_id": "t1", "content": blocks}
+    message = {"role": "user", "content": [result]}
+    record = {"parentUuid": "u-0", "isSidechain": False, "type": "user", "message": message, "uuid": "u-1"}
+    source = tmp_path / "s.jsonl"
+    source.write_bytes(claude() + _line(record))
+    report = await repair(store, source, "claude-sonnet-4-5", source, assume_closed=True)
+    over = [t for t in report.text if t.code == "OVER_BUDGET"]
+    assert 0 < len(over) < len(photos), report.summary()
+    content = json.loads(source.read_bytes().splitlines()[-1])["message"]["content"][0]["content"]
+    kinds = [block["type"] for block in content]
+    assert kinds == ["text"] * len(over) + ["image"] * (len(photos) - len(over))
+    assert content[-1]["source"]["data"] == b64(photos[-1])
+
+
 async def test_a_text_only_model_gets_one_note_a_message(store: Store, tmp_path: Path) -> None:
     source = tmp_path / "rollout-2026-01-01T00-00-00-x.jsonl"
     part = {"type": "input_image", "image_url": url(GOOD, "image/png")}

@@ -14,7 +14,10 @@ What Claude Code 2.1.332 does that the run depends on:
   process image", "image does not match the provided media type", ...) is not the end of the run: it sends the
   request again with that image replaced by "[Image removed: ...]" and writes an "API Error: an image in the
   conversation could not be processed and was removed" message into the session, after which no resume of
-  that session sends the image again, even once the transcript holds a valid one."""
+  that session sends the image again, even once the transcript holds a valid one;
+- a 413 (`request_too_large`, a body over 32 MB) is not retried without the images: it compacts the
+  conversation, asking for a summary with the images (413 again), then with each image replaced by "[image]",
+  and goes on from the summary, the run ending well (exit 0) with no image of the session seen."""
 
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ import base64
 import binascii
 import json
 import subprocess
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -116,19 +119,23 @@ def _events(reply: Reply, model: str) -> Iterator[bytes]:
     yield _event("message_stop")
 
 
-# What Anthropic takes, and the longest side it takes.
+# What Anthropic takes: the formats, the longest side, the longest side past MANY images a request, and the
+# request body (answered 413 above it, before the body is read as JSON).
 FORMATS = ("image/png", "image/jpeg", "image/gif", "image/webp")
 MAX_SIDE = 8000
+MANY, MANY_SIDE = 20, 2000
+MAX_BODY = 32_000_000
+TOO_LARGE = "Request exceeds the maximum allowed number of bytes. The maximum request size is 32 MB."
 _WORDS = {
     Fault.MISMATCH: ".data: Image does not match the provided media type {declared}",
-    Fault.FORMAT: ".data: Image does not match the provided media type {declared}",
+    Fault.FORMAT: ".media_type: Input should be 'image/jpeg', 'image/png', 'image/gif' or 'image/webp'",
     Fault.UNDECODABLE: ": Could not process image",
-    Fault.SIDE: f": At least one of the image dimensions exceed max allowed size: {MAX_SIDE} pixels",
 }
 
 
-def _image_refusal(source: dict[str, Any]) -> str | None:
-    """Why Anthropic refuses a base64 image source, in its words (the `.data` it names), or None."""
+def _image_refusal(source: dict[str, Any], many: bool) -> str | None:
+    """Why Anthropic refuses a base64 image source, in its words (the `.data` it names), or None. `many`: the
+    request holds more than MANY images."""
     if source.get("type") != "base64":
         return None
     try:
@@ -136,44 +143,72 @@ def _image_refusal(source: dict[str, Any]) -> str | None:
     except (binascii.Error, ValueError):
         return ".data: Invalid base64 data"
     declared = source.get("media_type")
-    found = fault(declared, data, FORMATS, MAX_SIDE)
+    found = fault(declared, data, FORMATS, MANY_SIDE if many else MAX_SIDE)
+    if found is Fault.SIDE:
+        limit = f" for many-image requests: {MANY_SIDE}" if many else f": {MAX_SIDE}"
+        return f".data: At least one of the image dimensions exceed max allowed size{limit} pixels"
     return None if found is None else _WORDS[found].format(declared=declared)
 
 
-def refused_by_anthropic(body: dict[str, Any]) -> str | None:
-    """Why the Messages API refuses the request `body` for one of its images (the first it meets, named by
-    its place as the API names it), or None: declared type against the bytes, bytes that do not decode, a side
-    over MAX_SIDE. A `refuse` for `Messages`."""
+def _images(body: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each image block of the request, with its place as the API names it."""
     for m, message in enumerate(body.get("messages", [])):
         content = message.get("content")
         for b, block in enumerate(content if isinstance(content, list) else []):
             where = f"messages.{m}.content.{b}"
-            found = [(where, block)] if block.get("type") == "image" else []
+            if block.get("type") == "image":
+                yield where, block
             nested = block.get("content") if block.get("type") == "tool_result" else None
-            found += [
-                (f"{where}.tool_result.content.{i}", part)
-                for i, part in enumerate(nested if isinstance(nested, list) else [])
-                if part.get("type") == "image"
-            ]
-            for place, image in found:
-                reason = _image_refusal(image.get("source", {}))
-                if reason is not None:
-                    return f"{place}.image.source.base64{reason}"
+            for i, part in enumerate(nested if isinstance(nested, list) else []):
+                if part.get("type") == "image":
+                    yield f"{where}.tool_result.content.{i}", part
+
+
+def refused_by_anthropic(body: dict[str, Any]) -> str | None:
+    """Why the Messages API refuses the request `body` for one of its images (the first it meets, named by
+    its place as the API names it), or None: declared type against the bytes, a format it does not take,
+    bytes that do not decode, a side over MAX_SIDE (MANY_SIDE where the request holds more than MANY
+    images). A `refuse` for `Messages`."""
+    found = list(_images(body))
+    for place, image in found:
+        reason = _image_refusal(image.get("source", {}), len(found) > MANY)
+        if reason is not None:
+            return f"{place}.image.source.base64{reason}"
     return None
+
+
+def refused_for_text_only(models: Collection[str]) -> Callable[[dict[str, Any]], str | None]:
+    """A `refuse` for `Messages` that also refuses any image sent to one of `models`, a text-only model, the
+    first image named by its place. No Claude model is text-only today; the words are those of the gateways
+    that serve one behind the Messages API ("this model does not support image input")."""
+
+    def refuse(body: dict[str, Any]) -> str | None:
+        if body.get("model") in models:
+            for place, _ in _images(body):
+                return f"{place}.image: this model does not support image input"
+        return refused_by_anthropic(body)
+
+    return refuse
 
 
 class Messages(Protocol):
     """POST /v1/messages (Claude Code adds `?beta=true`), streamed where the request asks for it.
 
-    `refuse`, where given, judges each request first: the reason it returns is answered 400 with Anthropic's
-    error body, as the real API refuses a request (the request is recorded, without a reply)."""
+    A body over MAX_BODY bytes is answered 413 with Anthropic's `request_too_large` error, as the API answers
+    it. `refuse`, where given, judges each request first: the reason it returns is answered 400 with
+    Anthropic's error body, as the real API refuses a request (the request is recorded, without a reply)."""
 
     def __init__(self, refuse: Callable[[dict[str, Any]], str | None] | None = None) -> None:
         self.refuse = refuse
 
     def routes(self, model: FakeModel) -> list[web.RouteDef]:
         async def messages(request: web.Request) -> web.StreamResponse:
-            body = await request.json()
+            raw = await request.read()
+            body = json.loads(raw)
+            if len(raw) > MAX_BODY:
+                model.record(request, body, turn(body))
+                error = {"type": "request_too_large", "message": TOO_LARGE}
+                return web.json_response({"type": "error", "error": error}, status=413)
             reason = self.refuse(body) if self.refuse is not None else None
             if reason is not None:
                 model.record(request, body, turn(body))
