@@ -127,11 +127,14 @@ async def judge(plan: Plan, judge: Judge) -> None:
 
 def budget(plan: Plan, limits: Limits, report: RepairReport) -> None:
     """Newest first, each image is sent while it and everything newer fit the provider's limits; from the
-    first that does not, every older one is left out (as render's budget does)."""
+    first that does not, every older one is left out (as render's budget does). An image's age is its last
+    line, then its first, then its place in the file: a record that writes every message again (gemini-cli's
+    `$set` on a resume) holds all of them in one line, oldest first."""
     used = count = 0
     full = False
-    newest_first = sorted(plan.images.values(), key=lambda i: max(i.lines), reverse=True)
-    for image in newest_first:
+    ages = sorted(((max(i.lines), min(i.lines), n) for n, i in enumerate(plan.images.values())), reverse=True)
+    images = list(plan.images.values())
+    for image in (images[n] for _, _, n in ages):
         size = _sent_size(image)
         if size is None or image.sent == 0:
             continue
