@@ -64,6 +64,13 @@ _PROVIDERS: dict[str, Taken] = {
     ),
 }
 _PROVIDERS["openai-responses"] = _PROVIDERS["openai-chat"]
+
+
+def published(provider: Provider) -> Taken:
+    """The limits `provider` publishes, whatever a route sets."""
+    return _PROVIDERS[provider]
+
+
 # The provider a host's transcript speaks when the model's route names none.
 HOST_PROVIDERS: dict[str, Provider] = {
     "claude": "anthropic",

@@ -127,14 +127,14 @@ async def judge(plan: Plan, judge: Judge) -> None:
 
 def budget(plan: Plan, limits: Limits, report: RepairReport) -> None:
     """Newest first, each image is sent while it and everything newer fit the provider's limits; from the
-    first that does not, every older one is left out (as render's budget does). Of the images on one line
-    (a tool result of many), the later is the newer."""
+    first that does not, every older one is left out (as render's budget does). An image's age is its last
+    line, then its first, then its place in the file: a record that writes every message again (gemini-cli's
+    `$set` on a resume) holds all of them in one line, oldest first; so does a tool result of many."""
     used = count = 0
     full = False
-    # By the last line each is on; on one line, the later first (the images are in the order they were met).
-    met = list(plan.images.values())
-    newest_first = sorted(range(len(met)), key=lambda n: (max(met[n].lines), n), reverse=True)
-    for image in (met[n] for n in newest_first):
+    ages = sorted(((max(i.lines), min(i.lines), n) for n, i in enumerate(plan.images.values())), reverse=True)
+    images = list(plan.images.values())
+    for image in (images[n] for _, _, n in ages):
         size = _sent_size(image)
         if size is None or image.sent == 0:
             continue

@@ -189,6 +189,24 @@ async def test_of_the_images_in_one_record_the_first_go_first(store: Store, tmp_
     assert content[-1]["source"]["data"] == b64(photos[-1])
 
 
+async def test_images_a_resume_wrote_again_keep_their_age(store: Store, tmp_path: Path) -> None:
+    """gemini-cli writes every message again (a `$set` record) when it resumes a chat, so every image's
+    last line is the same: the newest is still the one that came last, and the oldest goes first."""
+    photos = [png(820, 820, seed=30 + i) for i in range(20)]
+    source = tmp_path / "session-1.jsonl"
+    chat = gemini(*[(p, "image/png") for p in photos])
+    parts = [{"inlineData": {"mimeType": "image/png", "data": b64(p)}} for p in photos]
+    chat += _line({"$set": {"messages": [{"id": "m", "type": "user", "content": parts}]}})
+    source.write_bytes(chat)
+    report = await repair(store, source, "gemini-2.5-pro", source, assume_closed=True)
+    assert report.request.body <= report.request.limits["body"]
+    over = {t.ref for t in report.text if t.code == "OVER_BUDGET"}
+    assert over, report.summary()
+    repaired = source.read_bytes()
+    assert b64(photos[-1]).encode() in repaired
+    assert b64(photos[0]).encode() not in repaired
+
+
 async def test_a_text_only_model_gets_one_note_a_message(store: Store, tmp_path: Path) -> None:
     source = tmp_path / "rollout-2026-01-01T00-00-00-x.jsonl"
     part = {"type": "input_image", "image_url": url(GOOD, "image/png")}

@@ -7,19 +7,28 @@ gemini-cli (through the @google/genai SDK) posts a `GenerateContentRequest` to
 with `-m` and the default settings) would use `:generateContent`. A tool result comes back as a
 `functionResponse` part whose `response` is `{"output": text}`, or `{"error": text}` when the tool reported an
 error; an MCP image is an `inlineData` part after it in the same content (or, for a model that gemini-cli
-declares able to, inside it as `functionResponse.parts`)."""
+declares able to, inside it as `functionResponse.parts`).
+
+The API refuses a request for its images with HTTP 400 and an `INVALID_ARGUMENT` error body, in the words
+gemini-cli's users report (google-gemini/gemini-cli #5064, #27244): "Unable to process input image" for bytes
+that do not decode, "Provided image is not valid." for bytes that are not their declared type, "Unsupported
+MIME type" for a format it does not take (AVIF, BMP, TIFF, GIF), and "Request payload size exceeds the limit"
+for a body over the inline cap; it sets no limit on a side."""
 
 from __future__ import annotations
 
 import base64
+import binascii
 import itertools
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from aiohttp import web
 
+from attachstore.transcripts.provider import published
 from tests.interop.hosts.model import Call, FakeModel, Image, Protocol, Reply, ToolResult, Turn, sse, stream
+from tests.interop.hosts.refusals import Fault, fault
 from tests.interop.hosts.scenario import Host, Place
 
 MODEL = "gemini-2.5-pro"  # the model gemini-cli asks for (-m), and the route the snippet names
@@ -81,14 +90,72 @@ def response(reply: Reply) -> dict[str, Any]:
     }
 
 
+# What the Gemini API takes: its formats and the cap on a request's body (inline data counted), as
+# attachstore's repair reads them.
+TAKEN = published("gemini")
+_WORDS = {
+    Fault.MISMATCH: "Provided image is not valid.",
+    Fault.FORMAT: "Unsupported MIME type: {declared}",
+    Fault.UNDECODABLE: (
+        "Unable to process input image. Please retry or report in "
+        "https://developers.generativeai.google/guide/troubleshooting"
+    ),
+}
+# A refusal's judge: the model the request names, its body and the body's size in bytes; why it is refused.
+Refuse = Callable[[str, dict[str, Any], int], str | None]
+
+
+def refused_by_gemini(
+    model: str, body: dict[str, Any], size: int, text_only: frozenset[str] = frozenset()
+) -> str | None:
+    """Why the Gemini API refuses a `generateContent` request, in its words, or None: a body over the cap,
+    then any image for a model in `text_only`, then each inlineData part the first of whose faults (declared
+    type against the bytes, a format it does not take, bytes that do not decode) is found. A `refuse` for
+    `Gemini` (with `functools.partial` for `text_only`)."""
+    if size > TAKEN.body:
+        return f"Request payload size exceeds the limit: {TAKEN.body} bytes."
+    for content in body.get("contents") or []:
+        for part in content.get("parts") or []:
+            inline = part.get("inlineData")
+            if inline is None:
+                continue
+            if model in text_only:
+                return f"Image input modality is not enabled for models/{model}"
+            declared = inline.get("mimeType")
+            try:
+                data = base64.b64decode(inline.get("data", ""), validate=True)
+            except (binascii.Error, ValueError):
+                return (
+                    "Invalid value at 'contents.parts.inline_data.data' (TYPE_BYTES), Base64 decoding failed"
+                )
+            found = fault(declared, data, TAKEN.formats, None)
+            if found is not None:
+                return _WORDS[found].format(declared=declared)
+    return None
+
+
 class Gemini(Protocol):
+    """`refuse`, where given, judges each generateContent request first: the reason it returns is answered
+    400 with the Gemini API's error body (`INVALID_ARGUMENT`), the request recorded without a reply."""
+
+    def __init__(self, refuse: Refuse | None = None) -> None:
+        self.refuse = refuse
+
     def routes(self, model: FakeModel) -> list[web.RouteDef]:
         async def generate(request: web.Request) -> web.StreamResponse:
-            body = await request.json()
+            raw = await request.read()
+            body = json.loads(raw)
             action = request.match_info["action"]
             if action == "countTokens":
                 model.record(request, body)
                 return web.json_response({"totalTokens": len(json.dumps(body)) // 4})
+            reason = (
+                self.refuse(request.match_info["name"], body, len(raw)) if self.refuse is not None else None
+            )
+            if reason is not None:
+                model.record(request, body, turn(body))
+                error = {"code": 400, "message": reason, "status": "INVALID_ARGUMENT"}
+                return web.json_response({"error": error}, status=400)
             answer = response(model.converse(request, body, turn(body)))
             if action == "streamGenerateContent":
                 return await stream(request, iter([sse(None, answer)]))
