@@ -1,23 +1,29 @@
-"""How a Claude Code transcript is poisoned for the resume tests (test_resume_repaired.py): the image its tool
-result holds, in every copy (the `tool_result` block and its `toolUseResult` copy), replaced by an image the
-Messages API refuses, or by many images; each record changed is written back as Claude Code writes one, and
-every other line is kept byte for byte."""
+"""What the resume tests of every host share (test_resume_repaired.py, test_resume_codex.py,
+test_resume_gemini.py): the images that poison a session, the repair command they run, the host run; and how
+a Claude Code transcript is poisoned: the image its tool result holds, in every copy (the `tool_result` block
+and its `toolUseResult` copy), replaced by an image the Messages API refuses, or by many images; each record
+changed is written back as Claude Code writes one, and every other line is kept byte for byte."""
 
 from __future__ import annotations
 
 import base64
 import copy
 import json
+import subprocess
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.interop.hosts.model import Request
+from tests.interop.hosts.scenario import RUN_SECONDS, Host, Place
 from tests.support.images import encode, jpeg, photo, png, truncate
 
 SOURCES = Path(__file__).parents[2] / "gate/corpus/sources"
 HEIC = (SOURCES / "heic/arrow.heic").read_bytes()
 AVIF = (SOURCES / "avif/kodim03_yuv420_8bpc.avif").read_bytes()  # a Kodak photo, 768x512
+MAGIC = {"image/jpeg": b"\xff\xd8\xff", "image/png": b"\x89PNG\r\n\x1a\n"}
 
 
 @dataclass(frozen=True)
@@ -28,14 +34,55 @@ class Poison:
     declared: str = "image/png"  # the media type the transcript gives it
 
 
-def _truncated() -> bytes:
+def truncated_png() -> bytes:
     whole = encode(photo(640, 480), "PNG")
     return truncate(whole, len(whole) // 2)
 
 
+def text_only(model: str, provider: str) -> str:
+    """A configuration that declares `model` a text-only route of `provider`."""
+    return f'[routes."{model}"]\ninput_modalities = ["text"]\nprovider = "{provider}"\n'
+
+
+def host(host: Host, place: Place, *args: str) -> subprocess.CompletedProcess[str]:
+    """The host's command with `args` in the project, as the harness runs it."""
+    return subprocess.run(
+        [str(place.bin / host.command), *args],
+        cwd=place.project,
+        env=place.env() | dict(host.environ(place)),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=RUN_SECONDS,
+        check=False,
+    )
+
+
+def repair(place: Place, data: Path, *args: str, config: str = "") -> subprocess.CompletedProcess[str]:
+    """`attachstore transcript repair ARGS`, the installed command beside this Python, with a data directory
+    of the test's and no configuration but `config` (written beside it), where given."""
+    command = [str(Path(sys.executable).parent / "attachstore")]
+    if config:
+        (data.parent / "attachstore.toml").write_text(config)
+        command += ["--config", str(data.parent / "attachstore.toml")]
+    return subprocess.run(
+        [*command, "--data-dir", str(data), "transcript", "repair", *args],
+        env=place.env(),
+        capture_output=True,
+        text=True,
+        timeout=RUN_SECONDS,
+        check=False,
+    )
+
+
+def conversation(requests: list[Request]) -> list[Request]:
+    """The requests that carried the session's tool result (a side request, such as a title, carries none)."""
+    return [r for r in requests if r.turn is not None and r.turn.results]
+
+
 POISONS = {
     "heic as png": Poison(HEIC, "Image does not match the provided media type image/png", "image/jpeg"),
-    "truncated png": Poison(_truncated(), "Could not process image", None),
+    "truncated png": Poison(truncated_png(), "Could not process image", None),
     # noise 9000 px tall: the fit makes it a JPEG
     "9000 px png": Poison(png(40, 9000), "exceed max allowed size: 8000 pixels", "image/jpeg"),
     # declared as what it is: a format the Messages API does not take

@@ -27,25 +27,30 @@ from __future__ import annotations
 import base64
 import json
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from tests.interop.hosts.codex import HOST, MODEL, Responses, openai_refusals
-from tests.interop.hosts.model import FakeModel, Request, Say, Script
-from tests.interop.hosts.scenario import ONE_READ, PHOTO, RUN_SECONDS, TOKEN, Place, explain, last
-from tests.support.images import encode, opened, photo, truncate
+from tests.interop.hosts.model import FakeModel, Say, Script
+from tests.interop.hosts.poisons import (
+    AVIF,
+    HEIC,
+    MAGIC,
+    conversation,
+    host,
+    repair,
+    text_only,
+    truncated_png,
+)
+from tests.interop.hosts.scenario import ONE_READ, PHOTO, TOKEN, Place, explain, last
+from tests.support.images import opened
 
-SOURCES = Path(__file__).parents[2] / "gate/corpus/sources"
-HEIC = (SOURCES / "heic/arrow.heic").read_bytes()
-AVIF = (SOURCES / "avif/kodim03_yuv420_8bpc.avif").read_bytes()
 TEXT_ONLY = "gpt-text-only"  # a model declared text-only to attachstore, and refused images by the fake
-CONFIG = f'[routes."{TEXT_ONLY}"]\ninput_modalities = ["text"]\nprovider = "openai-responses"\n'
+CONFIG = text_only(TEXT_ONLY, "openai-responses")
 OMITTED = "image content omitted because it could not be processed"  # Codex's words for what it drops
 REFUSED = "Invalid content type. image_url is only supported by certain models."
-MAGIC = {"image/jpeg": b"\xff\xd8\xff", "image/png": b"\x89PNG\r\n\x1a\n"}
 
 
 @dataclass(frozen=True)
@@ -57,14 +62,9 @@ class Poison:
     note: str | None = None  # the code the report gives the note
 
 
-def _truncated() -> bytes:
-    whole = encode(photo(640, 480), "PNG")
-    return truncate(whole, len(whole) // 2)
-
-
 POISONS = {
     "heic as png": Poison(HEIC, "image/png", MODEL, "image/jpeg"),
-    "truncated png": Poison(_truncated(), "image/png", MODEL, None, "INVALID_IMAGE"),
+    "truncated png": Poison(truncated_png(), "image/png", MODEL, None, "INVALID_IMAGE"),
     "avif": Poison(AVIF, "image/avif", MODEL, "image/jpeg"),
     "text-only model": Poison(PHOTO, "image/jpeg", TEXT_ONLY, None, "MODALITY_UNSUPPORTED"),
 }
@@ -85,46 +85,16 @@ def poisoned(rollout: bytes, image: bytes, instead: bytes, declared: str) -> tup
 def codex(place: Place, *args: str) -> subprocess.CompletedProcess[str]:
     """`codex exec ARGS` in the project, as the harness runs the host, with the events as JSON lines; the
     session is kept (no `--ephemeral`), so that it can be resumed."""
-    command = [str(place.bin / HOST.command), "exec", "--strict-config", "--skip-git-repo-check"]
-    return subprocess.run(
-        [*command, "--color", "never", "--json", *args],
-        cwd=place.project,
-        env=place.env() | dict(HOST.environ(place)),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=RUN_SECONDS,
-        check=False,
-    )
+    command = ["exec", "--strict-config", "--skip-git-repo-check", "--color", "never", "--json"]
+    return host(HOST, place, *command, *args)
 
 
 def resume(place: Place, session: str, model: str) -> subprocess.CompletedProcess[str]:
     return codex(place, "resume", "-m", model, session, "go on")
 
 
-def attachstore(place: Place, data: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """The installed command beside this Python, with a data directory of the test's and the configuration
-    that declares TEXT_ONLY."""
-    config = data.parent / "attachstore.toml"
-    config.write_text(CONFIG)
-    command = Path(sys.executable).parent / "attachstore"
-    return subprocess.run(
-        [str(command), "--config", str(config), "--data-dir", str(data), "transcript", "repair", *args],
-        env=place.env(),
-        capture_output=True,
-        text=True,
-        timeout=RUN_SECONDS,
-        check=False,
-    )
-
-
 def events(done: subprocess.CompletedProcess[str]) -> list[dict[str, object]]:
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-
-
-def conversation(requests: list[Request]) -> list[Request]:
-    """The requests that carried the session's tool result."""
-    return [r for r in requests if r.turn is not None and r.turn.results]
 
 
 @pytest.mark.parametrize("name", POISONS)
@@ -170,7 +140,7 @@ def test_a_poisoned_codex_session_resumes_with_its_images_once_repaired(
 
         # Repair for the model the session resumes with.
         data = tmp_path / "repair-data"
-        done = attachstore(place, data, str(path), "--for", bad.model, "--in-place", "--json")
+        done = repair(place, data, str(path), "--for", bad.model, "--in-place", "--json", config=CONFIG)
         assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
         [report] = json.loads(done.stdout)["files"]
         assert (report["status"], report["format"], report["images"]["kept"]) == ("repaired", "codex", 0), (
@@ -209,6 +179,6 @@ def test_a_poisoned_codex_session_resumes_with_its_images_once_repaired(
             assert abs(width * high - height * wide) <= max(wide, high), why  # the same proportions
 
     # --undo: the file back as the repair found it, byte for byte.
-    undone = attachstore(place, data, "--undo", str(path))
+    undone = repair(place, data, "--undo", str(path), config=CONFIG)
     assert undone.returncode == 0, f"{undone.stdout}\n{undone.stderr}"
     assert path.read_bytes() == resumed

@@ -21,7 +21,6 @@ import base64
 import functools
 import json
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,17 +28,23 @@ import pytest
 
 from attachstore.transcripts.provider import published
 from tests.interop.hosts.gemini import HOST, MODEL, Gemini, refused_by_gemini
-from tests.interop.hosts.model import FakeModel, Request, Say, Script, Step
-from tests.interop.hosts.poisons import poisoned
-from tests.interop.hosts.scenario import ONE_READ, RUN_SECONDS, TOKEN, Place, explain, last, run
-from tests.support.images import encode, opened, photo, truncate
+from tests.interop.hosts.model import FakeModel, Say, Script, Step
+from tests.interop.hosts.poisons import (
+    AVIF,
+    HEIC,
+    MAGIC,
+    conversation,
+    host,
+    poisoned,
+    repair,
+    text_only,
+    truncated_png,
+)
+from tests.interop.hosts.scenario import ONE_READ, TOKEN, Place, explain, last, run
+from tests.support.images import encode, opened, photo
 
-SOURCES = Path(__file__).parents[2] / "gate/corpus/sources"
-HEIC = (SOURCES / "heic/arrow.heic").read_bytes()
-AVIF = (SOURCES / "avif/kodim03_yuv420_8bpc.avif").read_bytes()
-MAGIC = {"image/jpeg": b"\xff\xd8\xff", "image/png": b"\x89PNG\r\n\x1a\n"}
 TEXT_ONLY = "gemma-3-1b-it"  # declared text-only in the repair's configuration
-TEXT_ONLY_ROUTE = f'[routes."{TEXT_ONLY}"]\ninput_modalities = ["text"]\nprovider = "gemini"\n'
+CONFIG = text_only(TEXT_ONLY, "gemini")
 
 
 @dataclass(frozen=True)
@@ -52,13 +57,8 @@ class Poison:
     note: str = "[image removed"  # how the note that takes its place begins, where it becomes one
 
 
-def _truncated() -> bytes:
-    whole = encode(photo(640, 480), "PNG")
-    return truncate(whole, len(whole) // 2)
-
-
 POISONS = {
-    "truncated png": Poison(_truncated(), "image/png", "Unable to process input image", None),
+    "truncated png": Poison(truncated_png(), "image/png", "Unable to process input image", None),
     "avif": Poison(AVIF, "image/avif", "Unsupported MIME type: image/avif", "image/jpeg"),
     # Gemini takes HEIC, but not declared as PNG; the store's fit makes a JPEG of it
     "heic as png": Poison(HEIC, "image/png", "Provided image is not valid.", "image/jpeg"),
@@ -82,34 +82,7 @@ def chat(place: Place) -> Path:
 
 def resume(place: Place, session: str, model: str) -> subprocess.CompletedProcess[str]:
     """`gemini -p "go on" -m MODEL --resume SESSION` in the project, as the harness runs the host."""
-    return subprocess.run(
-        [str(place.bin / HOST.command), "-p", "go on", "-m", model, "--resume", session],
-        cwd=place.project,
-        env=place.env() | dict(HOST.environ(place)),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=RUN_SECONDS,
-        check=False,
-    )
-
-
-def repair(place: Place, data: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """The installed command beside this Python, with a data directory of the test's."""
-    command = Path(sys.executable).parent / "attachstore"
-    return subprocess.run(
-        [str(command), "--data-dir", str(data), "transcript", "repair", *args],
-        env=place.env(),
-        capture_output=True,
-        text=True,
-        timeout=RUN_SECONDS,
-        check=False,
-    )
-
-
-def conversation(requests: list[Request]) -> list[Request]:
-    """The model requests that carried the session's tool result."""
-    return [r for r in requests if r.turn is not None and r.turn.results]
+    return host(HOST, place, "-p", "go on", "-m", model, "--resume", session)
 
 
 @pytest.mark.parametrize("name", POISONS)
@@ -146,11 +119,7 @@ def test_a_poisoned_session_is_refused_until_repaired_then_resumes(
 
         # Repair for the model the session resumes with.
         data = tmp_path / "repair-data"
-        config = tmp_path / "repair.toml"
-        config.write_text(TEXT_ONLY_ROUTE)
-        done = repair(
-            place, data, "--config", str(config), str(path), "--for", bad.model, "--in-place", "--json"
-        )
+        done = repair(place, data, str(path), "--for", bad.model, "--in-place", "--json", config=CONFIG)
         assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
         [report] = json.loads(done.stdout)["files"]
         assert (report["status"], report["format"], report["images"]["kept"]) == ("repaired", "gemini", 0)

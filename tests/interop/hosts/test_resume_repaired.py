@@ -13,53 +13,34 @@ from __future__ import annotations
 import base64
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.interop.hosts.claude import HOST, MAX_BODY, Messages, refused_by_anthropic, refused_for_text_only
-from tests.interop.hosts.model import FakeModel, Request, Say, Script
-from tests.interop.hosts.poisons import POISONS, multiplied, photos, poisoned
-from tests.interop.hosts.scenario import ONE_READ, REF, RUN_SECONDS, TOKEN, Place, explain, last, run
+from tests.interop.hosts.model import FakeModel, Say, Script
+from tests.interop.hosts.poisons import (
+    MAGIC,
+    POISONS,
+    conversation,
+    host,
+    multiplied,
+    photos,
+    poisoned,
+    repair,
+    text_only,
+)
+from tests.interop.hosts.scenario import ONE_READ, REF, TOKEN, Place, explain, last, run
 from tests.support.images import opened
 
 MODEL = "claude-sonnet-4-5"
 TEXT_ONLY = "claude-text-only-1"  # a text-only route, declared in the repair's configuration
 TEXT_ONLY_NOTE = "[image omitted: this model does not accept images]"  # its text_only placeholder
-MAGIC = {"image/jpeg": b"\xff\xd8\xff", "image/png": b"\x89PNG\r\n\x1a\n"}
 
 
 def resume(place: Place, session: str, *more: str) -> subprocess.CompletedProcess[str]:
     """`claude -p "go on" --resume SESSION` in the project, as the harness runs the host."""
-    args = [*HOST.args(place, "go on"), "--resume", session, *more]
-    return subprocess.run(
-        [str(place.bin / HOST.command), *args],
-        cwd=place.project,
-        env=place.env() | dict(HOST.environ(place)),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=RUN_SECONDS,
-        check=False,
-    )
-
-
-def attachstore(
-    place: Place, data: Path, *args: str, config: Path | None = None
-) -> subprocess.CompletedProcess[str]:
-    """`attachstore transcript repair ARGS`, the installed command beside this Python, with a data directory
-    of the test's and no configuration but `config`, where given."""
-    command = Path(sys.executable).parent / "attachstore"
-    given = ["--config", str(config)] if config is not None else []
-    return subprocess.run(
-        [str(command), *given, "--data-dir", str(data), "transcript", "repair", *args],
-        env=place.env(),
-        capture_output=True,
-        text=True,
-        timeout=RUN_SECONDS,
-        check=False,
-    )
+    return host(HOST, place, *HOST.args(place, "go on"), "--resume", session, *more)
 
 
 def session(place: Place) -> tuple[str, Path, bytes]:
@@ -71,11 +52,6 @@ def session(place: Place) -> tuple[str, Path, bytes]:
     [path] = (place.home / ".claude" / "projects").glob(f"*/{sid}.jsonl")
     [shown] = last(place.model, 1).results[0].images
     return sid, path, shown.data
-
-
-def conversation(requests: list[Request]) -> list[Request]:
-    """The requests that carried the session's tool result (a side request, such as a title, carries none)."""
-    return [r for r in requests if r.turn is not None and r.turn.results]
 
 
 @pytest.mark.parametrize("name", POISONS)
@@ -118,7 +94,7 @@ def test_a_poisoned_session_is_refused_until_repaired_then_resumes(
 
         # Repair for the model the session resumes with.
         data = tmp_path / "repair-data"
-        done = attachstore(place, data, str(path), "--for", MODEL, "--in-place", "--json")
+        done = repair(place, data, str(path), "--for", MODEL, "--in-place", "--json")
         assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
         [report] = json.loads(done.stdout)["files"]
         assert (report["status"], report["format"], report["images"]["kept"]) == ("repaired", "claude", 0)
@@ -150,7 +126,7 @@ def test_a_poisoned_session_is_refused_until_repaired_then_resumes(
             assert max(decoded.size) <= 8000, why
 
     # --undo: the poisoned file back, byte for byte.
-    undone = attachstore(place, data, "--undo", str(path))
+    undone = repair(place, data, "--undo", str(path))
     assert undone.returncode == 0, f"{undone.stdout}\n{undone.stderr}"
     assert path.read_bytes() == poison
 
@@ -193,7 +169,7 @@ def test_twenty_photos_over_the_body_cap_are_refused_until_the_oldest_are_notes(
         assert path.read_bytes() == poison, why
 
         data = tmp_path / "repair-data"
-        done = attachstore(place, data, str(path), "--for", MODEL, "--in-place", "--json")
+        done = repair(place, data, str(path), "--for", MODEL, "--in-place", "--json")
         assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
         [report] = json.loads(done.stdout)["files"]
         assert (report["status"], report["images"]["fitted"]) == ("repaired", []), why
@@ -222,7 +198,7 @@ def test_twenty_photos_over_the_body_cap_are_refused_until_the_oldest_are_notes(
         assert named == [n["ref"] for n in notes], why
         assert all(f"attachstore get {n['ref']}" in result.text for n in notes), why
 
-    undone = attachstore(place, data, "--undo", str(path))
+    undone = repair(place, data, "--undo", str(path))
     assert undone.returncode == 0, f"{undone.stdout}\n{undone.stderr}"
     assert path.read_bytes() == poison
 
@@ -230,8 +206,7 @@ def test_twenty_photos_over_the_body_cap_are_refused_until_the_oldest_are_notes(
 def test_a_session_switched_to_a_text_only_model_resumes_with_one_note_a_message(
     hosts: Path, store: str, tmp_path: Path
 ) -> None:
-    config = tmp_path / "text-only.toml"
-    config.write_text(f'[routes."{TEXT_ONLY}"]\ninput_modalities = ["text"]\nprovider = "anthropic"\n')
+    config = text_only(TEXT_ONLY, "anthropic")
     with FakeModel(Messages(refused_for_text_only({TEXT_ONLY})), ONE_READ) as model:
         place = Place.make(tmp_path, store, TOKEN, model, hosts)
         sid, path, shown = session(place)
@@ -260,7 +235,7 @@ def test_a_session_switched_to_a_text_only_model_resumes_with_one_note_a_message
         assert path.read_bytes() == held, why
 
         data = tmp_path / "repair-data"
-        done = attachstore(place, data, str(path), "--for", TEXT_ONLY, "--in-place", "--json", config=config)
+        done = repair(place, data, str(path), "--for", TEXT_ONLY, "--in-place", "--json", config=config)
         assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
         [report] = json.loads(done.stdout)["files"]
         assert (report["status"], report["images"]["kept"], report["images"]["fitted"]) == ("repaired", 0, [])
@@ -280,6 +255,6 @@ def test_a_session_switched_to_a_text_only_model_resumes_with_one_note_a_message
         assert result.text.count(TEXT_ONLY_NOTE) == 1, why
         assert "[Image removed" not in result.text, why
 
-    undone = attachstore(place, data, "--undo", str(path), config=config)
+    undone = repair(place, data, "--undo", str(path), config=config)
     assert undone.returncode == 0, f"{undone.stdout}\n{undone.stderr}"
     assert path.read_bytes() == held
