@@ -320,6 +320,10 @@ class Index(ABC):
     ) -> tuple[SessionRow, bool]:
         return await self._write(lambda tx: sessions.create(tx, key, route, now, ttl))
 
+    async def keep_lifetime(self, key: SessionKey, ttl: int | None, used_at: float) -> None:
+        """A migration's copy of a session's lifetime and last use (never moved back)."""
+        await self._write(lambda tx: sessions.keep_lifetime(tx, key, ttl, used_at))
+
     async def touch_session(self, key: SessionKey, now: float, since: float) -> bool:
         """Renew the session unless it was used since `since`: a render's one write, now and then."""
         return await self._write(lambda tx: sessions.touch(tx, key, now, since))

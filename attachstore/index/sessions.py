@@ -68,6 +68,19 @@ async def renew_session(tx: Tx, key: SessionKey, now: float) -> None:
     )
 
 
+async def keep_lifetime(tx: Tx, key: SessionKey, ttl: int | None, used_at: float) -> None:
+    """Set the session's lifetime, and its last use to `used_at` unless it was used later (a copy's)."""
+    await tx.execute(
+        """UPDATE sessions SET ttl = $3,
+            used_at = CASE WHEN used_at < $4 THEN $4 ELSE used_at END,
+            expires_at = (CASE WHEN used_at < $4 THEN $4 ELSE used_at END) + CAST($3 AS double precision)
+        WHERE tenant = $1 AND id = $2""",
+        *key,
+        ttl,
+        used_at,
+    )
+
+
 async def touch(tx: Tx, key: SessionKey, now: float, since: float) -> bool:
     """A render's renewal: only if the session was last used before `since` (False otherwise, or when it is
     gone)."""
