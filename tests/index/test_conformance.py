@@ -814,6 +814,16 @@ async def test_a_lifetime_is_set_renewed_by_every_use_and_replaced_by_a_put(inde
     assert (await index.get_session(("t", "p"))).expires_at is None  # type: ignore[union-attr]
 
 
+async def test_a_migrations_lifetime_moves_the_last_use_only_forward(index: AnyIndex) -> None:
+    await index.create_session(("t", "s"), None, 50.0)
+    await index.keep_lifetime(("t", "s"), 100, 40.0)  # the copy was used later than the source says
+    found = await index.get_session(("t", "s"))
+    assert (found.ttl, found.used_at, found.expires_at) == (100, 50.0, 150.0)  # type: ignore[union-attr]
+    await index.keep_lifetime(("t", "s"), None, 80.0)
+    found = await index.get_session(("t", "s"))
+    assert (found.ttl, found.used_at, found.expires_at) == (None, 80.0, None)  # type: ignore[union-attr]
+
+
 async def test_a_touch_renews_only_a_session_unused_since(index: AnyIndex) -> None:
     await index.create_session(("t", "s"), None, 10.0, ttl=100)
     assert not await index.touch_session(("t", "s"), 50.0, 5.0)  # used at 10, after 5
