@@ -29,6 +29,14 @@ def duration_seconds(text: str) -> float:
     return sum(float(n) * _UNIT_SECONDS[u] for n, u in _DURATION_PART.findall(text))
 
 
+def parse_duration(text: str) -> float:
+    """Seconds of a duration written as the configuration writes them (30d, 24h, 1h30m); ValueError for
+    anything else."""
+    if not re.fullmatch(r"([0-9]+(\.[0-9]+)?(ms|s|m|h|d))+", text):
+        raise ValueError(f"not a duration: {text!r}")
+    return duration_seconds(text)
+
+
 class _Section(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
     pass
 
@@ -155,6 +163,17 @@ class Gc(_Timed, frozen=True):
         return duration_seconds(self.grace)
 
 
+class Mcp(_Timed, frozen=True):
+    # The idle lifetime of the session `attachstore mcp` and `mcp wrap` make for each process
+    # (docs/mcp.md, "Sessions"): renewed by every image it admits, released by gc once it has run out.
+    # "0s": no lifetime, kept until deleted.
+    session_ttl: Duration = "30d"
+
+    @cached_property
+    def session_ttl_seconds(self) -> int | None:
+        return round(duration_seconds(self.session_ttl)) or None
+
+
 class Placeholders(_Section, frozen=True):
     text_only: str = "[image omitted: this model does not accept images]"
     over_budget: str = (
@@ -238,6 +257,7 @@ class Config(_Section, frozen=True):
     admission: Admission = Admission()
     http: Http = Http()
     gc: Gc = Gc()
+    mcp: Mcp = Mcp()
     storage: Storage = Storage()
     index: IndexConfig = IndexConfig()
     integrity: Integrity = Integrity()
@@ -345,6 +365,8 @@ def _check(config: Config, source: str) -> None:
     ):
         if seconds <= 0:
             raise ConfigError(f"{source}: bad value for {key!r}: must be longer than 0")
+    if not 0 <= (config.mcp.session_ttl_seconds or 0) <= 10 * 365 * 86400:
+        raise ConfigError(f"{source}: bad value for 'mcp.session_ttl': at most 3650d (0s: none)")
     if config.storage.backend == "s3" and not config.storage.bucket:
         raise ConfigError(f"{source}: storage.bucket: the s3 backend needs a bucket")
     if config.index.backend == "postgresql" and not config.index.dsn:

@@ -10,6 +10,8 @@ from yarl import URL
 SOURCES = ("user", "tool", "mcp", "command")
 # "." and ".." are excluded: URL handling everywhere drops them as dot segments, so no client could name them.
 SESSION_ID_PATTERN = r"^(?!\.\.?$)[A-Za-z0-9._:-]{1,128}$"
+# A session's idle lifetime, in whole seconds: 1 second to 10 years (docs/sessions.md, "Lifetimes").
+MAX_SESSION_TTL = 10 * 365 * 86400
 
 
 def daemon_url(value: str, given: str) -> str:

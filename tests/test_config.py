@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from attachstore.config import duration_seconds, load
+from attachstore.config import duration_seconds, load, parse_duration
 from attachstore.errors import ConfigError
 
 
@@ -92,3 +92,21 @@ def test_durations() -> None:
     assert duration_seconds("1h30m") == 5400
     assert duration_seconds("250ms") == 0.25
     assert duration_seconds("7d") == 7 * 86400
+
+
+def test_parse_duration_takes_only_durations() -> None:
+    assert parse_duration("30d") == 30 * 86400
+    assert parse_duration("1d12h") == 129600
+    for text in ("", "30", "d", "30 d", "-1d", "forever"):
+        with pytest.raises(ValueError, match="not a duration"):
+            parse_duration(text)
+
+
+def test_mcp_sessions_live_thirty_days_idle_unless_configured(tmp_path: Path) -> None:
+    assert load(env={}).mcp.session_ttl_seconds == 30 * 86400
+    assert load(write(tmp_path, '[mcp]\nsession_ttl = "12h"\n'), env={}).mcp.session_ttl_seconds == 43200
+    assert load(write(tmp_path, '[mcp]\nsession_ttl = "0s"\n'), env={}).mcp.session_ttl_seconds is None
+    with pytest.raises(ConfigError, match=r"mcp\.session_ttl"):
+        load(write(tmp_path, '[mcp]\nsession_ttl = "3651d"\n'), env={})
+    with pytest.raises(ConfigError, match=r"mcp\.session_ttl"):
+        load(write(tmp_path, '[mcp]\nsession_ttl = "a month"\n'), env={})

@@ -300,11 +300,11 @@ def _sessions() -> dict[str, Any]:
         "/v1/sessions/{id}": {
             "parameters": id_,
             "put": _op(
-                "Create (the same body again is a no-op)",
+                "Create (the same body again is a no-op; a ttl sets the idle lifetime, renewed from now)",
                 _answers(created, 400, 408, 409, 413, 415),
                 requestBody=_body("SessionCreate"),
             ),
-            "get": _op("Route, holds, created", _answers(session, 400, 404)),
+            "get": _op("Route, holds, created, lifetime", _answers(session, 400, 404)),
             "delete": _op("Release the holds", _answers({"200": _answer("released", "Released")}, 400, 404)),
         },
         "/v1/sessions/{id}/route": {

@@ -21,12 +21,16 @@ def _key(request: web.Request) -> tuple[str, str]:
 
 
 def session_answer(s: SessionRow, status: int = 200) -> web.Response:
-    return json_response(wire.Session(s.id, s.route, list(s.holds), rfc3339(s.created_at)), status)
+    expires = None if s.expires_at is None else rfc3339(s.expires_at)
+    shown = wire.Session(
+        s.id, s.route, list(s.holds), rfc3339(s.created_at), s.ttl, rfc3339(s.used_at), expires
+    )
+    return json_response(shown, status)
 
 
 async def create(request: web.Request) -> web.Response:
     body = await read_json(request, create_decoder)
-    session, created = await request.app[STORE].sessions.create(_key(request), body.route)
+    session, created = await request.app[STORE].sessions.create(_key(request), body.route, body.ttl)
     return session_answer(session, 201 if created else 200)
 
 

@@ -9,6 +9,7 @@ import msgspec
 from msgspec import Meta
 
 from ..service import SESSION_ID_PATTERN
+from ..vocabulary import MAX_SESSION_TTL
 
 SessionId = Annotated[str, Meta(pattern=SESSION_ID_PATTERN)]
 RouteId = Annotated[str, Meta(min_length=1, max_length=256)]
@@ -40,6 +41,8 @@ class AdmitRequest(_In, frozen=True):
 
 class SessionCreate(_In, frozen=True):
     route: RouteId | None = None
+    # The idle lifetime in seconds, renewed by every use; given to an existing session, it replaces its own.
+    ttl: Annotated[int, Meta(ge=1, le=MAX_SESSION_TTL)] | None = None
 
 
 class RouteSwitch(_In, frozen=True):
@@ -121,6 +124,9 @@ class Session(msgspec.Struct):
     route: str | None
     holds: list[str]
     created: str  # RFC 3339, UTC
+    ttl: int | None  # seconds of idle lifetime; null: kept until deleted
+    last_used: str  # RFC 3339, UTC: made, or last renewed
+    expires: str | None  # RFC 3339, UTC: last_used + ttl; null: never
 
 
 class Released(msgspec.Struct):

@@ -19,9 +19,8 @@ from .. import __version__, logs
 from ..config import Config, default_data_dir, load
 from ..cores import cores
 from ..errors import AttachstoreError, ConfigError, IndexUnusable, InvalidRequest
-from ..text import rfc3339
 from ..vocabulary import SOURCES
-from . import maintenance, mcp, routes, shipped, transcript
+from . import maintenance, mcp, routes, sessions, shipped, transcript
 
 if TYPE_CHECKING:  # imported where used: the commands that need no store (`mcp`, `token`) start without it
     from ..service import Admission, ImageRef, Store, Upload
@@ -75,7 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     mcp.add_parsers(sub, common)
     transcript.add_parsers(sub, common)
     _add_token(sub)
-    _add_session(sub, common)
+    sessions.add_parsers(sub, common)
     shipped.add_parsers(sub)
     return p
 
@@ -153,42 +152,6 @@ def _add_token(sub: Any) -> None:
     s = sub.add_parser("token", help="make bearer tokens for tenants (reads no configuration)")
     s.add_argument("action", choices=["new"], help="new: make a token and print the lines to configure")
     s.add_argument("--tenant", required=True, metavar="NAME", help="the tenant the token belongs to")
-
-
-_SESSION_ARGUMENTS = {
-    "id": "the session's id: 1 to 128 of A-Z a-z 0-9 . _ : -",
-    "route": "the model to switch to",
-    "new_id": "the id of the copy",
-    "refs": "the attachments to hold, all or none",
-}
-
-
-def _add_session(sub: Any, common: argparse.ArgumentParser) -> None:
-    s: argparse.ArgumentParser = sub.add_parser(
-        "session", parents=[common], help="create, show, fork, hold and delete sessions"
-    )
-    actions = s.add_subparsers(dest="action", required=True, metavar="ACTION")
-
-    def action(name: str, help: str, *positionals: str) -> argparse.ArgumentParser:
-        a = actions.add_parser(name, parents=[common], help=help)
-        a.add_argument(
-            "--tenant", default="", metavar="NAME", help="the tenant's sessions (default: the open one, '')"
-        )
-        for positional in positionals:
-            if positional == "refs":
-                a.add_argument(positional, nargs="+", metavar="REF", help=_SESSION_ARGUMENTS[positional])
-            else:
-                a.add_argument(positional, metavar=positional.upper(), help=_SESSION_ARGUMENTS[positional])
-        return a
-
-    action("create", "create a session (the same route again is a no-op)", "id").add_argument(
-        "--route", metavar="MODEL", help="the model the session is on (default: none)"
-    )
-    action("show", "print a session as JSON", "id")
-    action("route", "switch the route (refused to a text-only one while it holds images)", "id", "route")
-    action("fork", "copy a session and its holds to a new id", "id", "new_id")
-    action("hold", "hold existing attachments in a session", "id", "refs")
-    action("delete", "release a session's holds and forget it", "id")
 
 
 def _config(args: argparse.Namespace) -> Config:
@@ -287,37 +250,6 @@ def _cmd_stat(args: argparse.Namespace, config: Config) -> int:
     return asyncio.run(_with_store(config, action, policy=False))
 
 
-def _cmd_session(args: argparse.Namespace, config: Config) -> int:
-    key = (args.tenant, args.id)
-
-    async def action(store: Store) -> object:
-        sessions = store.sessions
-        if args.action == "create":
-            return (await sessions.create(key, args.route))[0]
-        if args.action == "show":
-            return await sessions.get(key)
-        if args.action == "route":
-            return await sessions.switch_route(key, args.route)
-        if args.action == "fork":
-            return await sessions.fork(key, args.new_id)
-        if args.action == "hold":
-            return await sessions.hold(key, args.refs)
-        return {"session": args.id, "released": await sessions.delete(key)}
-
-    from ..index import SessionRow  # imported already by the store that answered
-
-    result = asyncio.run(_with_store(config, action))
-    if isinstance(result, SessionRow):
-        result = {
-            "session": result.id,
-            "route": result.route,
-            "holds": result.holds,
-            "created": rfc3339(result.created_at),
-        }
-    print(msgspec.json.encode(result).decode())
-    return EXIT_OK
-
-
 def _cmd_token(args: argparse.Namespace, config: Config) -> int:
     if not TENANT_NAME.fullmatch(args.tenant):
         raise InvalidRequest("--tenant: 1 to 64 letters, digits and . _ -")
@@ -345,7 +277,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {
     "put": _cmd_put,
     "get": _cmd_get,
     "stat": _cmd_stat,
-    "session": _cmd_session,
+    "session": sessions.run,
     "token": _cmd_token,
     "gc": maintenance.run_gc,
     "audit": maintenance.run_audit,

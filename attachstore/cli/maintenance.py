@@ -110,16 +110,23 @@ def run_gc(args: argparse.Namespace, config: Config) -> int:
             print(f"would remove unindexed {u.key}")
         for f in plan.staging:
             print(f"would remove staging {f.path}")
+        for s in plan.expired:
+            print(
+                f"would release expired session {s.id} (tenant {s.tenant!r}, expired {_when(s.expires_at)})"
+            )
     objects = plan.held + plan.young + plan.rooted + len(plan.garbage)
     print(
-        f"gc plan (grace {args.grace or config.gc.grace}): {_count(objects, 'object')}: {plan.held} held, "
+        f"gc plan (grace {args.grace or config.gc.grace}): "
+        f"{_count(len(plan.expired), 'expired session')} to release; "
+        f"{_count(objects, 'object')}: {plan.held} held, "
         f"{plan.young} within the grace period, {plan.rooted} kept by roots, {len(plan.garbage)} to collect "
         f"({human_bytes(plan.garbage_bytes)}); {_count(len(plan.staging), 'staging file')} and "
         f"{_count(len(plan.unindexed), 'unindexed file')} to remove"
     )
     if result is not None:
         print(
-            f"gc: collected {_count(len(result.collected), 'object')} "
+            f"gc: released {_count(result.sessions_released, 'expired session')}; "
+            f"collected {_count(len(result.collected), 'object')} "
             f"({human_bytes(result.collected_bytes)}), "
             f"{result.skipped} skipped (renewed, held or collected meanwhile); "
             f"removed {_count(result.staging_removed, 'staging file')}, "
@@ -148,11 +155,18 @@ def _gc_json(plan: gc.GcPlan, result: gc.GcResult | None, dry_run: bool) -> dict
             "kept_by_roots": plan.rooted,
             "staging": [str(f.path) for f in plan.staging],
             "unindexed": [u.key for u in plan.unindexed],
+            "expired_sessions": [
+                {"tenant": s.tenant, "session": s.id, "expired": _when(s.expires_at)} for s in plan.expired
+            ],
         },
     }
     if result is not None:
         out["result"] = asdict(result)
     return out
+
+
+def _when(at: float | None) -> str:
+    return rfc3339(at or 0.0, "seconds")
 
 
 def _count(n: int, noun: str, plural: str = "") -> str:

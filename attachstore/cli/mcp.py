@@ -15,6 +15,7 @@ from ..config import Config
 from ..errors import ConfigError
 from ..loops import loop_factory
 from ..vocabulary import SESSION_ID_PATTERN
+from .sessions import ttl_seconds
 
 if TYPE_CHECKING:
     from ..mcp import Backend
@@ -100,6 +101,12 @@ def _backend_options(parser: argparse.ArgumentParser) -> None:
         metavar="URL",
         help="use the daemon at URL (default: $ATTACHSTORE_URL, else the data dir directly)",
     )
+    parser.add_argument(
+        "--session-ttl",
+        metavar="DURATION",
+        help="the idle lifetime of the session this process makes, e.g. 30d, 12h; 0s: none (default: the "
+        "configuration's [mcp] session_ttl, else 30d)",
+    )
 
 
 def run(args: argparse.Namespace, config: Config) -> int:
@@ -154,11 +161,14 @@ def _named(command: str) -> str:
 def _backend(args: argparse.Namespace, config: Config, session: str) -> Backend:
     from .. import mcp
 
+    ttl = config.mcp.session_ttl_seconds
+    if args.session_ttl is not None:
+        ttl = None if args.session_ttl in ("0", "0s") else ttl_seconds(args.session_ttl, "--session-ttl")
     url = args.url or os.environ.get("ATTACHSTORE_URL") or None
     if not url:
-        return mcp.Local(config, session, args.route)
+        return mcp.Local(config, session, args.route, ttl=ttl)
     try:
-        return mcp.Remote(url, os.environ.get("ATTACHSTORE_TOKEN") or None, session, args.route)
+        return mcp.Remote(url, os.environ.get("ATTACHSTORE_TOKEN") or None, session, args.route, ttl)
     except ValueError as e:
         raise ConfigError(f"--url: {e}") from None
 

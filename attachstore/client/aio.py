@@ -336,10 +336,12 @@ class AsyncClient:
     # --- sessions ---
 
     async def create_session(
-        self, id: str, route: str | None = None, *, request_id: str | None = None
+        self, id: str, route: str | None = None, *, ttl: int | None = None, request_id: str | None = None
     ) -> Session:
-        """Create a session; the same route again answers it as it is (idempotent)."""
-        return await self._json(_session, "PUT", ("v1", "sessions", id), {"route": route}, request_id)
+        """Create a session; the same route again answers it as it is (idempotent). `ttl`: its idle lifetime
+        in seconds, renewed by every use (given to an existing session, it replaces the one it had)."""
+        body: dict[str, object] = {"route": route} if ttl is None else {"route": route, "ttl": ttl}
+        return await self._json(_session, "PUT", ("v1", "sessions", id), body, request_id)
 
     async def get_session(self, id: str, *, request_id: str | None = None) -> Session:
         return await self._json(_session, "GET", ("v1", "sessions", id), request_id=request_id)

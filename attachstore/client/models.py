@@ -100,6 +100,9 @@ class Session(msgspec.Struct, frozen=True):
     route: str | None
     holds: list[str]  # in the order they were first held
     created: datetime
+    ttl: int | None = None  # seconds of idle lifetime, renewed by every use; None: kept until deleted
+    last_used: datetime | None = None  # made, or last renewed (None from a daemon older than lifetimes)
+    expires: datetime | None = None  # last_used + ttl: gc then releases the session
 
 
 class Released(msgspec.Struct, frozen=True):

@@ -181,8 +181,10 @@ class Client:
             request_id=request_id,
         )
 
-    def create_session(self, id: str, route: str | None = None, *, request_id: str | None = None) -> Session:
-        return self._call(self._async.create_session, id, route, request_id=request_id)
+    def create_session(
+        self, id: str, route: str | None = None, *, ttl: int | None = None, request_id: str | None = None
+    ) -> Session:
+        return self._call(self._async.create_session, id, route, ttl=ttl, request_id=request_id)
 
     def get_session(self, id: str, *, request_id: str | None = None) -> Session:
         return self._call(self._async.get_session, id, request_id=request_id)

@@ -13,6 +13,7 @@ from typing import TypeVar, cast
 import asyncpg  # type: ignore[import-untyped,unused-ignore]
 
 from ..errors import StorageUnavailable
+from . import sessions
 from .dialect import Tx
 from .pgdriver import (
     CONNECTION_ERRORS,
@@ -185,12 +186,12 @@ class PgIndex(Index):
     async def get_session(self, key: SessionKey) -> SessionRow | None:
         # the session and its holds in one statement: as of one moment
         found = await self._reads.fetch(
-            """SELECT route, created_at, ARRAY(SELECT ref FROM holds
+            """SELECT route, created_at, ttl, used_at, expires_at, ARRAY(SELECT ref FROM holds
                 WHERE holds.tenant = sessions.tenant AND holds.session = sessions.id ORDER BY created_at, seq)
             FROM sessions WHERE tenant = $1 AND id = $2""",
             *key,
         )
         if not found:
             return None
-        route, created_at, holds = found[0]
-        return SessionRow(key[0], key[1], route, created_at, tuple(holds))
+        *columns, holds = found[0]
+        return sessions.session_row(key, columns, holds)

@@ -97,9 +97,9 @@ class Index(ABC):
                     [(tenant, r.ref, r.name) for r in ordered],
                 )
             if hold is not None:
-                await sessions.insert_holds(
-                    tx, hold.key, [r.ref for r in rows], rows[0].lease_at if rows else time.time()
-                )
+                at = rows[0].lease_at if rows else time.time()
+                await sessions.insert_holds(tx, hold.key, [r.ref for r in rows], at)
+                await sessions.renew_session(tx, hold.key, at)  # the admission is a use of the session
 
         await self._write(work)
 
@@ -167,10 +167,13 @@ class Index(ABC):
     # -- garbage collection ----------------------------------------------------------------------------------
 
     async def collectible(self, cutoff: float) -> list[ObjectRow]:
+        """A session that expired before `cutoff` holds nothing here: gc releases it before it sweeps."""
         return await sweep.collectible(self._reads, cutoff)
 
-    async def held_and_recent(self, cutoff: float) -> tuple[int, int]:
-        return await sweep.held_and_recent(self._reads, cutoff)
+    async def held_and_recent(self, cutoff: float, now: float | None = None) -> tuple[int, int]:
+        """Held by a session live at `now` (or linked as a variant); not held, but within the grace (an
+        expired session's objects count from its expiry)."""
+        return await sweep.held_and_recent(self._reads, cutoff, time.time() if now is None else now)
 
     async def refs(self) -> set[str]:
         return {r[0] for r in await self._reads.fetch("SELECT ref FROM objects")}
@@ -312,8 +315,18 @@ class Index(ABC):
     async def get_session(self, key: SessionKey) -> SessionRow | None:
         return await sessions.read(self._reads, key)
 
-    async def create_session(self, key: SessionKey, route: str | None, now: float) -> tuple[SessionRow, bool]:
-        return await self._write(lambda tx: sessions.create(tx, key, route, now))
+    async def create_session(
+        self, key: SessionKey, route: str | None, now: float, ttl: int | None = None
+    ) -> tuple[SessionRow, bool]:
+        return await self._write(lambda tx: sessions.create(tx, key, route, now, ttl))
+
+    async def keep_lifetime(self, key: SessionKey, ttl: int | None, used_at: float) -> None:
+        """A migration's copy of a session's lifetime and last use (never moved back)."""
+        await self._write(lambda tx: sessions.keep_lifetime(tx, key, ttl, used_at))
+
+    async def touch_session(self, key: SessionKey, now: float, since: float) -> bool:
+        """Renew the session unless it was used since `since`: a render's one write, now and then."""
+        return await self._write(lambda tx: sessions.touch(tx, key, now, since))
 
     async def set_route(
         self, key: SessionKey, route: str | None, guard: Callable[[SessionRow], object]
@@ -329,3 +342,11 @@ class Index(ABC):
 
     async def delete_session(self, key: SessionKey, now: float) -> int:
         return await self._write(lambda tx: sessions.delete(tx, key, now))
+
+    async def expired_sessions(self, now: float) -> list[SessionRow]:
+        """Every tenant's, without their holds."""
+        return await sessions.expired(self._reads, now)
+
+    async def release_expired(self, key: SessionKey, now: float) -> int | None:
+        """The holds released, or None if the session is no longer expired (renewed meanwhile) or gone."""
+        return await self._write(lambda tx: sessions.release_expired(tx, key, now))

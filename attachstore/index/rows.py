@@ -54,6 +54,9 @@ class SessionRow:
     route: str | None
     created_at: float
     holds: tuple[str, ...]  # refs, in the order they were first held
+    ttl: int | None = None  # the idle lifetime, in seconds; None: the session lasts until deleted
+    used_at: float = 0.0  # made, or last renewed (docs/operations.md, "Session lifetimes")
+    expires_at: float | None = None  # used_at + ttl: gc releases it once this has passed
 
 
 @dataclass(frozen=True, slots=True)

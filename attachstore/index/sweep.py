@@ -12,6 +12,17 @@ from .rows import COLUMNS, ObjectRow
 # Not held by a session and not a variant some source still links to: what GC may consider.
 _UNHELD = """NOT EXISTS (SELECT 1 FROM holds WHERE holds.ref = objects.ref)
     AND NOT EXISTS (SELECT 1 FROM variants WHERE variants.variant = objects.ref)"""
+
+
+def _unheld_at(at: str) -> str:
+    """As `_UNHELD`, but a session that expired before `at` holds nothing: the plan sees the store as it will
+    be once gc has released the expired sessions (their objects' leases renewed to when they expired)."""
+    return f"""NOT EXISTS (SELECT 1 FROM holds JOIN sessions
+            ON sessions.tenant = holds.tenant AND sessions.id = holds.session
+        WHERE holds.ref = objects.ref AND (sessions.expires_at IS NULL OR sessions.expires_at >= {at}))
+    AND NOT EXISTS (SELECT 1 FROM variants WHERE variants.variant = objects.ref)"""
+
+
 _COLLECTIBLE = f"SELECT bytes FROM objects WHERE ref = $1 AND lease_at < $2 AND {_UNHELD}"
 # A variant that only its source kept: no hold, no other source, no grant from an admission of its bytes.
 _ORPHANED = f"{_COLLECTIBLE} AND NOT EXISTS (SELECT 1 FROM grants WHERE grants.ref = objects.ref)"
@@ -19,15 +30,17 @@ _DELETE = "DELETE FROM objects WHERE ref = $1"
 
 
 async def collectible(reads: Reads, cutoff: float) -> list[ObjectRow]:
-    sql = f"SELECT {COLUMNS} FROM objects WHERE lease_at < $1 AND {_UNHELD} ORDER BY ref"
+    sql = f"SELECT {COLUMNS} FROM objects WHERE lease_at < $1 AND {_unheld_at('$1')} ORDER BY ref"
     return [object_row(r) for r in await reads.fetch(sql, cutoff)]
 
 
-async def held_and_recent(reads: Reads, cutoff: float) -> tuple[int, int]:
-    sql = f"""SELECT CAST(coalesce(sum(CASE WHEN {_UNHELD} THEN 0 ELSE 1 END), 0) AS bigint),
-        CAST(coalesce(sum(CASE WHEN {_UNHELD} AND lease_at >= $1 THEN 1 ELSE 0 END), 0) AS bigint)
+async def held_and_recent(reads: Reads, cutoff: float, now: float) -> tuple[int, int]:
+    unheld_now = _unheld_at("$2")
+    sql = f"""SELECT CAST(coalesce(sum(CASE WHEN {unheld_now} THEN 0 ELSE 1 END), 0) AS bigint),
+        CAST(coalesce(sum(CASE WHEN {unheld_now} AND (lease_at >= $1 OR NOT ({_unheld_at("$1")}))
+            THEN 1 ELSE 0 END), 0) AS bigint)
         FROM objects"""
-    [found] = await reads.fetch(sql, cutoff)
+    [found] = await reads.fetch(sql, cutoff, now)
     return int(found[0]), int(found[1])
 
 

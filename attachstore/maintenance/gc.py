@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..index import ObjectRow
+from ..index import ObjectRow, SessionRow
 from ..progress import Progress
 from ..refs import MAX_REF_LENGTH
 from ..service import Store
@@ -48,6 +48,9 @@ class GcPlan:
     young: int  # unheld, but within the grace period
     staging: list[StoredFile]  # the local backend's only: S3 has no staging area
     unindexed: list[StoredObject]
+    now: float
+    # Sessions whose lifetime ran out before `now`: released first; the counts above already see them gone.
+    expired: list[SessionRow]
 
     @property
     def garbage_bytes(self) -> int:
@@ -59,6 +62,7 @@ class GcResult:
     collected: list[str] = field(default_factory=list)
     collected_bytes: int = 0
     skipped: int = 0  # renewed, held, or collected by another gc, between the plan and the sweep
+    sessions_released: int = 0  # expired sessions released (one renewed since the plan stays)
     staging_removed: int = 0
     unindexed_removed: int = 0
     empty_dirs_removed: int = 0
@@ -74,9 +78,10 @@ async def plan(
     now = time.time() if now is None else now
     cutoff = now - grace
     named = await asyncio.to_thread(scan_roots, roots) if roots else set()
+    expired = await store.sessions.expired(now)
     candidates = await store.index.collectible(cutoff)
     garbage = [r for r in candidates if r.ref not in named]
-    held, young = await store.index.held_and_recent(cutoff)
+    held, young = await store.index.held_and_recent(cutoff, now)
     indexed = await store.index.refs()
     bar = progress(*await store.index.stats()) if progress else None
 
@@ -101,7 +106,7 @@ async def plan(
         local = store.local
         staging = await asyncio.to_thread(lambda: [f for f in local.walk_staging() if f.mtime < file_cutoff])
     rooted = len(candidates) - len(garbage)
-    return GcPlan(cutoff, grace, garbage, rooted, held, young, staging, unindexed)
+    return GcPlan(cutoff, grace, garbage, rooted, held, young, staging, unindexed, now, expired)
 
 
 async def execute(store: Store, gc_plan: GcPlan, progress: Progress | None = None) -> GcResult:
@@ -114,6 +119,10 @@ async def execute(store: Store, gc_plan: GcPlan, progress: Progress | None = Non
 async def _sweep(store: Store, gc_plan: GcPlan, progress: Progress | None) -> GcResult:
     result = GcResult()
     sizes = {r.ref: r.bytes for r in gc_plan.garbage}
+    # Expired sessions first, each under its row's lock: their holds go, their objects' leases are renewed to
+    # when they expired, and only then are the plan's candidates re-checked and swept.
+    if gc_plan.expired:
+        result.sessions_released = len(await store.sessions.release_expired(gc_plan.now))
 
     refs = [r.ref for r in gc_plan.garbage]
     for start in range(0, len(refs), _BATCH):
@@ -153,5 +162,6 @@ async def _sweep(store: Store, gc_plan: GcPlan, progress: Progress | None) -> Gc
     if progress:
         progress.finish()
     figures = {"collected": len(result.collected), "collected_bytes": result.collected_bytes}
-    await store.index.record_run("gc", figures | {"skipped": result.skipped})
+    figures |= {"skipped": result.skipped, "sessions_released": result.sessions_released}
+    await store.index.record_run("gc", figures)
     return result

@@ -277,6 +277,8 @@ class _Copy(Stage):
                 if not set(refs) <= held:
                     await self.store.index.add_holds(hold, refs, at)
                     self.report.holds += len(set(refs) - held)
+            # The source's lifetime and last use (forward only: a daemon on the target may have renewed it).
+            await self.store.index.keep_lifetime(s.key, s.ttl, s.used_at)
 
     async def _runs(self) -> None:
         there = await self.store.index.runs()

@@ -28,6 +28,8 @@ class SourceSession:
     route: str | None
     created_at: float
     holds: tuple[HeldRef, ...]  # in the order they were made
+    ttl: int | None = None  # its idle lifetime (seconds), and when it was last used
+    used_at: float = 0.0
 
     @property
     def key(self) -> tuple[str, str]:
@@ -89,9 +91,17 @@ def read_source(path: Path) -> Snapshot:
         ):
             holds.setdefault((tenant, session), []).append(HeldRef(ref, at))
         sessions = [
-            SourceSession(tenant, id, route, at, tuple(holds.get((tenant, id), ())))
-            for tenant, id, route, at in db.execute(
-                "SELECT tenant, id, route, created_at FROM sessions ORDER BY tenant, id"
+            SourceSession(
+                tenant,
+                id,
+                route,
+                at,
+                tuple(holds.get((tenant, id), ())),
+                None if ttl is None else int(ttl),
+                used,
+            )
+            for tenant, id, route, at, ttl, used in db.execute(
+                "SELECT tenant, id, route, created_at, ttl, used_at FROM sessions ORDER BY tenant, id"
             )
         ]
         variants = [

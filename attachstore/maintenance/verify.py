@@ -120,6 +120,10 @@ class Verify(Stage):
                     f"route {found.route!r} created at {found.created_at!r} in the target, "
                     f"{s.route!r} created at {s.created_at!r} in the source",
                 )
+            if found.ttl != s.ttl:
+                self._differ(
+                    "session", what, f"a ttl of {found.ttl!r} in the target, {s.ttl!r} in the source"
+                )
             holds = tuple(h.ref for h in s.holds if h.ref in self.wanted)
             if found.holds != holds:
                 self._differ("holds", what, _holds_change(found.holds, holds))

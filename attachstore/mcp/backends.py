@@ -112,11 +112,13 @@ def _normalized_from(normalized: Any) -> str | None:
 
 
 class _Session:
-    """The session read_image admits into: looked up at first use, created (with `--route`) if missing."""
+    """The session read_image admits into: looked up at first use, created (with `--route`, and with the
+    idle lifetime `ttl` in seconds) if missing. An existing session keeps its own lifetime."""
 
-    def __init__(self, id: str, route: str | None) -> None:
+    def __init__(self, id: str, route: str | None, ttl: int | None = None) -> None:
         self.id = id
         self.route = route
+        self.ttl = ttl
         self._ready = False
         self._lock = asyncio.Lock()
 
@@ -161,10 +163,12 @@ class Local:
     """A Store on the data dir, opened at the first call (a host may start a server only to list its
     tools, or start one and kill it at once), with one decode worker, like the other local commands."""
 
-    def __init__(self, config: Config, session: str, route: str | None, tenant: str = "") -> None:
+    def __init__(
+        self, config: Config, session: str, route: str | None, tenant: str = "", ttl: int | None = None
+    ) -> None:
         self.config = config
         self.tenant = tenant
-        self.session = _Session(session, route)
+        self.session = _Session(session, route, ttl)
         self.file_bytes = config.admission.upload_limits(config.limits).max_image_bytes
         self._store: Store | None = None
         self._opening = asyncio.Lock()
@@ -191,7 +195,7 @@ class Local:
         key, route = (self.tenant, self.session.id), self.session.route
         answer = await self.session.within(
             lambda: store.sessions.get(key),
-            lambda: store.sessions.create(key, route),
+            lambda: store.sessions.create(key, route, self.session.ttl),
             lambda: store.admit(uploads, source, route=route, session=key[1], tenant=key[0]),
         )
         return _stored(answer)
@@ -240,13 +244,15 @@ class Local:
 
 
 class Remote:
-    def __init__(self, url: str, token: str | None, session: str, route: str | None) -> None:
+    def __init__(
+        self, url: str, token: str | None, session: str, route: str | None, ttl: int | None = None
+    ) -> None:
         # The URL is checked now, so that a bad --url is an error at start-up; the client (and aiohttp) is
         # made at the first call, after the server has answered `initialize`.
         self.url = daemon_url(url, "base_url")
         self.token = token
         self._client: AsyncClient | None = None
-        self.session = _Session(session, route)
+        self.session = _Session(session, route, ttl)
         self.file_bytes = REMOTE_FILE_BYTES
 
     @property
@@ -263,7 +269,7 @@ class Remote:
         c, s = self.client, self.session
         answer = await s.within(
             lambda: c.get_session(s.id),
-            lambda: c.create_session(s.id, s.route),
+            lambda: c.create_session(s.id, s.route, ttl=s.ttl),
             lambda: c.admit(Image(data, None, name), source="tool", route=s.route, session=s.id),
         )
         stored = _stored(answer)
@@ -276,7 +282,7 @@ class Remote:
         result = {"content": [_block(u) for u in images]}
         answer = await s.within(
             lambda: c.get_session(s.id),
-            lambda: c.create_session(s.id, s.route),
+            lambda: c.create_session(s.id, s.route, ttl=s.ttl),
             lambda: c.admit_mcp_result(result, route=s.route, session=s.id),
         )
         return _stored(answer)

@@ -85,7 +85,7 @@ async def render(
 async def _route(store: Store, request: RenderRequest, tenant: str) -> tuple[str | None, Route | None]:
     route_name = request.route
     if request.session is not None:
-        session = await store.sessions.get((tenant, request.session))
+        session = await store.sessions.named((tenant, request.session))
         route_name = route_name if route_name is not None else session.route
     return route_name, store.routes.route(route_name)
 

@@ -10,12 +10,24 @@ from ..config import Config
 from ..errors import InvalidRequest, SessionNotFound
 from ..index import Hold, Index, SessionKey, SessionRow
 from ..refs import Ref
-from ..vocabulary import SESSION_ID_PATTERN
+from ..vocabulary import MAX_SESSION_TTL, SESSION_ID_PATTERN
 from . import policy
 from .policy import RouteTable
 
 _SESSION_ID = re.compile(SESSION_ID_PATTERN)
 MAX_HOLDS_PER_REQUEST = 1000
+# A render renews the session it names at most this often (seconds): a render only reads otherwise, and a
+# conversation renders on every turn. A session with a lifetime may so expire up to this much early.
+RENDER_RENEWAL = 60.0
+
+
+def check_ttl(ttl: int | None) -> int | None:
+    if ttl is not None and (isinstance(ttl, bool) or not 0 < ttl <= MAX_SESSION_TTL):
+        raise InvalidRequest(
+            f"ttl: not a lifetime: {ttl!r}",
+            hint=f"a session's ttl is whole seconds, 1 to {MAX_SESSION_TTL} (10 years)",
+        )
+    return ttl
 
 
 def check_session_id(text: str) -> str:
@@ -39,10 +51,36 @@ class Sessions:
             raise SessionNotFound(f"no session {key[1]!r}", hint="create it with PUT /v1/sessions/{id}")
         return found
 
-    async def create(self, key: SessionKey, route: str | None) -> tuple[SessionRow, bool]:
-        """The same request again is a no-op (False); another route is a conflict."""
+    async def create(
+        self, key: SessionKey, route: str | None, ttl: int | None = None
+    ) -> tuple[SessionRow, bool]:
+        """The same request again is a no-op (False); another route is a conflict. A `ttl` (seconds) is the
+        session's idle lifetime: given to an existing session, it replaces its own, renewed from now."""
         check_session_id(key[1])
-        return await self.index.create_session(key, route, time.time())
+        return await self.index.create_session(key, route, time.time(), check_ttl(ttl))
+
+    async def named(self, key: SessionKey, now: float | None = None) -> SessionRow:
+        """The session a render names: read, and renewed if it was last used more than `RENDER_RENEWAL`
+        seconds ago (the only write a render makes)."""
+        session = await self.get(key)
+        at = time.time() if now is None else now
+        if at - session.used_at >= RENDER_RENEWAL:
+            await self.index.touch_session(key, at, at - RENDER_RENEWAL)
+        return session
+
+    async def expired(self, now: float | None = None) -> list[SessionRow]:
+        """Every tenant's sessions whose lifetime has run out, without their holds."""
+        return await self.index.expired_sessions(time.time() if now is None else now)
+
+    async def release_expired(self, now: float | None = None) -> list[tuple[SessionRow, int]]:
+        """Release them: each with the holds it released. One renewed meanwhile stays, and is left out."""
+        at = time.time() if now is None else now
+        released = []
+        for session in await self.index.expired_sessions(at):
+            holds = await self.index.release_expired((session.tenant, session.id), at)
+            if holds is not None:
+                released.append((session, holds))
+        return released
 
     async def switch_route(self, key: SessionKey, route: str | None) -> SessionRow:
         check_session_id(key[1])

@@ -158,7 +158,15 @@ def test_session_commands(capsys: pytest.CaptureFixture[str], tmp_path: Path, im
     code, out, _ = run(capsys, "session", "show", *d, "s2")
     shown = json.loads(out)
     assert shown.pop("created").endswith("Z")
-    assert shown == {"session": "s2", "route": "some-model", "holds": [ref]}
+    assert shown.pop("last_used").endswith("Z")
+    assert shown == {"session": "s2", "route": "some-model", "holds": [ref], "ttl": None, "expires": None}
+    code, out, _ = run(capsys, "session", "create", *d, "s2", "--route", "some-model", "--ttl", "1d12h")
+    shown = json.loads(out)
+    assert (shown["ttl"], shown["holds"], shown["expires"] > shown["last_used"]) == (129600, [ref], True)
+    code, _, err = run(capsys, "session", "create", *d, "s3", "--ttl", "forever")
+    assert (code, err) == (2, "attachstore: --ttl: not a duration: 'forever' (e.g. 30d, 12h, 90m)\n")
+    code, _, err = run(capsys, "session", "create", *d, "s3", "--ttl", "3651d")
+    assert (code, "a lifetime is 1 second to 3650 days" in err) == (2, True)
     code, _, err = run(capsys, "session", "show", *d, "s1")
     assert (code, "SESSION_NOT_FOUND" in err) == (1, True)
 

@@ -85,7 +85,8 @@ def test_the_gc_plan_counts_what_it_keeps_and_why(
         + time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(_lease(data, garbage))),
         f"would remove unindexed {_object(data, stray)}",
         f"would remove staging {staging}",
-        f"gc plan (grace 1h): 4 objects: 1 held, 1 within the grace period, 1 kept by roots, 1 to collect "
+        "gc plan (grace 1h): 0 expired sessions to release; "
+        f"4 objects: 1 held, 1 within the grace period, 1 kept by roots, 1 to collect "
         f"({garbage_bytes} B); 1 staging file and 1 unindexed file to remove",
     ]
 
@@ -107,8 +108,11 @@ def test_the_gc_plan_counts_what_it_keeps_and_why(
     capsys.readouterr()
     assert main(["gc", "--data-dir", str(data), "--grace", "0s"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("gc plan (grace 0s): 3 objects: 1 held, 0 within the grace period, 0 kept")
-    assert lines[1].startswith("gc: collected 2 objects (")
+    assert lines[0].startswith(
+        "gc plan (grace 0s): 0 expired sessions to release; 3 objects: 1 held, 0 within the grace period, "
+        "0 kept"
+    )
+    assert lines[1].startswith("gc: released 0 expired sessions; collected 2 objects (")
     assert "removed 0 staging files, 0 unindexed files, " in lines[1]
 
 
@@ -207,3 +211,64 @@ def test_audit_with_max_rate_says_it_is_throttled(
     assert capsys.readouterr().out.startswith("audit (throttled to 1.0 MiB/s): 5 files (")
     assert main(["audit", "--data-dir", str(data), "--max-rate", "1", "--sample", "0.5"]) == 0
     assert capsys.readouterr().out.startswith("audit (sample 0.5, throttled to 1.0 MiB/s): ")
+
+
+def _expire(data_dir: Path, session: str, seconds: float) -> None:
+    """Move the session's last use `seconds` into the past (its expiry with it)."""
+    with sqlite3.connect(data_dir / "index.sqlite3") as db:
+        db.execute(
+            "UPDATE sessions SET used_at = used_at - ?, expires_at = expires_at - ? WHERE id = ?",
+            (seconds, seconds, session),
+        )
+
+
+def test_gc_releases_expired_sessions_and_counts_them(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, images: list[Path]
+) -> None:
+    data = tmp_path / "data"
+    for session, ttl in (("gone", "1h"), ("live", "1h"), ("kept", None)):
+        lifetime = ["--ttl", ttl] if ttl else []
+        assert main(["--data-dir", str(data), "session", "create", session, *lifetime]) == 0
+    [gone] = _put(capsys, data, images[0], session="gone")
+    [live] = _put(capsys, data, images[1], session="live")
+    [kept] = _put(capsys, data, images[2], session="kept")
+    for ref in (gone, live, kept):
+        _age(data, ref, 4 * 86400)
+    _expire(data, "gone", 3 * 86400)  # expired two days and 23 hours ago
+    _expire(data, "kept", 3 * 86400)  # no lifetime: never expires
+
+    assert main(["gc", "--data-dir", str(data), "--grace", "1d", "--dry-run"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].startswith("would release expired session gone (tenant '', expired ")
+    assert out[2].startswith("gc plan (grace 1d): 1 expired session to release; 3 objects: 2 held, ")
+    assert "2 held, 0 within the grace period, 0 kept by roots, 1 to collect (" in out[2]
+    assert main(["gc", "--data-dir", str(data), "--grace", "1d", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [s["session"] for s in report["plan"]["expired_sessions"]] == ["gone"]
+    assert report["plan"]["garbage"] == [gone]
+    assert (report["result"]["sessions_released"], report["result"]["collected"]) == (1, [gone])
+    assert [main(["--data-dir", str(data), "stat", ref]) for ref in (gone, live, kept)] == [1, 0, 0]
+
+
+def test_session_release_expired(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, images: list[Path]
+) -> None:
+    data = tmp_path / "data"
+    assert main(["--data-dir", str(data), "session", "create", "old", "--ttl", "30d"]) == 0
+    assert main(["--data-dir", str(data), "session", "create", "new", "--ttl", "30d"]) == 0
+    [ref] = _put(capsys, data, images[0], session="old")
+    _expire(data, "old", 31 * 86400)
+    release = ["--data-dir", str(data), "session", "release", "--expired"]
+    assert main([*release, "--dry-run"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert listed["dry_run"] is True
+    assert [(s["tenant"], s["session"], s["released"]) for s in listed["sessions"]] == [("", "old", None)]
+    assert main(release) == 0
+    assert [(s["session"], s["released"]) for s in json.loads(capsys.readouterr().out)["sessions"]] == [
+        ("old", 1)
+    ]
+    assert main(release) == 0
+    assert json.loads(capsys.readouterr().out)["sessions"] == []
+    assert main(["--data-dir", str(data), "session", "show", "old"]) == 1
+    assert main(["--data-dir", str(data), "session", "show", "new"]) == 0
+    assert main(["--data-dir", str(data), "stat", ref]) == 0  # released: gc collects it after the grace

@@ -276,6 +276,19 @@ async def test_render_errors(ac: AsyncClient) -> None:
 # --- sessions ---
 
 
+async def test_a_session_with_a_lifetime(ac: AsyncClient) -> None:
+    plain = await ac.create_session("chat-7", "vision")
+    assert (plain.ttl, plain.expires, plain.last_used) == (None, None, plain.created)
+    lived = await ac.create_session("chat-7", "vision", ttl=3600)
+    assert lived.ttl == 3600
+    assert lived.last_used is not None
+    assert lived.expires is not None
+    assert (lived.expires - lived.last_used).total_seconds() == pytest.approx(3600, abs=0.002)
+    assert (await ac.get_session("chat-7")).ttl == 3600
+    e = await fails(ac.create_session("chat-8", ttl=0))
+    assert (e.code, e.status) == ("INVALID_REQUEST", 400)
+
+
 async def test_session_lifecycle(ac: AsyncClient) -> None:
     created = await ac.create_session("chat-42", "vision")
     assert (created.id, created.route, created.holds) == ("chat-42", "vision", [])

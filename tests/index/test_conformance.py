@@ -678,7 +678,7 @@ async def test_create_and_get_a_session(index: AnyIndex) -> None:
     assert await index.get_session(("t", "s")) is None
     made, created = await index.create_session(("t", "s"), "gpt-4o", 5.0)
     assert created
-    assert made == SessionRow("t", "s", "gpt-4o", 5.0, ())
+    assert made == SessionRow("t", "s", "gpt-4o", 5.0, (), used_at=5.0)
     again, created = await index.create_session(("t", "s"), "gpt-4o", 9.0)
     assert not created
     assert again == made
@@ -701,10 +701,14 @@ async def test_set_route_runs_the_guard_on_the_session(index: AnyIndex) -> None:
 
     with pytest.raises(SessionConflict):
         await index.set_route(("t", "s"), "text", refuse)
-    assert seen == [SessionRow("t", "s", "vision", 1.0, (A,))]
+    assert seen == [SessionRow("t", "s", "vision", 1.0, (A,), used_at=2.0)]
     assert (await index.get_session(("t", "s"))).route == "vision"  # type: ignore[union-attr]
     switched = await index.set_route(("t", "s"), "text", no_guard)
-    assert switched == SessionRow("t", "s", "text", 1.0, (A,)) == await index.get_session(("t", "s"))
+    assert (
+        switched
+        == SessionRow("t", "s", "text", 1.0, (A,), used_at=2.0)
+        == await index.get_session(("t", "s"))
+    )
     with pytest.raises(SessionNotFound):
         await index.set_route(("t", "nope"), "text", no_guard)
 
@@ -721,7 +725,7 @@ async def test_add_holds_is_all_or_nothing_and_scoped(index: AnyIndex) -> None:
     assert (await index.get(A)).lease_at == 100.0  # type: ignore[union-attr]
 
     held = await index.add_holds(hold, [B, A, B], 200.0)
-    assert held == SessionRow("t", "s", None, 1.0, (B, A))
+    assert held == SessionRow("t", "s", None, 1.0, (B, A), used_at=200.0)
     assert (await index.get(A)).lease_at == 200.0  # type: ignore[union-attr]
     held = await index.add_holds(hold, [A], 300.0)  # held again: order kept
     assert held.holds == (B, A)
@@ -756,7 +760,7 @@ async def test_publish_into_a_session(index: AnyIndex) -> None:
     await index.publish(
         [row(B, at=50.0), row(A, at=50.0)], nothing, Hold(("t", "s"), seen.append), tenant="t"
     )
-    assert seen == [SessionRow("t", "s", None, 1.0, ())]
+    assert seen == [SessionRow("t", "s", None, 1.0, (), used_at=1.0)]
     assert (await index.get_session(("t", "s"))).holds == (B, A)  # type: ignore[union-attr]
     assert await index.get(A, "t") == row(A, at=50.0)
     await index.publish([], nothing, Hold(("t", "s"), no_guard))
@@ -768,7 +772,11 @@ async def test_fork_copies_the_holds_and_renews_them(index: AnyIndex) -> None:
     await index.create_session(("t", "s"), "vision", 1.0)
     await index.add_holds(Hold(("t", "s"), no_guard, everything=True), [B, A], 2.0)
     forked = await index.fork(("t", "s"), ("t", "f"), 300.0)
-    assert forked == SessionRow("t", "f", "vision", 300.0, (B, A)) == await index.get_session(("t", "f"))
+    assert (
+        forked
+        == SessionRow("t", "f", "vision", 300.0, (B, A), used_at=300.0)
+        == await index.get_session(("t", "f"))
+    )
     assert (await index.get(A)).lease_at == 300.0  # type: ignore[union-attr]
     with pytest.raises(SessionConflict, match="'f' already exists"):
         await index.fork(("t", "s"), ("t", "f"), 400.0)
@@ -780,6 +788,88 @@ async def test_fork_copies_the_holds_and_renews_them(index: AnyIndex) -> None:
         await index.fork(("u", "s"), ("u", "g"), 400.0)  # another tenant's session
     assert await index.get_session(("t", "g")) is None
     assert (await index.fork(("t", "f"), ("t", "empty-copy"), 500.0)).holds == (B, A)
+
+
+async def test_a_lifetime_is_set_renewed_by_every_use_and_replaced_by_a_put(index: AnyIndex) -> None:
+    await index.publish([row(A), row(B)], nothing, tenant="t")
+    made, _ = await index.create_session(("t", "s"), None, 10.0, ttl=100)
+    assert (made.ttl, made.used_at, made.expires_at) == (100, 10.0, 110.0)
+    assert await index.get_session(("t", "s")) == made
+    held = await index.add_holds(Hold(("t", "s"), no_guard), [A], 20.0)
+    assert (held.used_at, held.expires_at) == (20.0, 120.0)
+    await index.publish([row(B, at=30.0)], nothing, Hold(("t", "s"), no_guard), tenant="t")
+    assert (await index.get_session(("t", "s"))).expires_at == 130.0  # type: ignore[union-attr]
+    forked = await index.fork(("t", "s"), ("t", "f"), 40.0)
+    assert (forked.ttl, forked.used_at, forked.expires_at) == (100, 40.0, 140.0)
+    assert await index.get_session(("t", "f")) == forked
+    assert (await index.get_session(("t", "s"))).expires_at == 140.0  # type: ignore[union-attr]
+    same, created = await index.create_session(("t", "s"), None, 50.0)  # no ttl: as it was
+    assert (created, same.expires_at) == (False, 140.0)
+    longer, _ = await index.create_session(("t", "s"), None, 60.0, ttl=1000)
+    assert (longer.ttl, longer.used_at, longer.expires_at) == (1000, 60.0, 1060.0)
+    assert await index.get_session(("t", "s")) == longer
+    plain, _ = await index.create_session(("t", "p"), None, 5.0)
+    assert (plain.ttl, plain.used_at, plain.expires_at) == (None, 5.0, None)
+    await index.add_holds(Hold(("t", "p"), no_guard), [A], 70.0)
+    assert (await index.get_session(("t", "p"))).expires_at is None  # type: ignore[union-attr]
+
+
+async def test_a_migrations_lifetime_moves_the_last_use_only_forward(index: AnyIndex) -> None:
+    await index.create_session(("t", "s"), None, 50.0)
+    await index.keep_lifetime(("t", "s"), 100, 40.0)  # the copy was used later than the source says
+    found = await index.get_session(("t", "s"))
+    assert (found.ttl, found.used_at, found.expires_at) == (100, 50.0, 150.0)  # type: ignore[union-attr]
+    await index.keep_lifetime(("t", "s"), None, 80.0)
+    found = await index.get_session(("t", "s"))
+    assert (found.ttl, found.used_at, found.expires_at) == (None, 80.0, None)  # type: ignore[union-attr]
+
+
+async def test_a_touch_renews_only_a_session_unused_since(index: AnyIndex) -> None:
+    await index.create_session(("t", "s"), None, 10.0, ttl=100)
+    assert not await index.touch_session(("t", "s"), 50.0, 5.0)  # used at 10, after 5
+    assert await index.touch_session(("t", "s"), 80.0, 20.0)
+    assert (await index.get_session(("t", "s"))).expires_at == 180.0  # type: ignore[union-attr]
+    assert not await index.touch_session(("t", "gone"), 90.0, 1e12)
+
+
+async def test_expired_sessions_are_released_with_leases_from_their_expiry(index: AnyIndex) -> None:
+    await index.publish([row(A), row(B), row(C)], nothing, tenant="t")
+    await index.create_session(("t", "old"), None, 10.0, ttl=100)  # expires at 110
+    await index.create_session(("u", "old"), None, 10.0, ttl=50)  # another tenant's, expires at 60
+    await index.create_session(("t", "live"), None, 10.0, ttl=1000)
+    await index.create_session(("t", "kept"), None, 10.0)  # no lifetime
+    await index.add_holds(Hold(("t", "old"), no_guard), [A, B], 10.0)
+    await index.add_holds(Hold(("t", "live"), no_guard), [B], 10.0)
+    await index.add_holds(Hold(("t", "kept"), no_guard), [C], 10.0)
+    assert [(s.tenant, s.id, s.holds) for s in await index.expired_sessions(200.0)] == [
+        ("u", "old", ()),
+        ("t", "old", ()),
+    ]
+    # Before gc releases them, its plan already sees their objects as unheld since the expiry.
+    assert [r.ref for r in await index.collectible(150.0)] == [A]
+    assert await index.collectible(100.0) == []  # the grace counts from the expiry, at 110
+    assert await index.held_and_recent(150.0, 200.0) == (2, 0)  # B (live) and C (kept)
+    assert await index.held_and_recent(100.0, 200.0) == (2, 1)  # A: within the grace since its expiry
+
+    assert await index.release_expired(("t", "old"), 100.0) is None  # not yet expired at 100
+    assert await index.release_expired(("t", "old"), 200.0) == 2
+    assert await index.release_expired(("t", "old"), 200.0) is None  # gone
+    assert await index.get_session(("t", "old")) is None
+    assert (await index.get(A)).lease_at == 110.0  # type: ignore[union-attr]  # renewed to its expiry
+    assert [r.ref for r in await index.collectible(150.0)] == [A]
+    assert await index.release_expired(("t", "live"), 200.0) is None
+    assert await index.release_expired(("u", "old"), 200.0) == 0
+    assert await index.expired_sessions(200.0) == []
+
+
+async def test_a_renewed_session_is_not_released(index: AnyIndex) -> None:
+    await index.publish([row(A)], nothing, tenant="t")
+    await index.create_session(("t", "s"), None, 10.0, ttl=100)
+    await index.add_holds(Hold(("t", "s"), no_guard), [A], 150.0)  # after it expired at 110, before gc
+    assert await index.expired_sessions(200.0) == []
+    assert await index.release_expired(("t", "s"), 200.0) is None
+    assert await index.collectible(240.0) == []  # held until it expires at 250
+    assert [r.ref for r in await index.collectible(300.0)] == [A]
 
 
 async def test_delete_session_releases_and_renews(index: AnyIndex) -> None:
@@ -1059,6 +1149,39 @@ async def test_an_admission_first_keeps_its_object(pg: PostgresStore) -> None:
     assert files.removed == []
     assert (await gc.get(A)).lease_at == 300.0  # type: ignore[union-attr]
     assert (await gc.get_session(("t", "s"))).holds == (A,)  # type: ignore[union-attr]
+
+
+async def test_an_admission_renews_an_expired_session_before_gc_releases_it(pg: PostgresStore) -> None:
+    """gc's release of an expired session waits for an admission that holds the session's row, then finds
+    it renewed and leaves it, and its holds, as they are."""
+    gc, admission = await pg.open(), await pg.open()
+    await gc.publish([row(A, at=10.0)], nothing, tenant="t")
+    await admission.create_session(("t", "s"), None, 10.0, ttl=100)
+    await admission.add_holds(Hold(("t", "s"), no_guard), [A], 10.0)
+    assert [s.id for s in await gc.expired_sessions(500.0)] == ["s"]  # gc plans to release it
+    gate = Gate()
+    publishing = asyncio.create_task(
+        admission.publish([row(B, at=450.0)], gate, Hold(("t", "s"), no_guard), tenant="t")
+    )
+    await gate.entered.wait()  # the admission holds the session's row
+    releasing = asyncio.create_task(gc.release_expired(("t", "s"), 500.0))
+    await pg.until_waiting(releasing)
+    gate.open()
+    await publishing
+    assert await releasing is None
+    session = await gc.get_session(("t", "s"))
+    assert session is not None
+    assert (session.holds, session.expires_at) == ((A, B), 550.0)
+    assert await gc.collect([A], 1e6, Files(A).remove) == []  # still held
+
+
+async def test_gc_releases_an_expired_session_before_an_admission_into_it(pg: PostgresStore) -> None:
+    gc, admission = await pg.open(), await pg.open()
+    await admission.create_session(("t", "s"), None, 10.0, ttl=100)
+    assert await gc.release_expired(("t", "s"), 500.0) == 0
+    with pytest.raises(SessionNotFound):  # the host makes it again (attachstore mcp does), then admits
+        await admission.publish([row(B, at=501.0)], nothing, Hold(("t", "s"), no_guard), tenant="t")
+    assert await admission.get(B) is None
 
 
 async def test_collect_then_hold(pg: PostgresStore) -> None:

@@ -124,7 +124,7 @@ async def build_rich(data_dir: Path) -> Source:
     try:
         for tenant in ("alpha", "beta"):
             await store.sessions.create((tenant, "s1"), "small")
-        await store.sessions.create(("alpha", "idle"), None)
+        await store.sessions.create(("alpha", "idle"), None, 86400)  # a lifetime, copied too
         # beta names the shared image first: the object keeps beta's name, and each tenant its own.
         shared = images.png(50, 20, seed=2)
         await source.admit(store, "beta", {"shared.png": shared, "b.jpg": images.jpeg(64, 48)}, "s1")

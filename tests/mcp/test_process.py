@@ -90,7 +90,17 @@ async def check_tour(c: Client, ws: Path) -> str:
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_stdio_on_the_data_dir(config: Path, ws: Path, tmp_path: Path, mode: str) -> None:
     params = server(
-        "--config", str(config), "--workspace", str(ws), "--route", "vision", "--session", "s-1", cwd=ws
+        "--config",
+        str(config),
+        "--workspace",
+        str(ws),
+        "--route",
+        "vision",
+        "--session",
+        "s-1",
+        "--session-ttl",
+        "2h",
+        cwd=ws,
     )
     async with Client(params, mode=mode) as c:
         ref = await check_tour(c, ws)
@@ -99,7 +109,7 @@ async def test_stdio_on_the_data_dir(config: Path, ws: Path, tmp_path: Path, mod
             f"attachstore://sha256/{ref[7:]}"
         ]
     with sqlite3.connect(config.parent / "data" / "index.sqlite3") as db:
-        assert db.execute("SELECT route FROM sessions WHERE id = 's-1'").fetchall() == [("vision",)]
+        assert db.execute("SELECT route, ttl FROM sessions WHERE id = 's-1'").fetchall() == [("vision", 7200)]
 
 
 async def test_stdio_without_a_session_makes_one_per_process(config: Path, ws: Path) -> None:
@@ -109,9 +119,10 @@ async def test_stdio_without_a_session_makes_one_per_process(config: Path, ws: P
             assert not (await c.call_tool("read_image", {"path": "shot.png"})).is_error
             assert len((await c.list_resources()).resources) == 1
     with sqlite3.connect(config.parent / "data" / "index.sqlite3") as db:
-        sessions = [id for (id,) in db.execute("SELECT id FROM sessions")]
+        sessions = db.execute("SELECT id, ttl FROM sessions").fetchall()
     assert len(sessions) == 2
-    assert all(s.startswith("mcp-") for s in sessions)
+    assert all(id.startswith("mcp-") for id, _ in sessions)
+    assert [ttl for _, ttl in sessions] == [30 * 86400] * 2  # [mcp] session_ttl's default
 
 
 @pytest.fixture
@@ -127,7 +138,7 @@ async def test_stdio_on_a_daemon(daemon: str, ws: Path, tmp_path: Path, mode: st
         ref = await check_tour(c, ws)
     async with AsyncClient(daemon, token=TOKEN) as store:
         session = await store.get_session("remote-1")
-    assert (session.route, session.holds) == ("vision", [ref])
+    assert (session.route, session.holds, session.ttl) == ("vision", [ref], 30 * 86400)
 
 
 async def test_on_a_daemon_the_routes_limits_and_its_errors_reach_the_model(

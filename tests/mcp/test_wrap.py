@@ -350,11 +350,11 @@ def test_the_session_is_named_after_the_command_and_holds_the_images(config: Pat
     )
     assert ran.code == 0, ran.err
     with sqlite3.connect(config.parent / "data" / "index.sqlite3") as db:
-        [(session, route)] = db.execute("SELECT id, route FROM sessions").fetchall()
+        [(session, route, ttl)] = db.execute("SELECT id, route, ttl FROM sessions").fetchall()
     name = Path(sys.executable).name
     assert session.startswith(f"wrap-{name}-")
     assert len(session) == len(f"wrap-{name}-") + 8
-    assert route == "vision"
+    assert (route, ttl) == ("vision", 30 * 86400)  # [mcp] session_ttl's default: it expires when idle
     assert holds(config, session) == [ref_of(SHOT)]
 
 

@@ -406,3 +406,55 @@ async def test_multipart_carries_route_and_session(client: Client) -> None:
     response = await client.post("/v1/attachments", data=form)
     assert response.status == 201
     assert len((await session_of(client, "mp"))["holds"]) == 1
+
+
+# -- lifetimes (docs/sessions.md, "Lifetimes") ------------------------------------------------------------
+
+
+async def test_a_ttl_is_shown_renewed_by_use_and_replaced_by_a_put(client: Client) -> None:
+    made = await client.put("/v1/sessions/s", json={"route": "vision", "ttl": 3600})
+    assert made.status == 201
+    shown = await made.json()
+    assert (shown["ttl"], shown["last_used"] == shown["created"]) == (3600, True)
+    assert shown["expires"] > shown["last_used"]
+    await admit(client, png(12, 12), source="user", session="s")
+    used = await session_of(client, "s")
+    assert used["last_used"] >= shown["last_used"]
+    assert used["expires"] >= shown["expires"]
+    again = await client.put("/v1/sessions/s", json={"route": "vision"})  # without a ttl: no change
+    assert (again.status, (await again.json())["ttl"]) == (200, 3600)
+    longer = await client.put("/v1/sessions/s", json={"route": "vision", "ttl": 86400})
+    assert (longer.status, (await longer.json())["ttl"]) == (200, 86400)
+    assert (await session_of(client, "s"))["ttl"] == 86400
+    forked = await post_json(client, "/v1/sessions/s/fork", {"session": "f"})
+    assert (await forked.json())["ttl"] == 86400  # the fork takes the source's lifetime
+    await put_session(client, "p")
+    kept = await session_of(client, "p")
+    assert (kept["ttl"], kept["expires"], kept["last_used"] == kept["created"]) == (None, None, True)
+
+
+@pytest.mark.parametrize("ttl", [0, -5, 315360001, 1.5, "30d", True])
+async def test_a_ttl_is_whole_seconds_up_to_ten_years(client: Client, ttl: object) -> None:
+    response = await client.put("/v1/sessions/s", json={"route": "vision", "ttl": ttl})
+    assert response.status == 400
+    error = await error_of(response)
+    assert (error["code"], "$.ttl" in error["message"]) == ("INVALID_REQUEST", True)
+    assert (await client.get("/v1/sessions/s")).status == 404
+
+
+async def test_a_render_renews_the_session_it_names_at_most_once_a_minute(client: Client) -> None:
+    sessions = client.app[STORE].sessions
+    made, _ = await sessions.create(("", "s"), "vision", 600)
+    at = made.used_at
+    assert (await sessions.named(("", "s"), now=at + 30)).used_at == at  # read as it was; not renewed
+    assert (await sessions.get(("", "s"))).used_at == at
+    await sessions.named(("", "s"), now=at + 61)
+    renewed = await sessions.get(("", "s"))
+    assert (renewed.used_at, renewed.expires_at) == (at + 61, at + 661)
+    await sessions.named(("", "s"), now=at + 100)  # 39 s after: not again
+    assert (await sessions.get(("", "s"))).used_at == at + 61
+    # Through POST /v1/render: a session unused for more than a minute is renewed.
+    await sessions.index.touch_session(("", "s"), at - 120, 1e12)  # as if last used two minutes ago
+    body = {"messages": [{"role": "user", "content": "hi"}], "provider": "anthropic", "session": "s"}
+    assert (await post_json(client, "/v1/render", body)).status == 200
+    assert (await sessions.get(("", "s"))).used_at > at - 120
