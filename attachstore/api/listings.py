@@ -109,8 +109,9 @@ def stats_answer(s: Stats, now: float) -> listwire.Stats:
 
 
 async def stats(request: web.Request) -> web.Response:
-    now = time.time()
-    return json_response(stats_answer(await request.app[STORE].figures.stats(tenant_of(request), now), now))
+    store, now = request.app[STORE], time.time()
+    figures = await store.figures.stats(store.scope(tenant_of(request)), now)
+    return json_response(stats_answer(figures, now))
 
 
 def add_routes(router: web.UrlDispatcher) -> None:

@@ -21,7 +21,7 @@ from ..cores import cores
 from ..errors import AttachstoreError, ConfigError, IndexUnusable, InvalidRequest
 from ..text import rfc3339
 from ..vocabulary import SOURCES
-from . import maintenance, mcp, routes, shipped, transcript
+from . import listings, maintenance, mcp, routes, shipped, transcript
 
 if TYPE_CHECKING:  # imported where used: the commands that need no store (`mcp`, `token`) start without it
     from ..service import Admission, ImageRef, Store, Upload
@@ -71,6 +71,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_serve(sub, common)
     _add_put_get_stat(sub, common)
     maintenance.add_parsers(sub, common)
+    listings.add_parsers(sub, common)
     routes.add_parsers(sub, common)
     mcp.add_parsers(sub, common)
     transcript.add_parsers(sub, common)
@@ -165,7 +166,7 @@ _SESSION_ARGUMENTS = {
 
 def _add_session(sub: Any, common: argparse.ArgumentParser) -> None:
     s: argparse.ArgumentParser = sub.add_parser(
-        "session", parents=[common], help="create, show, fork, hold and delete sessions"
+        "session", parents=[common], help="create, show, list, fork, hold and delete sessions"
     )
     actions = s.add_subparsers(dest="action", required=True, metavar="ACTION")
 
@@ -189,6 +190,7 @@ def _add_session(sub: Any, common: argparse.ArgumentParser) -> None:
     action("fork", "copy a session and its holds to a new id", "id", "new_id")
     action("hold", "hold existing attachments in a session", "id", "refs")
     action("delete", "release a session's holds and forget it", "id")
+    listings.add_session_list(actions, common)
 
 
 def _config(args: argparse.Namespace) -> Config:
@@ -288,6 +290,8 @@ def _cmd_stat(args: argparse.Namespace, config: Config) -> int:
 
 
 def _cmd_session(args: argparse.Namespace, config: Config) -> int:
+    if args.action == "list":
+        return listings.run_session_list(args, config)
     key = (args.tenant, args.id)
 
     async def action(store: Store) -> object:
@@ -347,6 +351,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {
     "stat": _cmd_stat,
     "session": _cmd_session,
     "token": _cmd_token,
+    "stats": listings.run_stats,
     "gc": maintenance.run_gc,
     "audit": maintenance.run_audit,
     "migrate": maintenance.run_migrate,

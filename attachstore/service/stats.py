@@ -58,9 +58,9 @@ class Figures:
         self.collectible: Counted | None = None
         self._counting: asyncio.Task[None] | None = None
 
-    async def stats(self, tenant: str, now: float | None = None) -> Stats:
+    async def stats(self, scope: str | None, now: float | None = None) -> Stats:
+        """`scope`: a tenant, or None for the whole store (Store.scope says which a caller gets)."""
         at = time.time() if now is None else now
-        scope = None if self.config.is_open else tenant
         t = await self.index.totals(STORE if scope is None else scope)
         by_type = {
             k.removeprefix("objects:"): (v, t.get("bytes:" + k.removeprefix("objects:"), 0))
