@@ -128,6 +128,7 @@ MIGRATIONS: list[list[str]] = [
             )"""
         ),
         "CREATE INDEX holds_held ON holds (tenant, session, created_at, ref)",
+        "CREATE INDEX sessions_tenant_expires ON sessions (tenant, expires_at) WHERE expires_at IS NOT NULL",
         # A listing's prefix is a range of session ids in the bytes' order, as in SQLite, whatever the
         # database's collation.
         'ALTER TABLE holds ALTER COLUMN session TYPE text COLLATE "C"',

@@ -144,6 +144,8 @@ MIGRATIONS: list[list[str]] = [
             ) STRICT, WITHOUT ROWID"""
         ),
         "CREATE INDEX holds_held ON holds (tenant, session, created_at, ref)",
+        # A tenant's expired sessions, counted by GET /v1/stats.
+        "CREATE INDEX sessions_tenant_expires ON sessions (tenant, expires_at) WHERE expires_at IS NOT NULL",
     ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
