@@ -70,7 +70,7 @@ class LastRun(msgspec.Struct):
 class Stats(msgspec.Struct):
     """The figures of what the caller may see: the whole store (`tenant` null: open mode) or a tenant's
     (its grants, sessions and holds); the figures that belong to the store alone are null for a tenant.
-    docs/operations.md, "Totals", says where each comes from."""
+    docs/api.md, "GET /v1/stats", says where each comes from."""
 
     tenant: str | None
     objects: int

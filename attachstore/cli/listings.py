@@ -25,7 +25,7 @@ def _url(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--url",
         metavar="URL",
-        help="ask this daemon (with $ATTACHSTORE_TOKEN, if set) instead of opening the data dir",
+        help="ask this daemon, with $ATTACHSTORE_TOKEN if set (default: none: open the data dir)",
     )
     parser.add_argument("--json", action="store_true", help="print JSON, as the HTTP API answers it")
 
@@ -41,7 +41,12 @@ def add_session_list(actions: Any, common: argparse.ArgumentParser) -> None:
     a.add_argument(
         "--tenant", default="", metavar="NAME", help="the tenant's sessions (default: the open one, '')"
     )
-    a.add_argument("--prefix", default="", metavar="TEXT", help="only the sessions whose id starts with it")
+    a.add_argument(
+        "--prefix",
+        default="",
+        metavar="TEXT",
+        help="only the sessions whose id starts with it (default: every session)",
+    )
     a.add_argument("--expired", action="store_true", help="only the sessions whose lifetime has run out")
     _url(a)
 

@@ -331,7 +331,7 @@ class Index(ABC):
     async def delete_session(self, key: SessionKey, now: float) -> int:
         return await self._write(lambda tx: sessions.delete(tx, key, now))
 
-    # -- listings (docs/api.md, "Listings") ------------------------------------------------------------------
+    # -- listings and totals (docs/api.md, "Listings and totals") -------------------------------------------
 
     async def sessions_page(
         self,

@@ -1,6 +1,6 @@
 """Totals kept in the same transactions that change what they count (schema version 12): triggers on objects,
 grants, sessions, holds and variants add each change to a row of `totals` (scope, figure, shard), so that GET
-/v1/stats reads a few hundred rows instead of counting a million (docs/operations.md, "Totals").
+/v1/stats reads a few hundred rows instead of counting a million (docs/api.md, "GET /v1/stats").
 
 A scope is '*' (the store) or a tenant (what its grants let it see, its sessions and holds). Figures:
 objects, bytes, objects:<media type>, bytes:<media type>, state:quarantined, state:missing, sessions,

@@ -1,5 +1,5 @@
 """What a store holds, a page at a time: a tenant's sessions (newest used first) and a session's attachments
-(oldest held first), each page with an opaque cursor to the next (docs/api.md, "Listings")."""
+(oldest held first), each page with an opaque cursor to the next (docs/api.md, "Listings and totals")."""
 
 from __future__ import annotations
 

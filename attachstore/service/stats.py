@@ -1,5 +1,5 @@
 """GET /v1/stats: the store's figures as a tenant (or, open, the operator) may see them. Each comes from
-where it costs least (docs/operations.md, "Totals"): the totals the index's triggers keep, a range of an
+where it costs least (docs/api.md, "GET /v1/stats"): the totals the index's triggers keep, a range of an
 index, the last maintenance runs, the file system; what gc would collect now is counted in the background
 and served with its age."""
 
