@@ -95,6 +95,7 @@ def stats_answer(s: Stats, now: float) -> listwire.Stats:
         saved_bytes=s.saved_bytes,
         held_bytes=s.held_bytes,
         by_type={t: listwire.TypeFigures(*f) for t, f in s.by_type.items()},
+        by_source={k: listwire.TypeFigures(*f) for k, f in s.by_source.items()},
         quarantined=s.quarantined,
         missing=s.missing,
         sessions=s.sessions,

@@ -78,6 +78,9 @@ class Stats(msgspec.Struct):
     saved_bytes: int  # what holding each object once saves over a copy per hold
     held_bytes: int  # each hold counting its object's bytes
     by_type: dict[str, TypeFigures]
+    # The entry (user, tool, mcp, command; unknown: before it was recorded) through which the objects were
+    # first admitted, each tenant's admission once: a tenant's grants, or every tenant's in the store's.
+    by_source: dict[str, TypeFigures]
     quarantined: int
     missing: int
     sessions: int

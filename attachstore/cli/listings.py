@@ -158,6 +158,11 @@ def _stats_table(f: dict[str, Any]) -> Iterator[str]:
     yield f"objects:          {f['objects']} ({human_bytes(f['bytes'])})"
     for media_type, t in sorted(f["by_type"].items()):
         yield f"  {media_type + ':':<16}{t['objects']} ({human_bytes(t['bytes'])})"
+    if f["by_source"]:
+        sources = ", ".join(
+            f"{k} {t['objects']} ({human_bytes(t['bytes'])})" for k, t in f["by_source"].items()
+        )
+        yield f"admitted from:    {sources}"
     yield f"deduplication:    {human_bytes(f['saved_bytes'])} saved of {human_bytes(f['held_bytes'])} held"
     yield f"quarantined:      {f['quarantined']} (missing {f['missing']})"
     yield f"sessions:         {f['sessions']} ({f['expired_sessions']} expired)"

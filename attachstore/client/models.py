@@ -230,6 +230,7 @@ class Stats(msgspec.Struct, frozen=True):
     saved_bytes: int = 0
     held_bytes: int = 0
     by_type: dict[str, TypeFigures] = {}
+    by_source: dict[str, TypeFigures] = {}  # user, tool, mcp, command; unknown: before it was recorded
     quarantined: int = 0
     missing: int = 0
     sessions: int = 0

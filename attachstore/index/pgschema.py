@@ -118,6 +118,7 @@ MIGRATIONS: list[list[str]] = [
         "CREATE INDEX sessions_used ON sessions (tenant, used_at)",
     ],
     [
+        "ALTER TABLE grants ADD COLUMN source text",
         *totals.pg_migration(
             """CREATE TABLE totals (
             scope       text NOT NULL,

@@ -80,8 +80,10 @@ class Index(ABC):
         check: Callable[[], Awaitable[object]],
         hold: Hold | None = None,
         tenant: str | None = None,
+        source: str | None = None,
     ) -> None:
-        """`check` and the hold's guard run under the locks first; if one raises, nothing is committed."""
+        """`check` and the hold's guard run under the locks first; if one raises, nothing is committed.
+        `source`: the entry the bytes came through, recorded on the tenant's grant if it has none."""
         ordered = sorted(rows, key=lambda r: r.ref)  # row locks in ref order; equal refs keep their order
 
         async def work(tx: Tx) -> None:
@@ -93,9 +95,10 @@ class Index(ABC):
                 await tx.executemany(UPSERT_OBJECT, [object_values(r) for r in ordered])
             if tenant is not None and ordered:
                 await tx.executemany(
-                    """INSERT INTO grants (tenant, ref, name) VALUES ($1, $2, $3)
-                    ON CONFLICT (tenant, ref) DO UPDATE SET name = coalesce(grants.name, excluded.name)""",
-                    [(tenant, r.ref, r.name) for r in ordered],
+                    """INSERT INTO grants (tenant, ref, name, source) VALUES ($1, $2, $3, $4)
+                    ON CONFLICT (tenant, ref) DO UPDATE SET name = coalesce(grants.name, excluded.name),
+                    source = coalesce(grants.source, excluded.source)""",
+                    [(tenant, r.ref, r.name, source) for r in ordered],
                 )
             if hold is not None:
                 await sessions.insert_holds(

@@ -5,7 +5,9 @@ grants, sessions, holds and variants add each change to a row of `totals` (scope
 A scope is '*' (the store) or a tenant (what its grants let it see, its sessions and holds). Figures:
 objects, bytes, objects:<media type>, bytes:<media type>, state:quarantined, state:missing, sessions,
 held_bytes (each hold counts its object's bytes) and held_unique_bytes (each held object once): the bytes
-deduplication saves is their difference. The store's scope also has variants and previews (the links).
+deduplication saves is their difference; source:<entry> and source_bytes:<entry>, the grants by the entry
+the tenant first admitted the object through (user, tool, mcp, command; unknown before version 12), in
+the store's scope each tenant's grant once. The store's scope also has variants and previews (the links).
 PostgreSQL spreads each figure over shards (by server process): two nodes publishing at once never wait
 for each other's row; SQLite has one writer and one shard. The triggers are written once here, in the SQL
 both speak, and made into each dialect's trigger."""
@@ -43,6 +45,12 @@ def _object(row: str, sign: str) -> list[str]:
             f"SELECT tenant, 'objects:' || {row}.media_type, {{shard}}, -1 {grants}",
             f"SELECT tenant, 'bytes:' || {row}.media_type, {{shard}}, -{row}.bytes {grants}",
             f"SELECT tenant, 'state:' || {row}.state, {{shard}}, -1 {grants} AND {row}.state <> 'ok'",
+            f"SELECT tenant, 'source:' || {_SOURCE}, {{shard}}, -1 {grants}",
+            f"SELECT tenant, 'source_bytes:' || {_SOURCE}, {{shard}}, -{row}.bytes {grants}",
+            # One row per source: several tenants' grants may share one (an insert may not touch a row twice)
+            f"SELECT '*', 'source:' || {_SOURCE}, {{shard}}, -count(*) {grants} GROUP BY {_SOURCE}",
+            f"SELECT '*', 'source_bytes:' || {_SOURCE}, {{shard}}, -{row}.bytes * count(*) {grants} "
+            f"GROUP BY {_SOURCE}",
         ]
     return adds
 
@@ -56,9 +64,28 @@ def _state(sign: str, row: str) -> list[str]:
     ]
 
 
+_SOURCE = "coalesce(source, 'unknown')"
+
+
+def _grant_source(row: str, sign: str, when: str = "") -> list[str]:
+    source = f"coalesce({row}.source, 'unknown')"
+    b = _held_bytes(row)
+    where = f" WHERE {when}" if when else ""
+    return [
+        f"SELECT {scope}, '{figure}' || {source}, {{shard}}, {sign}{value}{where}"
+        for scope in (f"{row}.tenant", "'*'")
+        for figure, value in (("source:", "1"), ("source_bytes:", b))
+    ]
+
+
+# A grant's source is set once, from none (a grant made before version 12, admitted again).
+_SOURCE_SET = "coalesce(OLD.source, '') <> coalesce(NEW.source, '')"
+
+
 def _grant() -> list[str]:
     of = "FROM objects WHERE objects.ref = NEW.ref"
     return [
+        *_grant_source("NEW", ""),
         "SELECT NEW.tenant, 'objects', {shard}, 1",
         f"SELECT NEW.tenant, 'bytes', {{shard}}, bytes {of}",
         f"SELECT NEW.tenant, 'objects:' || media_type, {{shard}}, 1 {of}",
@@ -103,6 +130,11 @@ TRIGGERS: dict[str, tuple[str, str, list[str]]] = {
     "totals_objects_delete": ("BEFORE DELETE", "objects", _object("OLD", "-")),
     "totals_objects_state": ("AFTER UPDATE OF state", "objects", _state("-", "OLD") + _state("", "NEW")),
     "totals_grants_insert": ("AFTER INSERT", "grants", _grant()),
+    "totals_grants_source": (
+        "AFTER UPDATE OF source",
+        "grants",
+        _grant_source("OLD", "-", _SOURCE_SET) + _grant_source("NEW", "", _SOURCE_SET),
+    ),
     "totals_sessions_insert": ("AFTER INSERT", "sessions", _session("NEW", "")),
     "totals_sessions_delete": ("AFTER DELETE", "sessions", _session("OLD", "-")),
     "totals_holds_insert": ("AFTER INSERT", "holds", _hold("NEW", "")),
@@ -127,6 +159,14 @@ _FILL = [
     JOIN objects ON objects.ref = grants.ref WHERE true GROUP BY tenant, media_type""",
     """SELECT tenant, 'state:' || state, 0, count(*) FROM grants JOIN objects ON objects.ref = grants.ref
     WHERE state <> 'ok' GROUP BY tenant, state""",
+    """SELECT tenant, 'source:' || coalesce(source, 'unknown'), 0, count(*) FROM grants
+    WHERE true GROUP BY tenant, coalesce(source, 'unknown')""",
+    """SELECT tenant, 'source_bytes:' || coalesce(source, 'unknown'), 0, sum(bytes) FROM grants
+    JOIN objects ON objects.ref = grants.ref WHERE true GROUP BY tenant, coalesce(source, 'unknown')""",
+    """SELECT '*', 'source:' || coalesce(source, 'unknown'), 0, count(*) FROM grants
+    WHERE true GROUP BY coalesce(source, 'unknown')""",
+    """SELECT '*', 'source_bytes:' || coalesce(source, 'unknown'), 0, sum(bytes) FROM grants
+    JOIN objects ON objects.ref = grants.ref WHERE true GROUP BY coalesce(source, 'unknown')""",
     "SELECT '*', 'sessions', 0, count(*) FROM sessions WHERE true",
     "SELECT tenant, 'sessions', 0, count(*) FROM sessions WHERE true GROUP BY tenant",
     """SELECT '*', 'held_bytes', 0, coalesce(sum(bytes), 0) FROM holds

@@ -40,6 +40,9 @@ class Stats:
     saved_bytes: int  # what holding each object once saves over a copy per hold
     held_bytes: int
     by_type: Mapping[str, tuple[int, int]]  # media type: (objects, bytes)
+    # The entry a tenant first admitted each object through: (grants, bytes); in the store's scope each
+    # tenant's grant counts once.
+    by_source: Mapping[str, tuple[int, int]]
     quarantined: int
     missing: int
     sessions: int
@@ -62,11 +65,7 @@ class Figures:
         """`scope`: a tenant, or None for the whole store (Store.scope says which a caller gets)."""
         at = time.time() if now is None else now
         t = await self.index.totals(STORE if scope is None else scope)
-        by_type = {
-            k.removeprefix("objects:"): (v, t.get("bytes:" + k.removeprefix("objects:"), 0))
-            for k, v in sorted(t.items())
-            if k.startswith("objects:") and v
-        }
+        by_type, by_source = _split(t, "objects:", "bytes:"), _split(t, "source:", "source_bytes:")
         held, unique = t.get("held_bytes", 0), t.get("held_unique_bytes", 0)
         runs = {c: Run(f, figures) for c, (f, figures) in (await self.index.runs()).items()}
         self.refresh(at)
@@ -77,6 +76,7 @@ class Figures:
             saved_bytes=held - unique,
             held_bytes=held,
             by_type=by_type,
+            by_source=by_source,
             quarantined=t.get("state:quarantined", 0),
             missing=t.get("state:missing", 0),
             sessions=t.get("sessions", 0),
@@ -114,3 +114,12 @@ class Figures:
             self._counting.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._counting
+
+
+def _split(t: Mapping[str, int], count: str, size: str) -> dict[str, tuple[int, int]]:
+    """{"objects:image/png": 3, "bytes:image/png": 52100} -> {"image/png": (3, 52100)}"""
+    return {
+        k.removeprefix(count): (v, t.get(size + k.removeprefix(count), 0))
+        for k, v in sorted(t.items())
+        if k.startswith(count) and v
+    }

@@ -30,6 +30,7 @@ async def test_the_stores_figures(client: Client) -> None:
         "image/jpeg": {"objects": 1, "bytes": b["bytes"]},
         "image/png": {"objects": 1, "bytes": a["bytes"]},
     }
+    assert stats["by_source"] == {"user": {"objects": 2, "bytes": a["bytes"] + b["bytes"]}}
     assert stats["held_bytes"] == 2 * a["bytes"] + b["bytes"]
     assert stats["saved_bytes"] == a["bytes"]  # the second hold of a needs no second copy
     assert (stats["sessions"], stats["expired_sessions"], stats["quarantined"]) == (2, 0, 0)
@@ -62,5 +63,6 @@ async def test_a_tenant_sees_its_own_figures(make_client: MakeClient) -> None:
     beta = await get_json(client, "/v1/stats", **auth("beta"))
     assert (alpha["tenant"], alpha["objects"], alpha["sessions"]) == ("alpha", 2, 1)
     assert (beta["tenant"], beta["objects"], beta["sessions"]) == ("beta", 1, 0)
+    assert (alpha["by_source"]["user"]["objects"], beta["by_source"]["user"]["objects"]) == (2, 1)
     for store_only in ("variants", "previews", "collectible", "last_gc", "last_audit", "free_bytes"):
         assert alpha[store_only] is None

@@ -25,8 +25,9 @@ async def kept(store: Store) -> dict[tuple[str, str], int]:
 
 async def test_the_totals_follow_every_change(store: Store, index: AnyIndex) -> None:
     assert await kept(store) == {}
-    await index.publish([row(A, size=10), row(B, size=20)], nothing, tenant="t")
-    await index.publish([row(A, size=10), row(C, size=40)], nothing, tenant="u")
+    await index.publish([row(A, size=10), row(B, size=20)], nothing, tenant="t", source="user")
+    await index.publish([row(A, size=10)], nothing, tenant="u")  # no source: as grants before version 12
+    await index.publish([row(A, size=10), row(C, size=40)], nothing, tenant="u", source="tool")
     await index.create_session(("t", "s"), None, 1.0)
     await index.create_session(("u", "s"), None, 1.0)
     await index.add_holds(Hold(("t", "s"), no_guard), [A, B], 2.0)
@@ -39,6 +40,13 @@ async def test_the_totals_follow_every_change(store: Store, index: AnyIndex) -> 
     assert (figures["held_bytes"], figures["held_unique_bytes"], figures["sessions"]) == (70, 30, 3)
     assert (await index.totals("u"))["bytes"] == 50
     assert (await index.totals("t"))["held_bytes"] == 60
+    # u's grant of A had no source: the admission that came with one recorded it
+    assert {k: v for k, v in figures.items() if k.startswith("source") and v} == {
+        "source:user": 2,
+        "source_bytes:user": 30,
+        "source:tool": 2,
+        "source_bytes:tool": 50,
+    }
 
     await index.publish_variant(row(D, None, size=5), A, "preview/1 side=64 bytes=16384", nothing, "l")
     await index.settle(C, None, _quarantine)
