@@ -1,6 +1,7 @@
 """Listings: a page of a tenant's sessions, newest used first, and a page of a session's holds, oldest first.
 Each page is one range read on an index from the position the previous page ended at (a keyset, never an
-OFFSET), then one read of what the page's rows hold: its cost grows with the page, not with the store."""
+OFFSET): its cost grows with the page, not with the store. A session's images and bytes are its row's, kept
+by the triggers of its holds (totals.py)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ class SessionEntry:
     used_at: float
     expires_at: float | None  # None: never
     images: int  # the objects it holds
-    bytes: int  # their bytes, each object once
+    bytes: int  # their bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,31 +73,11 @@ async def sessions_page(
         used, last = arg(after[0]), arg(after[1])
         where.append(f"used_at <= {used} AND (used_at < {used} OR id < {last})")
     found = await db.fetch(
-        f"""SELECT id, route, created_at, used_at, expires_at FROM sessions WHERE {" AND ".join(where)}
-        ORDER BY used_at DESC, id DESC LIMIT {arg(limit)}""",
+        f"""SELECT id, route, created_at, used_at, expires_at, images, bytes FROM sessions
+        WHERE {" AND ".join(where)} ORDER BY used_at DESC, id DESC LIMIT {arg(limit)}""",
         *arg.values,
     )
-    held = await _held(db, tenant, [r[0] for r in found])
-    entries = []
-    for r in found:
-        images, size = held.get(r[0], (0, 0))
-        entries.append(SessionEntry(r[0], r[1], float(r[2]), float(r[3]), r[4], images, size))
-    return entries
-
-
-async def _held(db: Reads, tenant: str, ids: list[str]) -> dict[str, tuple[int, int]]:
-    """Through holds' primary key (tenant, session, ref) and objects' (ref): the page's holds, no more."""
-    counts: dict[str, tuple[int, int]] = {}
-    for where, values in db.refs_in("holds.session", ids, 2):
-        found = await db.fetch(
-            f"""SELECT holds.session, count(*), CAST(coalesce(sum(objects.bytes), 0) AS bigint)
-            FROM holds JOIN objects ON objects.ref = holds.ref
-            WHERE holds.tenant = $1 AND {where} GROUP BY holds.session""",
-            tenant,
-            *values,
-        )
-        counts |= {r[0]: (int(r[1]), int(r[2])) for r in found}
-    return counts
+    return [SessionEntry(r[0], r[1], float(r[2]), float(r[3]), r[4], int(r[5]), int(r[6])) for r in found]
 
 
 async def holds_page(

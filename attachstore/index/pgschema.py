@@ -119,6 +119,8 @@ MIGRATIONS: list[list[str]] = [
     ],
     [
         "ALTER TABLE grants ADD COLUMN source text",
+        "ALTER TABLE sessions ADD COLUMN images bigint NOT NULL DEFAULT 0",
+        "ALTER TABLE sessions ADD COLUMN bytes bigint NOT NULL DEFAULT 0",
         *totals.pg_migration(
             """CREATE TABLE totals (
             scope       text NOT NULL,

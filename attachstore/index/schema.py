@@ -131,11 +131,13 @@ MIGRATIONS: list[list[str]] = [
         "CREATE INDEX sessions_used ON sessions (tenant, used_at)",
     ],
     [
-        # The entry through which a tenant first admitted an object (user, tool, mcp, command; NULL: before
-        # version 12). Totals kept by triggers in the transactions that change what they count, filled from
-        # the rows there (totals.py; GET /v1/stats reads them); and a session's holds in the order a listing
-        # pages them, oldest first.
+        # The entry through which a tenant first admitted an object (user, tool, mcp, command; NULL:
+        # before version 12); a session's images and bytes, for listings. Totals kept by triggers in the
+        # transactions that change what they count, filled from the rows there (totals.py; GET /v1/stats
+        # reads them); and a session's holds in the order a listing pages them, oldest first.
         "ALTER TABLE grants ADD COLUMN source TEXT",
+        "ALTER TABLE sessions ADD COLUMN images INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE sessions ADD COLUMN bytes INTEGER NOT NULL DEFAULT 0",
         *totals.sqlite_migration(
             """CREATE TABLE totals (
             scope       TEXT NOT NULL,

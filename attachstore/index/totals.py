@@ -103,13 +103,17 @@ def _session(row: str, sign: str) -> list[str]:
 
 def _hold(row: str, sign: str) -> list[str]:
     """The first hold of an object (in the store, in a tenant) adds its bytes once; the last takes them
-    away. After an insert the new hold is there: the others are those of other sessions."""
+    away. After an insert the new hold is there: the others are those of other sessions. The session's own
+    images and bytes (its row's, for listings) change with each of its holds."""
     b = _held_bytes(row)
+    session = f"""UPDATE sessions SET images = images {sign or "+"} 1, bytes = bytes {sign or "+"} {b}
+        WHERE tenant = {row}.tenant AND id = {row}.session"""
     others = "" if sign == "-" else f" AND (tenant <> {row}.tenant OR session <> {row}.session)"
     mine = "" if sign == "-" else f" AND session <> {row}.session"
     alone = f"NOT EXISTS (SELECT 1 FROM holds WHERE ref = {row}.ref{others})"
     alone_here = f"NOT EXISTS (SELECT 1 FROM holds WHERE ref = {row}.ref AND tenant = {row}.tenant{mine})"
     return [
+        session,
         f"SELECT '*', 'held_bytes', {{shard}}, {sign}{b}",
         f"SELECT {row}.tenant, 'held_bytes', {{shard}}, {sign}{b}",
         f"SELECT '*', 'held_unique_bytes', {{shard}}, {sign}{b} WHERE {alone}",
@@ -184,7 +188,16 @@ _FILL = [
 
 
 def _statements(adds: list[str], shard: str) -> list[str]:
-    return [_UPSERT.format(select=a.format(shard=shard)) for a in adds]
+    """Each SELECT adds its rows to the totals; an UPDATE runs as it is."""
+    return [a if a.startswith("UPDATE") else _UPSERT.format(select=a.format(shard=shard)) for a in adds]
+
+
+# The sessions' own images and bytes, counted from their holds when version 12 is applied.
+FILL_SESSIONS = """UPDATE sessions SET
+    images = (SELECT count(*) FROM holds
+        WHERE holds.tenant = sessions.tenant AND holds.session = sessions.id),
+    bytes = (SELECT coalesce(sum(objects.bytes), 0) FROM holds JOIN objects ON objects.ref = holds.ref
+        WHERE holds.tenant = sessions.tenant AND holds.session = sessions.id)"""
 
 
 def sqlite_migration(table: str) -> list[str]:
@@ -192,7 +205,7 @@ def sqlite_migration(table: str) -> list[str]:
     for name, (when, on, adds) in TRIGGERS.items():
         body = ";\n".join(_statements(adds, "0"))
         made.append(f"CREATE TRIGGER {name} {when} ON {on} FOR EACH ROW BEGIN\n{body};\nEND")
-    return made + _statements(_FILL, "0")
+    return [*made, *_statements(_FILL, "0"), FILL_SESSIONS]
 
 
 def pg_migration(table: str) -> list[str]:
@@ -207,7 +220,7 @@ def pg_migration(table: str) -> list[str]:
             f"BEGIN\n{body};\nRETURN {back};\nEND $$"
         )
         made.append(f"CREATE TRIGGER {name} {when} ON {on} FOR EACH ROW EXECUTE FUNCTION {name}()")
-    return made + _statements(_FILL, "0")
+    return [*made, *_statements(_FILL, "0"), FILL_SESSIONS]
 
 
 async def read(db: Reads, scope: str) -> Mapping[str, int]:

@@ -15,12 +15,23 @@ async def counted(store: Store) -> dict[tuple[str, str], int]:
         for scope, figure, _, value in await store.fetch(select):
             if value:
                 found[(scope, figure)] = found.get((scope, figure), 0) + int(value)
+    held = await store.fetch(
+        """SELECT holds.tenant, holds.session, count(*), sum(objects.bytes) FROM holds
+        JOIN objects ON objects.ref = holds.ref GROUP BY holds.tenant, holds.session"""
+    )
+    found |= {(f"{t}/{i}", f): int(v) for t, i, n, b in held for f, v in (("images", n), ("bytes", b)) if v}
     return found
 
 
 async def kept(store: Store) -> dict[tuple[str, str], int]:
     rows = await store.fetch("SELECT scope, figure, sum(value) FROM totals GROUP BY scope, figure")
-    return {(r[0], r[1]): int(r[2]) for r in rows if r[2]}
+    found = {(r[0], r[1]): int(r[2]) for r in rows if r[2]}
+    # and each session's own, as its row keeps them
+    sessions = await store.fetch("SELECT tenant, id, images, bytes FROM sessions")
+    found |= {
+        (f"{t}/{i}", f): int(v) for t, i, n, b in sessions for f, v in (("images", n), ("bytes", b)) if v
+    }
+    return found
 
 
 async def test_the_totals_follow_every_change(store: Store, index: AnyIndex) -> None:
@@ -83,3 +94,4 @@ async def test_a_version_11_index_gets_its_totals_counted(blank: Store) -> None:
     assert await blank.version() == SCHEMA_VERSION
     assert await kept(blank) == await counted(blank)
     assert (await kept(blank))[("t", "bytes")] == 30
+    assert await blank.fetch("SELECT images, bytes FROM sessions") == [(1, 10)]
