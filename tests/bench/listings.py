@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from attachstore.index import SqliteIndex, listings, schema, totals
+from attachstore.index import Hold, ObjectRow, SqliteIndex, listings, schema, totals
 from attachstore.service.listings import encode_cursor
 
 from .procs import Daemon
@@ -184,6 +184,66 @@ def _measure(work: Path, name: str, objects: int, n: int, rounds: int) -> dict[s
     return figures
 
 
+async def _publishing(path: Path, triggers: bool, publishes: int, batch: int = 4) -> float:
+    """The median ms of a transaction that publishes `batch` new objects into a session, with their grants
+    and holds, on a fresh index with or without the totals' triggers."""
+    index = await SqliteIndex.open(path)
+    if not triggers:
+        await index.close()
+        db = sqlite3.connect(path)
+        for name in totals.TRIGGERS:
+            db.execute(f"DROP TRIGGER {name}")
+        db.commit()
+        db.close()
+        index = await SqliteIndex.open(path)
+
+    async def nothing() -> None:
+        pass
+
+    try:
+        await index.create_session(("", "s"), None, 1.0)
+        hold = Hold(("", "s"), lambda s: None, everything=True)
+        laps = []
+        for i in range(publishes):
+            rows = [
+                ObjectRow(
+                    f"sha256:{hashlib.sha256(f'{i}.{k}'.encode()).hexdigest()}",
+                    "image/png",
+                    1000,
+                    1,
+                    1,
+                    1,
+                    None,
+                    1.0,
+                    1.0,
+                )
+                for k in range(batch)
+            ]
+            t0 = time.perf_counter()
+            await index.publish(rows, nothing, hold, "", "user")
+            laps.append(time.perf_counter() - t0)
+        return statistics.median(laps) * 1000
+    finally:
+        await index.close()
+
+
+def trigger_cost(work: Path, quick: bool, rounds: int) -> dict[str, Any]:
+    """What keeping the totals costs a write: the index's publish of 4 objects into a session (grants,
+    holds), as the daemon's admission runs it, with the triggers and without (synchronous = FULL both)."""
+    publishes = 20 if quick else 500
+    with_, without = [], []
+    for r in range(rounds):
+        for triggers in (True, False) if r % 2 == 0 else (False, True):
+            path = work / f"triggers-{r}-{triggers}" / "index.sqlite3"
+            path.parent.mkdir(parents=True)
+            (with_ if triggers else without).append(asyncio.run(_publishing(path, triggers, publishes)))
+    return {
+        "with_ms": statistics.median(with_),
+        "without_ms": statistics.median(without),
+        "ratio": statistics.median(with_) / statistics.median(without),
+    }
+
+
 def listings_scenario(work: Path, quick: bool, large: int | None = None) -> dict[str, Any]:
     small_n, large_n = (200, 2_000) if quick else (1_000, large or 1_000_000)
     n, rounds = (5, 1) if quick else (50, 3)
@@ -200,5 +260,6 @@ def listings_scenario(work: Path, quick: bool, large: int | None = None) -> dict
         "small": small,
         "large": big,
         "scale_ratio": {k: big[k]["ms"] / small[k]["ms"] for k in requests},
+        "triggers": trigger_cost(work, quick, rounds),
         "floor_ratio": {k: big[k]["ms"] / big[k]["floor_ms"] for k in requests},
     }

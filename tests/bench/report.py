@@ -368,4 +368,8 @@ def _listings(listed: dict[str, Any] | None) -> list[Row]:
                 "times",
             )
         )
+    t = listed.get("triggers")
+    if t:
+        name = "publish 4 with totals vs without"
+        out.append(_row(name, "ms", t["with_ms"], t["without_ms"], t["ratio"], None, "times"))
     return out
