@@ -116,11 +116,23 @@ async def expired_sessions(db: Reads, tenant: str | None, now: float) -> int:
     return int(found[0])
 
 
-async def collectible_count(db: Reads, cutoff: float) -> tuple[int, int]:
-    """A range of objects_lease below the cutoff, each checked for holds and links as gc checks it."""
-    [found] = await db.fetch(
-        f"""SELECT count(*), CAST(coalesce(sum(bytes), 0) AS bigint) FROM objects
-        WHERE lease_at < $1 AND {UNHELD}""",
-        cutoff,
-    )
-    return int(found[0]), int(found[1])
+async def collectible_count(db: Reads, cutoff: float, chunk: int = 5000) -> tuple[int, int]:
+    """A range of objects_lease below the cutoff, each checked for holds and links as gc checks it; read
+    `chunk` objects a statement, so that the other reads of a process sharing one connection (SQLite's
+    reader) go in between."""
+    objects = size = 0
+    after: tuple[float, str] | None = None
+    while True:
+        tail = "" if after is None else " AND (lease_at > $3 OR (lease_at = $3 AND ref > $4))"
+        found = await db.fetch(
+            f"""SELECT lease_at, ref, bytes, CASE WHEN {UNHELD} THEN 1 ELSE 0 END FROM objects
+            WHERE lease_at < $1{tail} ORDER BY lease_at, ref LIMIT $2""",
+            cutoff,
+            chunk,
+            *(after or ()),
+        )
+        objects += sum(int(r[3]) for r in found)
+        size += sum(int(r[2]) for r in found if r[3])
+        if len(found) < chunk:
+            return objects, size
+        after = (float(found[-1][0]), str(found[-1][1]))

@@ -3,9 +3,9 @@ first, and of a session's holds, oldest first, each continued from where the las
 
 from __future__ import annotations
 
-from attachstore.index import Hold
+from attachstore.index import Hold, listings
 from attachstore.index.listings import prefix_end
-from tests.index.test_conformance import A, AnyIndex, B, C, Store, no_guard, nothing, row
+from tests.index.test_conformance import A, AnyIndex, B, C, Store, no_guard, nothing, ref, row
 
 
 def test_prefix_end_is_the_least_string_above_the_prefix() -> None:
@@ -99,3 +99,17 @@ async def test_holds_oldest_first_in_pages_with_the_tenants_names(index: AnyInde
     assert await index.holds_page(("t", "s"), True, after=(7.0, B), limit=2) == []
     await index.create_session(("t", "empty"), None, 1.0)
     assert await index.holds_page(("t", "empty"), False, after=None, limit=2) == []
+
+
+async def test_what_gc_would_collect_is_counted_a_chunk_at_a_time(index: AnyIndex) -> None:
+    refs = [ref(c) for c in "abcdef"]
+    await index.publish([row(r, at=10.0 + i, size=1 << i) for i, r in enumerate(refs)], nothing)
+    await index.publish_variant(row(ref("9"), None, at=1.0, size=100), refs[5], "fit", nothing, "l")
+    await index.create_session(("t", "s"), None, 1.0)
+    await index.add_holds(Hold(("t", "s"), no_guard, everything=True), [refs[1]], 12.0)  # renewed, held
+    expected = [r for r in await index.collectible(14.5)]
+    assert [r.ref for r in expected] == [refs[0], refs[2], refs[3], refs[4]]
+    for chunk in (1, 2, 3, 100):
+        counted = await listings.collectible_count(index._reads, 14.5, chunk)
+        assert counted == (4, sum(r.bytes for r in expected))
+    assert await index.collectible_count(1.0) == (0, 0)

@@ -57,8 +57,8 @@ async def statements() -> list[tuple[str, tuple[object, ...]]]:
         db = Recorder()
         await listings.expired_sessions(db, tenant, 9.0)
         found += db.statements
-    db = Recorder()
-    await listings.collectible_count(db, 9.0)
+    db = Recorder([[(1.0, A, 10, 1)], []])  # a chunk of one, then the chunk after it
+    await listings.collectible_count(db, 9.0, chunk=1)
     found += db.statements
     db = Recorder([[]])
     await totals.read(db, "t")
