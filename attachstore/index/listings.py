@@ -116,14 +116,15 @@ async def expired_sessions(db: Reads, tenant: str | None, now: float) -> int:
     return int(found[0])
 
 
-async def collectible_count(db: Reads, cutoff: float, chunk: int = 5000) -> tuple[int, int]:
+async def collectible_count(db: Reads, cutoff: float, chunk: int = 1000) -> tuple[int, int]:
     """A range of objects_lease below the cutoff, each checked for holds and links as gc checks it; read
     `chunk` objects a statement, so that the other reads of a process sharing one connection (SQLite's
     reader) go in between."""
     objects = size = 0
     after: tuple[float, str] | None = None
     while True:
-        tail = "" if after is None else " AND (lease_at > $3 OR (lease_at = $3 AND ref > $4))"
+        # lease_at >= $3 first: the bound the index's range starts from (an OR alone would not give one)
+        tail = "" if after is None else " AND lease_at >= $3 AND (lease_at > $3 OR ref > $4)"
         found = await db.fetch(
             f"""SELECT lease_at, ref, bytes, CASE WHEN {UNHELD} THEN 1 ELSE 0 END FROM objects
             WHERE lease_at < $1{tail} ORDER BY lease_at, ref LIMIT $2""",
