@@ -362,6 +362,11 @@ class Index(ABC):
     async def expired_sessions(self, tenant: str | None, now: float) -> int:
         return await listings.expired_sessions(self._reads, tenant, now)
 
+    async def background_reads(self) -> Reads:
+        """Where a long read for a figure goes (PostgreSQL: the pool, as every read)."""
+        return self._reads
+
     async def collectible_count(self, cutoff: float) -> tuple[int, int]:
-        """How many objects, of how many bytes, gc would consider at `cutoff`: for GET /v1/stats."""
-        return await listings.collectible_count(self._reads, cutoff)
+        """How many objects, of how many bytes, gc would consider at `cutoff`: for GET /v1/stats, in the
+        background."""
+        return await listings.collectible_count(await self.background_reads(), cutoff)
