@@ -59,6 +59,7 @@ def test_quick_bench_reports_every_scenario(tmp_path: Path) -> None:
         "mcp",
         "convert",
         "wrap",
+        "listings",
     }
 
     read = scenarios["read"]
@@ -252,3 +253,17 @@ def test_the_ab_of_source_trees_reports_reads_and_their_cpu() -> None:
     assert (connections, ratio) == ("2", "1.00×"), row
     assert float(rps.replace(",", "")) > 0, row
     assert float(cpu.replace(",", "")) > 0, row
+
+
+def test_quick_listings_bench_reports_each_request(tmp_path: Path) -> None:
+    printed, result = _bench(tmp_path, "--only", "listings")
+    listed = result["scenarios"]["listings"]
+    assert (listed["small"]["objects"], listed["large"]["objects"]) == (200, 2000)
+    for request in ("sessions", "sessions_deep", "sessions_prefix", "attachments", "stats"):
+        for size in ("small", "large"):
+            assert _number(listed[size][request]["ms"])
+            assert _number(listed[size][request]["floor_ms"])
+        assert _number(listed["scale_ratio"][request])
+        assert _number(listed["floor_ratio"][request])
+    assert _number(listed["triggers"]["ratio"])
+    assert "publish 4 with totals vs without" in printed

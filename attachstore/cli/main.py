@@ -20,7 +20,7 @@ from ..config import Config, default_data_dir, load
 from ..cores import cores
 from ..errors import AttachstoreError, ConfigError, IndexUnusable, InvalidRequest
 from ..vocabulary import SOURCES
-from . import maintenance, mcp, routes, sessions, shipped, transcript
+from . import listings, maintenance, mcp, routes, sessions, shipped, transcript
 
 if TYPE_CHECKING:  # imported where used: the commands that need no store (`mcp`, `token`) start without it
     from ..service import Admission, ImageRef, Store, Upload
@@ -70,6 +70,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_serve(sub, common)
     _add_put_get_stat(sub, common)
     maintenance.add_parsers(sub, common)
+    listings.add_parsers(sub, common)
     routes.add_parsers(sub, common)
     mcp.add_parsers(sub, common)
     transcript.add_parsers(sub, common)
@@ -279,6 +280,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {
     "stat": _cmd_stat,
     "session": sessions.run,
     "token": _cmd_token,
+    "stats": listings.run_stats,
     "gc": maintenance.run_gc,
     "audit": maintenance.run_audit,
     "migrate": maintenance.run_migrate,

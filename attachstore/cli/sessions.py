@@ -12,6 +12,7 @@ from ..config import Config, parse_duration
 from ..errors import ConfigError
 from ..text import rfc3339
 from ..vocabulary import MAX_SESSION_TTL
+from . import listings
 
 if TYPE_CHECKING:  # imported where used, as in main.py
     from ..index import SessionRow
@@ -29,7 +30,7 @@ _ARGUMENTS = {
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     s: argparse.ArgumentParser = sub.add_parser(
-        "session", parents=[common], help="create, show, fork, hold, delete and release sessions"
+        "session", parents=[common], help="create, show, list, fork, hold, delete and release sessions"
     )
     actions = s.add_subparsers(dest="action", required=True, metavar="ACTION")
 
@@ -63,6 +64,7 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     release.add_argument("--expired", action="store_true", required=True, help="the expired sessions")
     release.add_argument("--dry-run", action="store_true", help="print them, release nothing")
+    listings.add_session_list(actions, common)
 
 
 def ttl_seconds(text: str | None, option: str = "--ttl") -> int | None:
@@ -92,6 +94,8 @@ def shown(s: SessionRow) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace, config: Config) -> int:
+    if args.action == "list":
+        return listings.run_session_list(args, config)
     ttl = ttl_seconds(getattr(args, "ttl", None))
 
     async def action(store: Store) -> object:

@@ -21,6 +21,7 @@ from ..errors import AttachstoreError
 from ..refs import Ref
 from ..vocabulary import daemon_url
 from .errors import ConnectionFailed, TimedOut, bad_response, error_of
+from .listings import AsyncListings
 from .models import (
     Admission,
     Attachment,
@@ -102,7 +103,7 @@ def _verified(ref: str, data: bytes) -> bool:
         return False
 
 
-class AsyncClient:
+class AsyncClient(AsyncListings):
     """A client of one attachstore daemon. Use it as `async with AsyncClient() as c:`, or call `close()`.
     Without `base_url` it reads $ATTACHSTORE_URL (else DEFAULT_URL), without `token` $ATTACHSTORE_TOKEN.
 
@@ -216,9 +217,10 @@ class AsyncClient:
         path: Sequence[str],
         payload: object = None,
         request_id: str | None = None,
+        query: Mapping[str, str] | None = None,
     ) -> T:
         body = None if payload is None else _encoder.encode(payload)
-        return _decode(decoder, await self._send(method, path, body=body, request_id=request_id))
+        return _decode(decoder, await self._send(method, path, body=body, request_id=request_id, query=query))
 
     # --- attachments ---
 

@@ -172,3 +172,75 @@ class ErrorBody(msgspec.Struct, frozen=True):
 
 class ErrorAnswer(msgspec.Struct, frozen=True):
     error: ErrorBody
+
+
+# --- listings and totals (GET /v1/sessions, /v1/sessions/{id}/attachments, /v1/stats) ---
+
+
+class SessionSummary(msgspec.Struct, frozen=True):
+    """A session as GET /v1/sessions lists it: `expires` None for never; `images` the attachments it holds,
+    `bytes` theirs."""
+
+    id: str = msgspec.field(name="session")
+    route: str | None = None
+    created: datetime | None = None
+    used: datetime | None = None
+    expires: datetime | None = None
+    images: int = 0
+    bytes: int = 0
+
+
+class SessionPage(msgspec.Struct, frozen=True):
+    sessions: list[SessionSummary]
+    next: str | None = None  # the cursor of the next page
+
+
+class HeldAttachment(msgspec.Struct, frozen=True):
+    attachment: Attachment
+    held: datetime  # when the session first held it
+
+
+class AttachmentPage(msgspec.Struct, frozen=True):
+    session: str
+    attachments: list[HeldAttachment]
+    next: str | None = None
+
+
+class TypeFigures(msgspec.Struct, frozen=True):
+    objects: int
+    bytes: int
+
+
+class Collectible(msgspec.Struct, frozen=True):
+    objects: int
+    bytes: int
+    counted: datetime
+    age_seconds: float
+
+
+class LastRun(msgspec.Struct, frozen=True):
+    finished: datetime
+    figures: dict[str, float]
+
+
+class Stats(msgspec.Struct, frozen=True):
+    """GET /v1/stats: `tenant` None when the figures are the whole store's (open mode); the store's own
+    figures (variants, previews, collectible, last_gc, last_audit, free_bytes) are None for a tenant."""
+
+    objects: int
+    bytes: int
+    tenant: str | None = None
+    saved_bytes: int = 0
+    held_bytes: int = 0
+    by_type: dict[str, TypeFigures] = {}
+    by_source: dict[str, TypeFigures] = {}  # user, tool, mcp, command; unknown: before it was recorded
+    quarantined: int = 0
+    missing: int = 0
+    sessions: int = 0
+    expired_sessions: int = 0
+    variants: int | None = None
+    previews: int | None = None
+    collectible: Collectible | None = None
+    last_gc: LastRun | None = None
+    last_audit: LastRun | None = None
+    free_bytes: int | None = None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
@@ -19,13 +19,18 @@ from .aio import AsyncClient, Images
 from .models import (
     Admission,
     Attachment,
+    AttachmentPage,
     Blob,
+    HeldAttachment,
     McpResult,
     Provider,
     Rendered,
     RouteInfo,
     Session,
+    SessionPage,
+    SessionSummary,
     Source,
+    Stats,
     Status,
 )
 
@@ -212,6 +217,56 @@ class Client:
 
     def readyz(self, *, request_id: str | None = None) -> Status:
         return self._call(self._async.readyz, request_id=request_id)
+
+    # --- listings and totals ---
+
+    def sessions_page(
+        self,
+        *,
+        prefix: str | None = None,
+        expired: bool | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+        request_id: str | None = None,
+    ) -> SessionPage:
+        return self._call(
+            self._async.sessions_page,
+            prefix=prefix,
+            expired=expired,
+            limit=limit,
+            cursor=cursor,
+            request_id=request_id,
+        )
+
+    def list_sessions(
+        self, *, prefix: str | None = None, expired: bool | None = None, page_size: int | None = None
+    ) -> Iterator[SessionSummary]:
+        """Every session, newest used first, fetching a page at a time as the iteration reaches it."""
+        cursor = None
+        while True:
+            page = self.sessions_page(prefix=prefix, expired=expired, limit=page_size, cursor=cursor)
+            yield from page.sessions
+            if page.next is None:
+                return
+            cursor = page.next
+
+    def attachments_page(
+        self, id: str, *, limit: int | None = None, cursor: str | None = None, request_id: str | None = None
+    ) -> AttachmentPage:
+        return self._call(self._async.attachments_page, id, limit=limit, cursor=cursor, request_id=request_id)
+
+    def session_attachments(self, id: str, *, page_size: int | None = None) -> Iterator[HeldAttachment]:
+        """Everything session `id` holds, oldest held first, a page at a time."""
+        cursor = None
+        while True:
+            page = self.attachments_page(id, limit=page_size, cursor=cursor)
+            yield from page.attachments
+            if page.next is None:
+                return
+            cursor = page.next
+
+    def stats(self, *, request_id: str | None = None) -> Stats:
+        return self._call(self._async.stats, request_id=request_id)
 
 
 def _serve(loop: asyncio.AbstractEventLoop) -> None:

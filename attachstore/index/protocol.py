@@ -12,8 +12,9 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import TypeVar
 
-from . import policy, sessions, sweep
+from . import listings, policy, sessions, sweep, totals
 from .dialect import CallbackFailed, Reads, Tx, call, guard
+from .listings import HeldRow, HoldAt, SessionAt, SessionEntry
 from .objects import OBJECT_COLUMNS, PUBLISHED, UPSERT_OBJECT, object_row, object_values, renew, rows_of
 from .policy import Decide
 from .rows import COLUMNS, Hold, Link, LinkRow, NodeRow, ObjectRow, PolicyRecord, SessionKey, SessionRow
@@ -79,8 +80,10 @@ class Index(ABC):
         check: Callable[[], Awaitable[object]],
         hold: Hold | None = None,
         tenant: str | None = None,
+        source: str | None = None,
     ) -> None:
-        """`check` and the hold's guard run under the locks first; if one raises, nothing is committed."""
+        """`check` and the hold's guard run under the locks first; if one raises, nothing is committed.
+        `source`: the entry the bytes came through, recorded on the tenant's grant if it has none."""
         ordered = sorted(rows, key=lambda r: r.ref)  # row locks in ref order; equal refs keep their order
 
         async def work(tx: Tx) -> None:
@@ -92,9 +95,10 @@ class Index(ABC):
                 await tx.executemany(UPSERT_OBJECT, [object_values(r) for r in ordered])
             if tenant is not None and ordered:
                 await tx.executemany(
-                    """INSERT INTO grants (tenant, ref, name) VALUES ($1, $2, $3)
-                    ON CONFLICT (tenant, ref) DO UPDATE SET name = coalesce(grants.name, excluded.name)""",
-                    [(tenant, r.ref, r.name) for r in ordered],
+                    """INSERT INTO grants (tenant, ref, name, source) VALUES ($1, $2, $3, $4)
+                    ON CONFLICT (tenant, ref) DO UPDATE SET name = coalesce(grants.name, excluded.name),
+                    source = coalesce(grants.source, excluded.source)""",
+                    [(tenant, r.ref, r.name, source) for r in ordered],
                 )
             if hold is not None:
                 at = rows[0].lease_at if rows else time.time()
@@ -350,3 +354,41 @@ class Index(ABC):
     async def release_expired(self, key: SessionKey, now: float) -> int | None:
         """The holds released, or None if the session is no longer expired (renewed meanwhile) or gone."""
         return await self._write(lambda tx: sessions.release_expired(tx, key, now))
+
+    # -- listings and totals (docs/api.md, "Listings and totals") -------------------------------------------
+
+    async def sessions_page(
+        self,
+        tenant: str,
+        *,
+        prefix: str,
+        expired: bool | None,
+        now: float,
+        after: SessionAt | None,
+        limit: int,
+    ) -> list[SessionEntry]:
+        return await listings.sessions_page(
+            self._reads, tenant, prefix=prefix, expired=expired, now=now, after=after, limit=limit
+        )
+
+    async def holds_page(
+        self, key: SessionKey, scoped: bool, *, after: HoldAt | None, limit: int
+    ) -> list[HeldRow] | None:
+        return await listings.holds_page(self._reads, key, scoped, after=after, limit=limit)
+
+    async def totals(self, scope: str) -> Mapping[str, int]:
+        """The figures the triggers keep for a tenant, or for the store (totals.STORE)."""
+        return await totals.read(self._reads, scope)
+
+    async def expired_count(self, tenant: str | None, now: float) -> int:
+        """How many of the tenant's sessions (every tenant's: None) have expired at `now`."""
+        return await listings.expired_count(self._reads, tenant, now)
+
+    async def background_reads(self) -> Reads:
+        """Where a long read for a figure goes (PostgreSQL: the pool, as every read)."""
+        return self._reads
+
+    async def collectible_count(self, cutoff: float) -> tuple[int, int]:
+        """How many objects, of how many bytes, gc would consider at `cutoff`: for GET /v1/stats, in the
+        background."""
+        return await listings.collectible_count(await self.background_reads(), cutoff)

@@ -19,7 +19,7 @@ import aiosqlite
 
 from ..errors import AttachstoreError, StorageFull, StorageUnavailable
 from ..text import human_bytes
-from .dialect import Row, Tx
+from .dialect import Reads, Row, Tx
 from .protocol import Index
 from .rows import COLUMNS, ObjectRow
 from .schema import migrate
@@ -118,6 +118,7 @@ class SqliteIndex(Index):
         self._lock = asyncio.Lock()
         self._waiting: list[tuple[Callable[[Tx], Awaitable[Any]], asyncio.Future[Any]]] = []
         self._committer: asyncio.Task[None] | None = None
+        self._background: aiosqlite.Connection | None = None  # a reader of its own, opened when first asked
 
     @classmethod
     async def open(cls, path: Path) -> SqliteIndex:
@@ -133,8 +134,16 @@ class SqliteIndex(Index):
     async def close(self) -> None:
         if self._committer is not None:
             await asyncio.gather(self._committer, return_exceptions=True)
+        if self._background is not None:
+            await self._background.close()
         await self._r.close()
         await self._w.close()
+
+    async def background_reads(self) -> Reads:
+        """Its own connection and thread: a long count never holds up the reader the requests share."""
+        if self._background is None:
+            self._background = await _connect(self.path)
+        return _Reads(self._background)
 
     async def ready(self) -> None:
         # also room to grow: a full file system fails every write transaction (STORAGE_FULL)

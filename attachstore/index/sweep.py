@@ -14,9 +14,10 @@ _UNHELD = """NOT EXISTS (SELECT 1 FROM holds WHERE holds.ref = objects.ref)
     AND NOT EXISTS (SELECT 1 FROM variants WHERE variants.variant = objects.ref)"""
 
 
-def _unheld_at(at: str) -> str:
+def unheld_at(at: str) -> str:
     """As `_UNHELD`, but a session that expired before `at` holds nothing: the plan sees the store as it will
-    be once gc has released the expired sessions (their objects' leases renewed to when they expired)."""
+    be once gc has released the expired sessions (their objects' leases renewed to when they expired). GET
+    /v1/stats counts the same (listings.collectible_count)."""
     return f"""NOT EXISTS (SELECT 1 FROM holds JOIN sessions
             ON sessions.tenant = holds.tenant AND sessions.id = holds.session
         WHERE holds.ref = objects.ref AND (sessions.expires_at IS NULL OR sessions.expires_at >= {at}))
@@ -30,14 +31,14 @@ _DELETE = "DELETE FROM objects WHERE ref = $1"
 
 
 async def collectible(reads: Reads, cutoff: float) -> list[ObjectRow]:
-    sql = f"SELECT {COLUMNS} FROM objects WHERE lease_at < $1 AND {_unheld_at('$1')} ORDER BY ref"
+    sql = f"SELECT {COLUMNS} FROM objects WHERE lease_at < $1 AND {unheld_at('$1')} ORDER BY ref"
     return [object_row(r) for r in await reads.fetch(sql, cutoff)]
 
 
 async def held_and_recent(reads: Reads, cutoff: float, now: float) -> tuple[int, int]:
-    unheld_now = _unheld_at("$2")
+    unheld_now = unheld_at("$2")
     sql = f"""SELECT CAST(coalesce(sum(CASE WHEN {unheld_now} THEN 0 ELSE 1 END), 0) AS bigint),
-        CAST(coalesce(sum(CASE WHEN {unheld_now} AND (lease_at >= $1 OR NOT ({_unheld_at("$1")}))
+        CAST(coalesce(sum(CASE WHEN {unheld_now} AND (lease_at >= $1 OR NOT ({unheld_at("$1")}))
             THEN 1 ELSE 0 END), 0) AS bigint)
         FROM objects"""
     [found] = await reads.fetch(sql, cutoff, now)

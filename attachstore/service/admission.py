@@ -203,18 +203,23 @@ class Admissions:
             for n, a in zip(names, admitted, strict=True)
         ]
         try:
-            await self._store_to_the_end(admitted, names, hold, tenant)
+            await self._store_to_the_end(admitted, names, hold, tenant, source)
         except Rejected as e:  # the session's route turned text-only meanwhile (checked under the lock)
             return _refused(uploads, names, e, [], soft)
         return Admission([_answer(a, name) for a, name in zip(admitted, names, strict=True)])
 
     async def _store_to_the_end(
-        self, admitted: Sequence[Admitted], names: Sequence[str | None], hold: Hold | None, tenant: str
+        self,
+        admitted: Sequence[Admitted],
+        names: Sequence[str | None],
+        hold: Hold | None,
+        tenant: str,
+        source: str,
     ) -> None:
         """Finished even when cancelled (keeping its place): its files are written in threads that cannot be
         stopped, and cut off it would leave unindexed objects behind (docs/design.md, "Failure cleanup");
         cancelled again (shutdown), it leaves and Store.close waits."""
-        storing = asyncio.create_task(self._store(admitted, names, hold, tenant))
+        storing = asyncio.create_task(self._store(admitted, names, hold, tenant, source))
         self._storing.add(storing)
         storing.add_done_callback(self._stored)
         try:
@@ -224,7 +229,12 @@ class Admissions:
             raise
 
     async def _store(
-        self, admitted: Sequence[Admitted], names: Sequence[str | None], hold: Hold | None, tenant: str
+        self,
+        admitted: Sequence[Admitted],
+        names: Sequence[str | None],
+        hold: Hold | None,
+        tenant: str,
+        source: str,
     ) -> None:
         unique: dict[Ref, Admitted] = {}
         first_name: dict[Ref, str | None] = {}
@@ -258,7 +268,7 @@ class Admissions:
                 )
                 for a in members
             ]
-            await self.index.publish(rows, check, hold, tenant)
+            await self.index.publish(rows, check, hold, tenant, source)
 
         await self.publisher.store(
             [(a.ref, a.data) for a in members],

@@ -22,6 +22,7 @@ from ..storage.mapped import BREAK_SIGNAL, watch
 from . import checkkey
 from .admission import Admission, Admissions
 from .catalog import Catalog, builtin
+from .listings import Listings
 from .model import ImageRef, Upload
 from .policy import RouteTable
 from .previews import Previews
@@ -29,6 +30,7 @@ from .publish import Publisher
 from .reads import Reads
 from .sessions import Sessions
 from .slots import Slot
+from .stats import Figures
 from .storepolicy import Applied, Role, take_policy
 from .validation import Validator
 from .variants import Variants, VariantSpec
@@ -71,6 +73,8 @@ class Store:
             config, index, pool, self.reads.verified, self.publisher, self.metrics, self.checker
         )
         self.previews = Previews(self.reads, self.variants)
+        self.listings = Listings(config, index)  # pages of sessions and of their holds
+        self.figures = Figures(config, index)  # GET /v1/stats
 
     # -- admissions ------------------------------------------------------------------------------------------
 
@@ -235,6 +239,7 @@ class Store:
     async def close(self) -> None:
         if self.policy is not None and self.policy.node is not None:
             await self.policy.node.close()
+        await self.figures.close()
         await self.admissions.close()
         await self.variants.close()
         await self.pool.close()

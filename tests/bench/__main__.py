@@ -15,7 +15,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from . import convert, mcpstartup, report, scaleout, scenarios, tools, transcript, variants, wrap
+from . import convert, listings, mcpstartup, report, scaleout, scenarios, tools, transcript, variants, wrap
 from .drive import Driver
 from .procs import CHECK_KEY, REPO, Daemon, Profiler
 from .spy import render_text
@@ -31,9 +31,10 @@ SCENARIOS = [
     "mcp",
     "convert",
     "wrap",
+    "listings",
 ]
 # The scenarios that need neither wrk nor nginx: run alone, they install nothing.
-WITHOUT_TOOLS = {"variant", "transcript", "mcp", "convert", "wrap"}
+WITHOUT_TOOLS = {"variant", "transcript", "mcp", "convert", "wrap", "listings"}
 
 
 def _clean(x: Any) -> Any:
@@ -172,6 +173,12 @@ def main(argv: list[str] | None = None) -> int:
             step(
                 "convert", lambda: results.__setitem__("convert", convert.convert(work, plan.convert_rounds))
             )
+        if "listings" in only:
+
+            def listed() -> None:
+                results["listings"] = listings.listings_scenario(work, args.quick, args.scale_objects)
+
+            step("listings", listed)
     finally:
         if args.keep:
             print(f"bench: kept {work}", file=sys.stderr)
