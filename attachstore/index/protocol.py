@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import TypeVar
 
-from . import policy, sessions, sweep
+from . import lookups, policy, sessions, sweep
 from .dialect import CallbackFailed, Reads, Tx, call, guard
 from .objects import OBJECT_COLUMNS, PUBLISHED, UPSERT_OBJECT, object_row, object_values, renew, rows_of
 from .policy import Decide
@@ -329,3 +329,12 @@ class Index(ABC):
 
     async def delete_session(self, key: SessionKey, now: float) -> int:
         return await self._write(lambda tx: sessions.delete(tx, key, now))
+
+    # -- what the operator page looks up (api/ui) ------------------------------------------------------------
+
+    async def holders(self, ref: str, tenant: str, after: str = "", limit: int = 100) -> list[str]:
+        """Through holds_ref: the ids of `tenant`'s sessions that hold `ref`."""
+        return await lookups.holders(self._reads, ref, tenant, after, limit)
+
+    async def quarantined(self, tenant: str | None, after: str = "", limit: int = 100) -> list[ObjectRow]:
+        return await lookups.quarantined(self._reads, tenant, after, limit)
