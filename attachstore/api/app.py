@@ -14,7 +14,7 @@ from ..config import Config
 from ..errors import AttachstoreError, ServerBusy, StorageUnavailable
 from ..service import Store
 from ..storage import FileOps
-from . import attachments, mcp, observe, openapi, render, routes, sessions, ui, wire
+from . import attachments, listings, mcp, observe, openapi, render, routes, sessions, ui, wire
 from .common import CONFIG, STORE, TENANT, TOKENS, error_response, json_response, tenant_for
 from .drain import DRAIN, Drain, close_when_stopping, refuse_when_stopping
 from .headers import add_security_headers
@@ -160,6 +160,7 @@ def make_app(
     app.cleanup_ctx.append(_watch_writes)
     attachments.add_routes(app.router)
     sessions.add_routes(app.router)
+    listings.add_routes(app.router)  # issue 38: the listings and the totals
     routes.add_routes(app.router)
     render.add_routes(app.router)
     mcp.add_routes(app.router)

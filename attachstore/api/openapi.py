@@ -12,7 +12,13 @@ from .. import __version__
 from ..gate import MEDIA_TYPES, SOURCE_TYPES
 from ..render import Rendered, RenderRequest
 from ..service import PREVIEW_SIZES, SESSION_ID_PATTERN, SOURCES
-from . import mcpschema, wire
+from . import listdoc, mcpschema, wire
+from .docparts import answer as _answer
+from .docparts import answers as _answers
+from .docparts import body as _body
+from .docparts import op as _op
+from .docparts import path_param as _path_param
+from .docparts import ref as _ref
 
 _SHAPES: list[Any] = [
     wire.AdmitRequest,
@@ -31,6 +37,7 @@ _SHAPES: list[Any] = [
     wire.McpAnswer,
     RenderRequest,
     Rendered,
+    *listdoc.SHAPES,
 ]
 # The shapes of answers; those encoded without omit_defaults carry every field (see _always_present).
 _ANSWERS: list[Any] = [
@@ -43,6 +50,7 @@ _ANSWERS: list[Any] = [
     wire.ErrorAnswer,
     wire.McpAnswer,
     Rendered,
+    *listdoc.SHAPES,
 ]
 REF = {"type": "string", "maxLength": 256, "description": "sha256:<64 hex> or blake3:<64 hex>"}
 SESSION_ID = {"type": "string", "pattern": SESSION_ID_PATTERN}
@@ -68,36 +76,8 @@ OPERATIONS = {
     ("/readyz", "get"): "readyz",
     ("/metrics", "get"): "metrics",
     ("/openapi.json", "get"): "openapi",
+    **listdoc.OPERATIONS,
 }
-
-
-def _ref(name: str) -> dict[str, Any]:
-    return {"$ref": f"#/components/schemas/{name}"}
-
-
-def _json(name: str) -> dict[str, Any]:
-    return {"content": {"application/json": {"schema": _ref(name)}}}
-
-
-def _answer(description: str, schema: str) -> dict[str, Any]:
-    return {"description": description, **_json(schema)}
-
-
-def _answers(ok: dict[str, Any], *errors: int) -> dict[str, Any]:
-    failed = _answer("an error: see docs/errors.md", "ErrorAnswer")
-    return ok | {str(status): failed for status in sorted({*errors, 401, 500, 503})}
-
-
-def _body(name: str) -> dict[str, Any]:
-    return {"required": True, **_json(name)}
-
-
-def _op(summary: str, responses: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    return {"summary": summary, "responses": responses, **extra}
-
-
-def _path_param(name: str, schema: dict[str, Any]) -> list[dict[str, Any]]:
-    return [{"name": name, "in": "path", "required": True, "schema": schema}]
 
 
 _IF_NONE_MATCH = {
@@ -395,6 +375,13 @@ def document() -> dict[str, Any]:
         },
         # Without configured tokens the daemon is open; with them, every endpoint but health needs one.
         "security": [{}, {"bearer": []}],
-        "paths": {**_attachments(), **_mcp_and_render(), **_sessions(), **_routes(), **_unauthenticated()},
+        "paths": {
+            **_attachments(),
+            **_mcp_and_render(),
+            **_sessions(),
+            **listdoc.paths(),
+            **_routes(),
+            **_unauthenticated(),
+        },
     }
     return _finished(doc)

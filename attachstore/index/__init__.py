@@ -2,6 +2,7 @@
 in SQLite (the embedded default) or PostgreSQL (many nodes). Knows nothing of bytes, images or HTTP."""
 
 from ..errors import IndexUnusable
+from .listings import SessionEntry
 from .protocol import Index
 from .rows import COLUMNS, Hold, Link, NodeRow, ObjectRow, PolicyRecord, SessionKey, SessionRow
 from .schema import SCHEMA_VERSION
@@ -18,6 +19,7 @@ __all__ = [
     "NodeRow",
     "ObjectRow",
     "PolicyRecord",
+    "SessionEntry",
     "SessionKey",
     "SessionRow",
     "SqliteIndex",

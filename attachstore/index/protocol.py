@@ -12,8 +12,9 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import TypeVar
 
-from . import lookups, policy, sessions, sweep
+from . import listings, lookups, policy, sessions, sweep
 from .dialect import CallbackFailed, Reads, Tx, call, guard
+from .listings import HeldRow, HoldAt, SessionAt, SessionEntry
 from .objects import OBJECT_COLUMNS, PUBLISHED, UPSERT_OBJECT, object_row, object_values, renew, rows_of
 from .policy import Decide
 from .rows import COLUMNS, Hold, Link, LinkRow, NodeRow, ObjectRow, PolicyRecord, SessionKey, SessionRow
@@ -329,6 +330,27 @@ class Index(ABC):
 
     async def delete_session(self, key: SessionKey, now: float) -> int:
         return await self._write(lambda tx: sessions.delete(tx, key, now))
+
+    # -- listings (docs/api.md, "Listings") ------------------------------------------------------------------
+
+    async def sessions_page(
+        self,
+        tenant: str,
+        *,
+        prefix: str,
+        expired: bool | None,
+        now: float,
+        after: SessionAt | None,
+        limit: int,
+    ) -> list[SessionEntry]:
+        return await listings.sessions_page(
+            self._reads, tenant, prefix=prefix, expired=expired, now=now, after=after, limit=limit
+        )
+
+    async def holds_page(
+        self, key: SessionKey, scoped: bool, *, after: HoldAt | None, limit: int
+    ) -> list[HeldRow] | None:
+        return await listings.holds_page(self._reads, key, scoped, after=after, limit=limit)
 
     # -- what the operator page looks up (api/ui) ------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from ..storage.mapped import BREAK_SIGNAL, watch
 from . import checkkey
 from .admission import Admission, Admissions
 from .catalog import Catalog, builtin
+from .listings import Listings
 from .model import ImageRef, Upload
 from .policy import RouteTable
 from .previews import Previews
@@ -71,6 +72,7 @@ class Store:
             config, index, pool, self.reads.verified, self.publisher, self.metrics, self.checker
         )
         self.previews = Previews(self.reads, self.variants)
+        self.listings = Listings(config, index)  # pages of sessions and of their holds, and the totals
 
     # -- admissions ------------------------------------------------------------------------------------------
 

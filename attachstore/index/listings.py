@@ -1,0 +1,123 @@
+"""Listings: a page of a tenant's sessions, newest used first, and a page of a session's holds, oldest first.
+Each page is one range read on an index from the position the previous page ended at (a keyset, never an
+OFFSET), then one read of what the page's rows hold: its cost grows with the page, not with the store."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .dialect import Reads
+from .objects import object_row
+from .rows import COLUMNS, ObjectRow, SessionKey
+
+SessionAt = tuple[float, str]  # (used_at, id): where a page of sessions ended
+HoldAt = tuple[float, str]  # (created_at, ref): where a page of holds ended
+
+
+@dataclass(frozen=True, slots=True)
+class SessionEntry:
+    id: str
+    route: str | None
+    created_at: float
+    used_at: float
+    expires_at: float | None  # None: never
+    images: int  # the objects it holds
+    bytes: int  # their bytes, each object once
+
+
+@dataclass(frozen=True, slots=True)
+class HeldRow:
+    row: ObjectRow  # the tenant's display name in place of the object's (as rows_of gives it)
+    held_at: float
+
+
+def prefix_end(prefix: str) -> str:
+    """The least string above every string that starts with `prefix`, in byte order: ids are ASCII, and the
+    last character is never the highest one (a session id's characters are letters, digits and . _ : -)."""
+    return prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
+class _Args:
+    def __init__(self, *values: object) -> None:
+        self.values = list(values)
+
+    def __call__(self, value: object) -> str:
+        self.values.append(value)
+        return f"${len(self.values)}"
+
+
+async def sessions_page(
+    db: Reads,
+    tenant: str,
+    *,
+    prefix: str = "",
+    expired: bool | None = None,
+    now: float,
+    after: SessionAt | None = None,
+    limit: int,
+) -> list[SessionEntry]:
+    """The sessions_used index (tenant, used_at) gives the order; a prefix is a range of the primary key
+    (tenant, id), checked again by substr where the collation is not the bytes' order."""
+    arg = _Args(tenant)
+    where = ["tenant = $1"]
+    if prefix:
+        where.append(f"id >= {arg(prefix)} AND id < {arg(prefix_end(prefix))}")
+        where.append(f"substr(id, 1, {len(prefix)}) = $2")
+    if expired is True:
+        where.append(f"expires_at <= {arg(now)}")
+    elif expired is False:
+        where.append(f"(expires_at IS NULL OR expires_at > {arg(now)})")
+    if after is not None:
+        used, last = arg(after[0]), arg(after[1])
+        where.append(f"used_at <= {used} AND (used_at < {used} OR id < {last})")
+    found = await db.fetch(
+        f"""SELECT id, route, created_at, used_at, expires_at FROM sessions WHERE {" AND ".join(where)}
+        ORDER BY used_at DESC, id DESC LIMIT {arg(limit)}""",
+        *arg.values,
+    )
+    held = await _held(db, tenant, [r[0] for r in found])
+    entries = []
+    for r in found:
+        images, size = held.get(r[0], (0, 0))
+        entries.append(SessionEntry(r[0], r[1], float(r[2]), float(r[3]), r[4], images, size))
+    return entries
+
+
+async def _held(db: Reads, tenant: str, ids: list[str]) -> dict[str, tuple[int, int]]:
+    """Through holds' primary key (tenant, session, ref) and objects' (ref): the page's holds, no more."""
+    counts: dict[str, tuple[int, int]] = {}
+    for where, values in db.refs_in("holds.session", ids, 2):
+        found = await db.fetch(
+            f"""SELECT holds.session, count(*), CAST(coalesce(sum(objects.bytes), 0) AS bigint)
+            FROM holds JOIN objects ON objects.ref = holds.ref
+            WHERE holds.tenant = $1 AND {where} GROUP BY holds.session""",
+            tenant,
+            *values,
+        )
+        counts |= {r[0]: (int(r[1]), int(r[2])) for r in found}
+    return counts
+
+
+async def holds_page(
+    db: Reads, key: SessionKey, scoped: bool, *, after: HoldAt | None = None, limit: int
+) -> list[HeldRow] | None:
+    """Oldest held first, by (created_at, ref); None if there is no such session. `scoped`: the tenant's
+    display names (its grants), not the objects' own."""
+    if not await db.fetch("SELECT 1 FROM sessions WHERE tenant = $1 AND id = $2", *key):
+        return None
+    columns = ", ".join(f"objects.{c}" for c in COLUMNS.split(", "))
+    grants = ""
+    if scoped:
+        columns = columns.replace("objects.name", "grants.name")
+        grants = "LEFT JOIN grants ON grants.ref = holds.ref AND grants.tenant = holds.tenant"
+    arg = _Args(*key)
+    where = "holds.tenant = $1 AND holds.session = $2"
+    if after is not None:
+        at, ref = arg(after[0]), arg(after[1])
+        where += f" AND holds.created_at >= {at} AND (holds.created_at > {at} OR holds.ref > {ref})"
+    found = await db.fetch(
+        f"""SELECT {columns}, holds.created_at FROM holds JOIN objects ON objects.ref = holds.ref {grants}
+        WHERE {where} ORDER BY holds.created_at, holds.ref LIMIT {arg(limit)}""",
+        *arg.values,
+    )
+    return [HeldRow(object_row(tuple(r)[:-1]), float(r[-1])) for r in found]
