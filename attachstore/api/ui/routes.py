@@ -47,6 +47,8 @@ def add_routes(router: web.UrlDispatcher) -> None:
     router.add_post(f"{PREFIX}/login", auth.login)
     router.add_post(f"{PREFIX}/logout", auth.logout)
     router.add_get(f"{PREFIX}/", auth.page(pages.overview))
+    router.add_get(f"{PREFIX}/sessions", auth.page(pages.sessions))
+    router.add_get(f"{PREFIX}/sessions/{{id}}", auth.page(pages.session))
     router.add_get(f"{PREFIX}/maintenance", auth.page(pages.maintenance))
     router.add_get(f"{PREFIX}/quarantine", auth.page(pages.quarantine))
     router.add_get(f"{PREFIX}/attachments/{{ref:[^/]+}}", auth.page(pages.attachment))

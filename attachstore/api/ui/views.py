@@ -43,7 +43,7 @@ def _environment() -> jinja2.Environment:
 _ENV = _environment()
 
 
-def render(request: web.Request, template: str, status: int = 200, **context: Any) -> web.Response:
+def render(request: web.Request, template: str, status: int = 200, /, **context: Any) -> web.Response:
     text = _ENV.get_template(template).render(
         path=request.path, logged_in=COOKIE in request.cookies, **context
     )

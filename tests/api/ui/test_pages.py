@@ -150,3 +150,53 @@ async def test_ui_redirects_to_the_page_and_serves_its_static_files(client: Clie
     js = await client.get("/ui/static/ui.js")
     assert (js.status, js.content_type) == (200, "text/javascript")
     assert (await client.get("/ui/static/../pages.py")).status == 404
+
+
+def sessions_shown(text: str) -> list[str]:
+    return re.findall(r'<td><a href="/ui/sessions/([^"]+)">', text)
+
+
+async def walk(client: Client, path: str, found: Any) -> list[str]:
+    """Every page from `path` on, following "Next page": what `found` finds on each, in order."""
+    seen: list[str] = []
+    while True:
+        text = await page(client, path)
+        seen += found(text)
+        following = re.search(r'href="([^"]+)" rel="next"', text)
+        if following is None:
+            return seen
+        path = following[1].replace("&amp;", "&")
+
+
+async def test_the_sessions_are_the_tenants_newest_used_first_paged(
+    tenants: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pages, "SESSIONS_PAGE", 2)
+    for i in range(5):
+        await make_session(tenants, "alpha", f"a{i}")
+    await make_session(tenants, "beta", "b0")
+    await login(tenants, TOKENS["alpha"])
+    assert await walk(tenants, "/ui/sessions", sessions_shown) == ["a4", "a3", "a2", "a1", "a0"]
+    assert await walk(tenants, "/ui/sessions?prefix=a3", sessions_shown) == ["a3"]
+    await login(tenants, TOKENS["beta"])
+    assert await walk(tenants, "/ui/sessions", sessions_shown) == ["b0"]
+    assert "no session &#39;a1&#39;" in await page(tenants, "/ui/sessions/a1", 404)
+
+
+async def test_a_session_shows_its_first_images_and_its_page_all_of_them(
+    tenants: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pages, "THUMBNAILS", 2)
+    monkeypatch.setattr(pages, "PAGE", 2)
+    await make_session(tenants, "alpha", "s")
+    # held at once: in ref order
+    refs = sorted(await admit_as(tenants, "alpha", *(png(10 + i, 10) for i in range(5)), session="s"))
+    await login(tenants, TOKENS["alpha"])
+    listing = await page(tenants, "/ui/sessions")
+    thumbnails = re.findall(r'<img src="/ui/attachments/([^/]+)/preview\?size=128"', listing)
+    assert thumbnails == refs[:2]
+    assert "+3 more" in listing
+    shown = await walk(
+        tenants, "/ui/sessions/s", lambda t: re.findall(r'class="ref" href="/ui/attachments/([^"]+)"', t)
+    )
+    assert shown == refs
