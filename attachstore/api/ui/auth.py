@@ -116,9 +116,13 @@ async def login_form(request: web.Request) -> web.StreamResponse:
 
 
 def _same_origin(request: web.Request) -> bool:
-    """A browser names the page a form was sent from; the login form is this daemon's own."""
-    origin = request.headers.get("Origin")
-    return origin is None or urlsplit(origin).netloc == request.host
+    """A browser says where a form was sent from: Sec-Fetch-Site, or else the Origin (which the page's
+    no-referrer policy makes "null" on its own forms); the login form is this daemon's own."""
+    site = request.headers.get("Sec-Fetch-Site")
+    if site is not None:
+        return site in ("same-origin", "none")
+    origin = request.headers.get("Origin", "null")
+    return origin == "null" or urlsplit(origin).netloc == request.host
 
 
 async def login(request: web.Request) -> web.StreamResponse:

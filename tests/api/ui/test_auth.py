@@ -68,8 +68,16 @@ async def test_a_wrong_token_is_refused_and_sets_no_cookie(tenants: Client) -> N
     assert (await tenants.get("/ui/", allow_redirects=False)).status == 303
 
 
-async def test_a_login_sent_from_another_site_is_refused(tenants: Client) -> None:
-    answer = await login(tenants, TOKENS["alpha"], Origin="https://elsewhere.example")
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"Origin": "https://elsewhere.example"},
+        {"Sec-Fetch-Site": "cross-site", "Origin": "null"},
+        {"Sec-Fetch-Site": "same-site"},
+    ],
+)
+async def test_a_login_sent_from_another_site_is_refused(tenants: Client, headers: dict[str, str]) -> None:
+    answer = await login(tenants, TOKENS["alpha"], **headers)
     assert answer.status == 403
     assert "Set-Cookie" not in answer.headers
 
