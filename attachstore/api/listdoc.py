@@ -10,10 +10,11 @@ from ..service.listings import DEFAULT_LIMIT, MAX_CURSOR, MAX_LIMIT
 from . import listwire
 from .docparts import answer, answers, op, path_param, query_param
 
-SHAPES: list[Any] = [listwire.SessionPage, listwire.AttachmentPage]
+SHAPES: list[Any] = [listwire.SessionPage, listwire.AttachmentPage, listwire.Stats]
 OPERATIONS = {
     ("/v1/sessions", "get"): "listSessions",
     ("/v1/sessions/{id}/attachments", "get"): "listSessionAttachments",
+    ("/v1/stats", "get"): "getStats",
 }
 _LIMIT = query_param(
     "limit",
@@ -53,5 +54,11 @@ def paths() -> dict[str, Any]:
                 answers({"200": answer("a page of attachments", "AttachmentPage")}, 400, 404),
                 parameters=[_LIMIT, _CURSOR],
             ),
+        },
+        "/v1/stats": {
+            "get": op(
+                "The totals of what the caller may see: objects, bytes, sessions, gc and audit, free space",
+                answers({"200": answer("the figures", "Stats")}),
+            )
         },
     }

@@ -1,7 +1,9 @@
-"""GET /v1/sessions (a page of the tenant's sessions) and GET /v1/sessions/{id}/attachments (a page of what
-one holds); docs/api.md, "Listings"."""
+"""GET /v1/sessions (a page of the tenant's sessions), GET /v1/sessions/{id}/attachments (a page of what one
+holds) and GET /v1/stats (the totals); docs/api.md, "Listings and totals"."""
 
 from __future__ import annotations
+
+import time
 
 from aiohttp import web
 
@@ -9,6 +11,7 @@ from ..errors import InvalidRequest
 from ..index import SessionEntry
 from ..service import Store
 from ..service.listings import LIMIT_HINT, Held, Page
+from ..service.stats import Run, Stats
 from ..text import rfc3339
 from . import listwire
 from .attachments import attachment
@@ -78,6 +81,39 @@ async def attachments(request: web.Request) -> web.Response:
     return json_response(attachment_page(id_, page))
 
 
+def _run(run: Run | None) -> listwire.LastRun | None:
+    return None if run is None else listwire.LastRun(rfc3339(run.finished_at), dict(run.figures))
+
+
+def stats_answer(s: Stats, now: float) -> listwire.Stats:
+    c = s.collectible
+    collectible = None if c is None else listwire.Collectible(c.objects, c.bytes, rfc3339(c.at), now - c.at)
+    return listwire.Stats(
+        tenant=s.scope,
+        objects=s.objects,
+        bytes=s.bytes,
+        saved_bytes=s.saved_bytes,
+        held_bytes=s.held_bytes,
+        by_type={t: listwire.TypeFigures(*f) for t, f in s.by_type.items()},
+        quarantined=s.quarantined,
+        missing=s.missing,
+        sessions=s.sessions,
+        expired_sessions=s.expired_sessions,
+        variants=s.variants,
+        previews=s.previews,
+        collectible=collectible,
+        last_gc=_run(s.runs.get("gc")),
+        last_audit=_run(s.runs.get("audit")),
+        free_bytes=s.free_bytes,
+    )
+
+
+async def stats(request: web.Request) -> web.Response:
+    now = time.time()
+    return json_response(stats_answer(await request.app[STORE].figures.stats(tenant_of(request), now), now))
+
+
 def add_routes(router: web.UrlDispatcher) -> None:
     router.add_get("/v1/sessions", sessions)
     router.add_get("/v1/sessions/{id}/attachments", attachments)
+    router.add_get("/v1/stats", stats)

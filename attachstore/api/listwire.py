@@ -43,3 +43,48 @@ class AttachmentPage(msgspec.Struct):
     session: str
     attachments: list[HeldAttachment]
     next: str | None
+
+
+class TypeFigures(msgspec.Struct):
+    objects: int
+    bytes: int
+
+
+class Collectible(msgspec.Struct):
+    """What gc would collect now (unheld, unlinked, past the grace), counted in the background: when, and
+    how long ago."""
+
+    objects: int
+    bytes: int
+    counted: str  # RFC 3339, UTC
+    age_seconds: float
+
+
+class LastRun(msgspec.Struct):
+    """A maintenance command's last run: when it finished, and what it found (its report's figures)."""
+
+    finished: str  # RFC 3339, UTC
+    figures: dict[str, float]
+
+
+class Stats(msgspec.Struct):
+    """The figures of what the caller may see: the whole store (`tenant` null: open mode) or a tenant's
+    (its grants, sessions and holds); the figures that belong to the store alone are null for a tenant.
+    docs/operations.md, "Totals", says where each comes from."""
+
+    tenant: str | None
+    objects: int
+    bytes: int
+    saved_bytes: int  # what holding each object once saves over a copy per hold
+    held_bytes: int  # each hold counting its object's bytes
+    by_type: dict[str, TypeFigures]
+    quarantined: int
+    missing: int
+    sessions: int
+    expired_sessions: int
+    variants: int | None
+    previews: int | None
+    collectible: Collectible | None  # null for a tenant, and until first counted
+    last_gc: LastRun | None
+    last_audit: LastRun | None
+    free_bytes: int | None  # of the data dir's file system; null on S3 and for a tenant

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from .dialect import Reads
 from .objects import object_row
 from .rows import COLUMNS, ObjectRow, SessionKey
+from .sweep import UNHELD
 
 SessionAt = tuple[float, str]  # (used_at, id): where a page of sessions ended
 HoldAt = tuple[float, str]  # (created_at, ref): where a page of holds ended
@@ -121,3 +122,24 @@ async def holds_page(
         *arg.values,
     )
     return [HeldRow(object_row(tuple(r)[:-1]), float(r[-1])) for r in found]
+
+
+async def expired_sessions(db: Reads, tenant: str | None, now: float) -> int:
+    """A range of sessions_expires (expires_at, partial): as many index entries as expired sessions."""
+    where, args = (
+        ("expires_at <= $1", (now,))
+        if tenant is None
+        else ("expires_at <= $1 AND tenant = $2", (now, tenant))
+    )
+    [found] = await db.fetch(f"SELECT count(*) FROM sessions WHERE {where}", *args)
+    return int(found[0])
+
+
+async def collectible_count(db: Reads, cutoff: float) -> tuple[int, int]:
+    """A range of objects_lease below the cutoff, each checked for holds and links as gc checks it."""
+    [found] = await db.fetch(
+        f"""SELECT count(*), CAST(coalesce(sum(bytes), 0) AS bigint) FROM objects
+        WHERE lease_at < $1 AND {UNHELD}""",
+        cutoff,
+    )
+    return int(found[0]), int(found[1])

@@ -5,7 +5,7 @@ together migrate once."""
 from __future__ import annotations
 
 from ..errors import IndexUnusable
-from . import schema
+from . import schema, totals
 from .pgdriver import Connection
 from .schema import SCHEMA_VERSION
 
@@ -116,6 +116,22 @@ MIGRATIONS: list[list[str]] = [
         "UPDATE sessions SET used_at = created_at",
         "CREATE INDEX sessions_expires ON sessions (expires_at) WHERE expires_at IS NOT NULL",
         "CREATE INDEX sessions_used ON sessions (tenant, used_at)",
+    ],
+    [
+        *totals.pg_migration(
+            """CREATE TABLE totals (
+            scope       text NOT NULL,
+            figure      text NOT NULL,
+            shard       integer NOT NULL,
+            value       bigint NOT NULL,
+            PRIMARY KEY (scope, figure, shard)
+            )"""
+        ),
+        "CREATE INDEX holds_held ON holds (tenant, session, created_at, ref)",
+        # A listing's prefix is a range of session ids in the bytes' order, as in SQLite, whatever the
+        # database's collation.
+        'ALTER TABLE holds ALTER COLUMN session TYPE text COLLATE "C"',
+        'ALTER TABLE sessions ALTER COLUMN id TYPE text COLLATE "C"',
     ],
 ]
 if len(MIGRATIONS) != len(schema.MIGRATIONS):

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import TypeVar
 
-from . import listings, lookups, policy, sessions, sweep
+from . import listings, lookups, policy, sessions, sweep, totals
 from .dialect import CallbackFailed, Reads, Tx, call, guard
 from .listings import HeldRow, HoldAt, SessionAt, SessionEntry
 from .objects import OBJECT_COLUMNS, PUBLISHED, UPSERT_OBJECT, object_row, object_values, renew, rows_of
@@ -351,6 +351,17 @@ class Index(ABC):
         self, key: SessionKey, scoped: bool, *, after: HoldAt | None, limit: int
     ) -> list[HeldRow] | None:
         return await listings.holds_page(self._reads, key, scoped, after=after, limit=limit)
+
+    async def totals(self, scope: str) -> Mapping[str, int]:
+        """The figures the triggers keep for a tenant, or for the store (totals.STORE)."""
+        return await totals.read(self._reads, scope)
+
+    async def expired_sessions(self, tenant: str | None, now: float) -> int:
+        return await listings.expired_sessions(self._reads, tenant, now)
+
+    async def collectible_count(self, cutoff: float) -> tuple[int, int]:
+        """How many objects, of how many bytes, gc would consider at `cutoff`: for GET /v1/stats."""
+        return await listings.collectible_count(self._reads, cutoff)
 
     # -- what the operator page looks up (api/ui) ------------------------------------------------------------
 

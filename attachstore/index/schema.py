@@ -5,6 +5,7 @@ from __future__ import annotations
 import aiosqlite
 
 from ..errors import IndexUnusable
+from . import totals
 
 # One list of statements per schema version; never edit a released entry, append a new one.
 MIGRATIONS: list[list[str]] = [
@@ -128,6 +129,21 @@ MIGRATIONS: list[list[str]] = [
         "UPDATE sessions SET used_at = created_at",
         "CREATE INDEX sessions_expires ON sessions (expires_at) WHERE expires_at IS NOT NULL",
         "CREATE INDEX sessions_used ON sessions (tenant, used_at)",
+    ],
+    [
+        # Totals kept by triggers in the transactions that change what they count, filled from the rows
+        # there (totals.py; GET /v1/stats reads them); and a session's holds in the order a listing pages
+        # them, oldest first.
+        *totals.sqlite_migration(
+            """CREATE TABLE totals (
+            scope       TEXT NOT NULL,
+            figure      TEXT NOT NULL,
+            shard       INTEGER NOT NULL,
+            value       INTEGER NOT NULL,
+            PRIMARY KEY (scope, figure, shard)
+            ) STRICT, WITHOUT ROWID"""
+        ),
+        "CREATE INDEX holds_held ON holds (tenant, session, created_at, ref)",
     ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -30,6 +30,7 @@ from .publish import Publisher
 from .reads import Reads
 from .sessions import Sessions
 from .slots import Slot
+from .stats import Figures
 from .storepolicy import Applied, Role, take_policy
 from .validation import Validator
 from .variants import Variants, VariantSpec
@@ -72,7 +73,8 @@ class Store:
             config, index, pool, self.reads.verified, self.publisher, self.metrics, self.checker
         )
         self.previews = Previews(self.reads, self.variants)
-        self.listings = Listings(config, index)  # pages of sessions and of their holds, and the totals
+        self.listings = Listings(config, index)  # pages of sessions and of their holds
+        self.figures = Figures(config, index)  # GET /v1/stats
 
     # -- admissions ------------------------------------------------------------------------------------------
 
@@ -247,6 +249,7 @@ class Store:
     async def close(self) -> None:
         if self.policy is not None and self.policy.node is not None:
             await self.policy.node.close()
+        await self.figures.close()
         await self.admissions.close()
         await self.variants.close()
         await self.pool.close()

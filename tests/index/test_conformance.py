@@ -202,10 +202,12 @@ class PostgresStore:
             for t in ("holds", "variants", "grants", "sessions", "objects", "runs", "nodes", "policy")
             if t in tables
         ]
-        if others := tables - set(known):  # a table of a later schema version than this list knows
-            await db.execute(f"TRUNCATE {', '.join(sorted(others))} CASCADE")
         if known:
             await db.execute("; ".join(f"DELETE FROM {t}" for t in known))
+        # After the deletes: a table of a later schema version than this list knows, such as the totals
+        # that their triggers keep
+        if others := tables - set(known):
+            await db.execute(f"TRUNCATE {', '.join(sorted(others))} CASCADE")
         await db.execute("DROP TRIGGER IF EXISTS inject ON objects")
 
     async def lock_waiters(self) -> int:
