@@ -4,6 +4,7 @@ Every list is one page after a cursor (`?after=`), never the whole of it."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 from urllib.parse import urlencode
@@ -60,7 +61,10 @@ async def runs(request: web.Request) -> list[tuple[str, str, float, dict[str, fl
 
 
 async def overview(request: web.Request) -> web.Response:
-    return render(request, "overview.html", runs=await runs(request))
+    """The totals of GET /v1/stats, as the tenant sees them, and the last gc and audit."""
+    now = time.time()
+    stats = await request.app[STORE].figures.stats(tenant_of(request), now)
+    return render(request, "overview.html", stats=stats, now=now, runs=await runs(request))
 
 
 async def maintenance(request: web.Request) -> web.Response:

@@ -200,3 +200,22 @@ async def test_a_session_shows_its_first_images_and_its_page_all_of_them(
         tenants, "/ui/sessions/s", lambda t: re.findall(r'class="ref" href="/ui/attachments/([^"]+)"', t)
     )
     assert shown == refs
+
+
+async def test_the_overview_shows_the_tenants_own_totals(tenants: Client) -> None:
+    await make_session(tenants, "alpha", "s")
+    await admit_as(tenants, "alpha", png(20, 20), png(21, 20), session="s")
+    await admit_as(tenants, "beta", png(22, 20))
+    await login(tenants, TOKENS["alpha"])
+    text = await page(tenants, "/ui/")
+    assert "What tenant <code>alpha</code> admitted and holds." in text
+    assert re.search(r"<dt>Objects</dt><dd>2</dd>", text)
+    assert re.search(r'<dt>Sessions</dt><dd><a href="/ui/sessions">1</a></dd>', text)
+    assert '<td>image/png</td><td class="number">2</td>' in text
+    assert "Free space" not in text  # the store's alone
+
+
+async def test_the_overview_in_open_mode_is_the_whole_store(client: Client) -> None:
+    text = await page(client, "/ui/")
+    assert "The whole store." in text
+    assert "Free space" in text
