@@ -12,12 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from aiohttp import web
 from PIL import Image, ImageDraw
 from playwright.async_api import expect
 
 from attachstore.api import make_app
 from attachstore.api.common import STORE
 from attachstore.api.ui import pages
+from attachstore.api.ui.views import CSP
 from attachstore.index import Hold, SessionRow
 from tests.api.ui.test_auth import TENANTS, TOKENS
 from tests.conftest import MakeConfig
@@ -163,6 +165,35 @@ async def test_the_operator_page_in_a_browser(make_config: MakeConfig, aiohttp_s
         await page.click("button:text('Log out')")
         assert page.url.endswith("/ui/login")
         assert await page.context.cookies() == []
+
+
+async def test_the_harness_sees_what_the_csp_refuses_and_images_that_do_not_decode(
+    aiohttp_server: Any,
+) -> None:
+    # Without this, "no problems" above could mean that nothing was watched.
+    html = (
+        '<!doctype html><body style="color: red"><script>console.log("ran")</script>'
+        '<img src="/broken.png"><img src="http://203.0.113.1/x.png"></body>'
+    )
+
+    async def index(request: web.Request) -> web.Response:
+        return web.Response(text=html, content_type="text/html", headers={"Content-Security-Policy": CSP})
+
+    async def broken(request: web.Request) -> web.Response:
+        return web.Response(body=b"not a png", content_type="image/png")
+
+    app = web.Application()
+    app.router.add_get("/", index)
+    app.router.add_get("/broken.png", broken)
+    server = await aiohttp_server(app)
+    async with browser.open_browser() as chromium:
+        seen = await browser.watched(chromium)
+        await seen.page.goto(str(server.make_url("/")))
+        problems = "\n".join(await settled(seen))
+    assert "style-src-attr refused inline" in problems
+    assert "script-src-elem refused inline" in problems
+    assert "img-src refused http://203.0.113.1/x.png" in problems
+    assert "image did not decode: /broken.png" in problems
 
 
 def test_the_docs_show_the_screenshot_the_browser_test_writes() -> None:
