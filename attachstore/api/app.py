@@ -14,7 +14,7 @@ from ..config import Config
 from ..errors import AttachstoreError, ServerBusy, StorageUnavailable
 from ..service import Store
 from ..storage import FileOps
-from . import attachments, listings, mcp, observe, openapi, render, routes, sessions, wire
+from . import attachments, listings, mcp, observe, openapi, render, routes, sessions, ui, wire
 from .common import CONFIG, STORE, TENANT, TOKENS, error_response, json_response, tenant_for
 from .drain import DRAIN, Drain, close_when_stopping, refuse_when_stopping
 from .headers import add_security_headers
@@ -76,6 +76,8 @@ OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json"})
 
 @web.middleware
 async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
+    if ui.under_ui(request.path):  # the operator page authorizes by its cookie (api/ui/auth.py)
+        return await handler(request)
     tokens = request.app[TOKENS]
     if not tokens or request.path in OPEN_PATHS:
         request[TENANT] = ""
@@ -162,6 +164,7 @@ def make_app(
     routes.add_routes(app.router)
     render.add_routes(app.router)
     mcp.add_routes(app.router)
+    ui.add_routes(app.router)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", observe.metrics)

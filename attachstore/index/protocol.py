@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import TypeVar
 
-from . import listings, policy, sessions, sweep, totals
+from . import listings, lookups, policy, sessions, sweep, totals
 from .dialect import CallbackFailed, Reads, Tx, call, guard
 from .listings import HeldRow, HoldAt, SessionAt, SessionEntry
 from .objects import OBJECT_COLUMNS, PUBLISHED, UPSERT_OBJECT, object_row, object_values, renew, rows_of
@@ -392,3 +392,12 @@ class Index(ABC):
         """How many objects, of how many bytes, gc would consider at `cutoff`: for GET /v1/stats, in the
         background."""
         return await listings.collectible_count(await self.background_reads(), cutoff)
+
+    # -- what the operator page looks up (api/ui) ------------------------------------------------------------
+
+    async def holders(self, ref: str, tenant: str, after: str = "", limit: int = 100) -> list[str]:
+        """Through holds_ref: the ids of `tenant`'s sessions that hold `ref`."""
+        return await lookups.holders(self._reads, ref, tenant, after, limit)
+
+    async def quarantined(self, tenant: str | None, after: str = "", limit: int = 100) -> list[ObjectRow]:
+        return await lookups.quarantined(self._reads, tenant, after, limit)

@@ -188,6 +188,16 @@ class Store:
     async def runs(self) -> dict[str, tuple[float, dict[str, float]]]:
         return await self.index.runs()
 
+    # -- what the operator page looks up (api/ui) ------------------------------------------------------------
+
+    async def holders(self, text: str, tenant: str, after: str = "", limit: int = 100) -> list[str]:
+        """The ids of `tenant`'s sessions that hold the object, a page after the id `after`."""
+        return await self.index.holders(str(Ref.parse(text)), tenant, after, limit)
+
+    async def quarantined(self, tenant: str, after: str = "", limit: int = 100) -> list[ObjectRow]:
+        """The quarantined objects `tenant` may see, a page after the ref `after`."""
+        return await self.index.quarantined(self.scope(tenant), after, limit)
+
     async def discard_object(self, ref: str) -> None:
         await self.publisher.discard(ref)
 

@@ -1,5 +1,6 @@
 """The package as pip installs it from a built wheel, not the source tree: its data files come with it (the
-catalog, the shipped units and example configuration, py.typed)."""
+catalog, the shipped units and example configuration, py.typed, the operator page's templates and static
+files)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,9 @@ def test_a_built_wheel_carries_the_catalog(tmp_path: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     shipped = {f"attachstore/shipped/{p.name}" for p in (ROOT / "attachstore" / "shipped").iterdir()}
     assert shipped | {"attachstore/py.typed"} <= names
+    ui = ROOT / "attachstore" / "api" / "ui"
+    page = {f"attachstore/api/ui/{d}/{p.name}" for d in ("templates", "static") for p in (ui / d).iterdir()}
+    assert page <= names
     target = tmp_path / "installed"
     installed = subprocess.run(
         [*pip, "install", "--no-deps", "--target", str(target), str(wheel)], capture_output=True, text=True

@@ -891,6 +891,40 @@ async def test_delete_session_releases_and_renews(index: AnyIndex) -> None:
     assert (await index.create_session(("t", "s"), None, 800.0))[0].holds == ()
 
 
+# -- what the operator page looks up -------------------------------------------------------------------------
+
+
+async def test_holders_are_a_tenants_sessions_that_hold_the_ref_paged_by_id(index: AnyIndex) -> None:
+    await index.publish([row(A), row(B)], nothing)
+    for key, refs in ((("t", "s2"), [A]), (("t", "s1"), [A, B]), (("t", "s3"), [B]), (("u", "x"), [A])):
+        await index.create_session(key, None, 1.0)
+        await index.add_holds(Hold(key, no_guard, everything=True), refs, 2.0)
+    assert await index.holders(A, "t") == ["s1", "s2"]
+    assert await index.holders(A, "t", limit=1) == ["s1"]
+    assert await index.holders(A, "t", after="s1") == ["s2"]
+    assert await index.holders(A, "u") == ["x"]
+    assert await index.holders(C, "t") == []
+    await index.delete_session(("t", "s1"), 3.0)
+    assert await index.holders(A, "t") == ["s2"]
+
+
+async def test_quarantined_objects_are_those_a_tenant_may_see_paged_by_ref(index: AnyIndex) -> None:
+    await index.publish([row(A), row(B), row(C)], nothing, tenant="t")
+    await index.publish([row(D)], nothing, tenant="u")
+    for r in (A, C, D):
+        await index.settle(r, None, quarantine)
+    assert [r.ref for r in await index.quarantined("t")] == [A, C]
+    assert [r.ref for r in await index.quarantined("t", after=A)] == [C]
+    assert [r.ref for r in await index.quarantined("t", limit=1)] == [A]
+    assert [r.ref for r in await index.quarantined("u")] == [D]
+    assert [r.ref for r in await index.quarantined(None)] == [A, C, D]
+    assert {r.state for r in await index.quarantined(None)} == {"quarantined"}
+
+
+async def quarantine(found: ObjectRow) -> tuple[str, None]:
+    return "quarantined", None
+
+
 # -- PostgreSQL: failures ----------------------------------------------------------------------------------
 
 
