@@ -48,7 +48,7 @@ def _expired(request: web.Request) -> bool | None:
 def summary(s: SessionEntry) -> listwire.SessionSummary:
     expires = None if s.expires_at is None else rfc3339(s.expires_at)
     return listwire.SessionSummary(
-        s.id, s.route, rfc3339(s.created_at), rfc3339(s.used_at), expires, s.images, s.bytes
+        s.id, s.route, rfc3339(s.created_at), rfc3339(s.used_at), expires, s.ttl, s.images, s.bytes
     )
 
 

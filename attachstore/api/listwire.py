@@ -9,14 +9,16 @@ from .wire import Attachment
 
 
 class SessionSummary(msgspec.Struct):
-    """A session as a listing shows it: when it was made, last used and expires (null: never), and the
-    attachments it holds (images) with their bytes, each object once."""
+    """A session as a listing shows it: when it was made, last used and expires (null: never) with its idle
+    lifetime in seconds (null: none), as GET /v1/sessions/{id} shows them, and the attachments it holds
+    (images) with their bytes, each object once."""
 
     session: str
     route: str | None
     created: str  # RFC 3339, UTC
-    used: str
+    last_used: str
     expires: str | None
+    ttl: int | None
     images: int
     bytes: int
 

@@ -115,7 +115,7 @@ def _session_table(found: list[dict[str, Any]]) -> Iterator[str]:
     width = max([7, *(len(s["session"]) for s in found)])
     yield f"{'SESSION':<{width}}  {'LAST USED':<20}  {'EXPIRES':<20}  {'IMAGES':>6}  {'BYTES':>10}  ROUTE"
     for s in found:
-        used, expires = s["used"][:19] + "Z", (s["expires"] or "never")[:19]
+        used, expires = s["last_used"][:19] + "Z", (s["expires"] or "never")[:19]
         expires += "Z" if s["expires"] else ""
         size, route = human_bytes(s["bytes"]), s["route"] or "-"
         yield f"{s['session']:<{width}}  {used:<20}  {expires:<20}  {s['images']:>6}  {size:>10}  {route}"

@@ -184,8 +184,9 @@ class SessionSummary(msgspec.Struct, frozen=True):
     id: str = msgspec.field(name="session")
     route: str | None = None
     created: datetime | None = None
-    used: datetime | None = None
+    last_used: datetime | None = None
     expires: datetime | None = None
+    ttl: int | None = None  # seconds idle before it expires; None: no lifetime
     images: int = 0
     bytes: int = 0
 

@@ -23,6 +23,7 @@ class SessionEntry:
     created_at: float
     used_at: float
     expires_at: float | None  # None: never
+    ttl: int | None  # seconds idle before it expires; None: no lifetime
     images: int  # the objects it holds
     bytes: int  # their bytes
 
@@ -73,11 +74,14 @@ async def sessions_page(
         used, last = arg(after[0]), arg(after[1])
         where.append(f"used_at <= {used} AND (used_at < {used} OR id < {last})")
     found = await db.fetch(
-        f"""SELECT id, route, created_at, used_at, expires_at, images, bytes FROM sessions
+        f"""SELECT id, route, created_at, used_at, expires_at, ttl, images, bytes FROM sessions
         WHERE {" AND ".join(where)} ORDER BY used_at DESC, id DESC LIMIT {arg(limit)}""",
         *arg.values,
     )
-    return [SessionEntry(r[0], r[1], float(r[2]), float(r[3]), r[4], int(r[5]), int(r[6])) for r in found]
+    return [
+        SessionEntry(r[0], r[1], float(r[2]), float(r[3]), r[4], None if r[5] is None else int(r[5]), *r[6:8])
+        for r in found
+    ]
 
 
 async def holds_page(

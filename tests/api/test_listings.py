@@ -35,14 +35,14 @@ async def test_sessions_are_listed_newest_first_in_pages(client: Client) -> None
         assert (await client.put(f"/v1/sessions/{id_}", json={})).status == 201
     [a, b] = await admit_ok(client, png(4, 4), png(5, 5), session="s2")
     listed = await every_page(client, "/v1/sessions?limit=2", "sessions")
-    assert [s["session"] for s in listed] == ["s3", "s2", "s1"]
-    s2 = listed[1]
-    assert set(s2) == {"session", "route", "created", "used", "expires", "images", "bytes"}
-    assert (s2["route"], s2["expires"], s2["images"]) == (None, None, 2)
+    assert [s["session"] for s in listed] == ["s2", "s3", "s1"]  # the admission into s2 used it last
+    s2 = listed[0]
+    assert set(s2) == {"session", "route", "created", "last_used", "expires", "ttl", "images", "bytes"}
+    assert (s2["route"], s2["expires"], s2["ttl"], s2["images"]) == (None, None, None, 2)
     assert s2["bytes"] == a["bytes"] + b["bytes"]
     assert s2["created"].endswith("Z")
     first = await get_json(client, "/v1/sessions?limit=2")
-    assert [s["session"] for s in first["sessions"]] == ["s3", "s2"]
+    assert [s["session"] for s in first["sessions"]] == ["s2", "s3"]
     assert isinstance(first["next"], str)
     assert (await get_json(client, "/v1/sessions"))["next"] is None
     assert [s["session"] for s in (await get_json(client, "/v1/sessions?prefix=s1"))["sessions"]] == ["s1"]

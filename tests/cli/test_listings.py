@@ -23,8 +23,8 @@ def test_session_list_and_stats_from_the_data_dir(
     assert run(capsys, "put", *d, "--session", "mcp-2", str(image_file))[0] == 0
     code, out, _ = run(capsys, "session", "list", *d, "--json")
     listed = [json.loads(line) for line in out.splitlines()]
-    assert (code, [s["session"] for s in listed]) == (0, ["other", "mcp-2", "mcp-1"])
-    assert listed[1]["images"] == 1
+    assert (code, [s["session"] for s in listed]) == (0, ["mcp-2", "other", "mcp-1"])  # put used mcp-2 last
+    assert listed[0]["images"] == 1
     code, out, _ = run(capsys, "session", "list", *d, "--prefix", "mcp-")
     lines = out.splitlines()
     assert lines[0].split() == ["SESSION", "LAST", "USED", "EXPIRES", "IMAGES", "BYTES", "ROUTE"]

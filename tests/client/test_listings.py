@@ -54,7 +54,7 @@ def test_the_blocking_client_lists_and_counts(daemon: str) -> None:
         c.create_session("a")
         c.create_session("b")
         [ref] = c.admit(Image(png(6, 6), "image/png"), source="user", session="a").refs
-        assert [s.id for s in c.list_sessions(page_size=1)] == ["b", "a"]
+        assert [s.id for s in c.list_sessions(page_size=1)] == ["a", "b"]  # the admission used "a" last
         assert c.sessions_page(prefix="a").sessions[0].bytes > 0
         assert [h.attachment.ref for h in c.session_attachments("a")] == [ref]
         assert c.attachments_page("a").next is None

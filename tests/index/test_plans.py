@@ -37,7 +37,7 @@ class Recorder:
 
 async def statements() -> list[tuple[str, tuple[object, ...]]]:
     found: list[tuple[str, tuple[object, ...]]] = []
-    one = [("s", None, 1.0, 2.0, None, 0, 0)]
+    one = [("s", None, 1.0, 2.0, None, None, 0, 0)]
     for given in (
         {},
         {"prefix": "mcp-"},

@@ -62,8 +62,8 @@ async def runs(request: web.Request) -> list[tuple[str, str, float, dict[str, fl
 
 async def overview(request: web.Request) -> web.Response:
     """The totals of GET /v1/stats, as the tenant sees them, and the last gc and audit."""
-    now = time.time()
-    stats = await request.app[STORE].figures.stats(tenant_of(request), now)
+    store, now = request.app[STORE], time.time()
+    stats = await store.figures.stats(store.scope(tenant_of(request)), now)
     return render(request, "overview.html", stats=stats, now=now, runs=await runs(request))
 
 
