@@ -22,16 +22,17 @@ async def holders(db: Reads, ref: str, tenant: str, after: str, limit: int) -> l
 
 
 async def quarantined(db: Reads, tenant: str | None, after: str, limit: int) -> list[ObjectRow]:
-    """The quarantined objects that `tenant` may see (None: every one), in ref order, after the ref `after`.
-    No index has the state: the primary key is walked from the cursor until a page is full, which on a store
-    with few quarantined objects reads every row after the cursor (an operator's page, asked for by hand)."""
+    """The quarantined objects that `tenant` may see (None: every one), in ref order, after the ref `after`,
+    through the partial index objects_quarantined: a page reads the quarantine, not the store."""
     if tenant is None:
         sql = f"""SELECT {OBJECT_COLUMNS} FROM objects WHERE objects.state = 'quarantined'
         AND objects.ref > $1 ORDER BY objects.ref LIMIT $2"""
         found = await db.fetch(sql, after, limit)
     else:
-        sql = f"""SELECT {TENANT_COLUMNS} FROM objects JOIN grants
-        ON grants.ref = objects.ref AND grants.tenant = $1
-        WHERE objects.state = 'quarantined' AND objects.ref > $2 ORDER BY objects.ref LIMIT $3"""
+        # CROSS JOIN: SQLite then reads the quarantine first and looks up each grant, instead of walking
+        # the tenant's grants (all of its objects) for the few quarantined
+        sql = f"""SELECT {TENANT_COLUMNS} FROM objects CROSS JOIN grants
+        WHERE grants.ref = objects.ref AND grants.tenant = $1
+        AND objects.state = 'quarantined' AND objects.ref > $2 ORDER BY objects.ref LIMIT $3"""
         found = await db.fetch(sql, tenant, after, limit)
     return [object_row(r) for r in found]

@@ -137,6 +137,9 @@ MIGRATIONS: list[list[str]] = [
         'ALTER TABLE holds ALTER COLUMN session TYPE text COLLATE "C"',
         'ALTER TABLE sessions ALTER COLUMN id TYPE text COLLATE "C"',
     ],
+    [
+        "CREATE INDEX objects_quarantined ON objects (ref) WHERE state = 'quarantined'",
+    ],
 ]
 if len(MIGRATIONS) != len(schema.MIGRATIONS):
     raise ImportError(

@@ -151,6 +151,11 @@ MIGRATIONS: list[list[str]] = [
         # A tenant's expired sessions, counted by GET /v1/stats.
         "CREATE INDEX sessions_tenant_expires ON sessions (tenant, expires_at) WHERE expires_at IS NOT NULL",
     ],
+    [
+        # The quarantine, a page at a time (the operator page): the few quarantined objects in ref order,
+        # without walking every row of the store.
+        "CREATE INDEX objects_quarantined ON objects (ref) WHERE state = 'quarantined'",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -1,4 +1,4 @@
-"""The statements of the listings and the totals read through indexes: SQLite's query plan for each, as the
+"""The statements of the listings, the totals and the operator page's lookups read through indexes: SQLite's query plan for each, as the
 index runs it, names no full scan of objects, sessions, holds, grants or totals (a page costs what it shows,
 not what the store holds)."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from attachstore.index import SqliteIndex, listings, totals
+from attachstore.index import SqliteIndex, listings, lookups, totals
 
 A = "sha256:" + "a" * 64
 TABLES = ("objects", "sessions", "holds", "grants", "totals")
@@ -62,7 +62,13 @@ async def statements() -> list[tuple[str, tuple[object, ...]]]:
     found += db.statements
     db = Recorder([[]])
     await totals.read(db, "t")
-    return found + db.statements
+    found += db.statements
+    for tenant in (None, "t"):  # the operator page's lookups
+        db = Recorder([[]])
+        await lookups.quarantined(db, tenant, A, 10)
+        await lookups.holders(db, A, "t", "s", 10)
+        found += db.statements
+    return found
 
 
 @pytest.fixture
@@ -82,4 +88,17 @@ async def test_no_statement_scans_a_table(database: Path) -> None:
         assert scans == [], f"{sql}\n{plan}"
         if "lease_at >= $3" in sql:  # a chunk of the count starts where the last ended, not at the start
             assert any("(lease_at>? AND lease_at<?)" in step for step in plan), plan
+    db.close()
+
+
+async def test_the_quarantine_is_read_through_its_own_index(database: Path) -> None:
+    """Not the primary key walked from the cursor: on a large store with little in quarantine that reads
+    every row after it."""
+    db = sqlite3.connect(database)
+    for tenant in (None, "t"):
+        recorder = Recorder([[]])
+        await lookups.quarantined(recorder, tenant, A, 10)
+        [(sql, args)] = recorder.statements
+        plan = [r[3] for r in db.execute("EXPLAIN QUERY PLAN " + re.sub(r"\$(\d+)", r"?\1", sql), args)]
+        assert any("objects_quarantined" in step for step in plan), plan
     db.close()
