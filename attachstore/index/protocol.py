@@ -355,7 +355,7 @@ class Index(ABC):
         """The holds released, or None if the session is no longer expired (renewed meanwhile) or gone."""
         return await self._write(lambda tx: sessions.release_expired(tx, key, now))
 
-    # -- listings and totals (docs/api.md, "Listings and totals") -------------------------------------------
+    # -- listings and totals (docs/api.md, "Listings and totals"), the operator page's lookups (api/ui) ---
 
     async def sessions_page(
         self,
@@ -389,11 +389,8 @@ class Index(ABC):
         return self._reads
 
     async def collectible_count(self, cutoff: float) -> tuple[int, int]:
-        """How many objects, of how many bytes, gc would consider at `cutoff`: for GET /v1/stats, in the
-        background."""
+        """How many objects, of how many bytes, gc would consider at `cutoff` (GET /v1/stats, in the back)."""
         return await listings.collectible_count(await self.background_reads(), cutoff)
-
-    # -- what the operator page looks up (api/ui) ------------------------------------------------------------
 
     async def holders(self, ref: str, tenant: str, after: str = "", limit: int = 100) -> list[str]:
         """Through holds_ref: the ids of `tenant`'s sessions that hold `ref`."""

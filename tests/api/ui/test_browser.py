@@ -74,7 +74,10 @@ async def fill(server: DaemonTestServer) -> tuple[list[str], list[str], dict[str
     for i in range(24):
         key = ("alpha", f"agent-{i:02d}-{['review', 'chat', 'mcp'][i % 3]}")
         at = START + i * DAY / 4
-        await index.create_session(key, ROUTES[i % 3], at)
+        # what `attachstore mcp` makes expires after 30 idle days; the others have no lifetime
+        await index.create_session(
+            key, ROUTES[i % 3], at, round(30 * DAY) if key[1].endswith("mcp") else None
+        )
         held[key[1]] = [refs[(i + k) % len(refs)] for k in range(i % 6)]
         if held[key[1]]:
             await index.add_holds(Hold(key, no_guard), held[key[1]], at)
