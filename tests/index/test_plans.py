@@ -1,6 +1,6 @@
-"""The statements of the listings, the totals and the operator page's lookups read through indexes: SQLite's query plan for each, as the
-index runs it, names no full scan of objects, sessions, holds, grants or totals (a page costs what it shows,
-not what the store holds)."""
+"""The statements of the listings, the totals and the operator page's lookups read through indexes: SQLite's
+query plan for each, as the index runs it, names no full scan of objects, sessions, holds, grants or totals (a
+page costs what it shows, not what the store holds)."""
 
 from __future__ import annotations
 
