@@ -79,7 +79,9 @@ async def sessions_page(
         *arg.values,
     )
     return [
-        SessionEntry(r[0], r[1], float(r[2]), float(r[3]), r[4], None if r[5] is None else int(r[5]), *r[6:8])
+        SessionEntry(
+            r[0], r[1], float(r[2]), float(r[3]), r[4], None if r[5] is None else int(r[5]), r[6], r[7]
+        )
         for r in found
     ]
 
