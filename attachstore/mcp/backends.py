@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ..config import Config
-from ..errors import AttachstoreError, SessionConflict, SessionNotFound
+from ..errors import AttachstoreError, InvalidRequest, SessionConflict, SessionNotFound
 from ..vocabulary import daemon_url
 
 # Imported where used: the store (with the gate and Pillow), render and the HTTP client (aiohttp) are not
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
     from ..client import Admission as Answer
     from ..client import AsyncClient
     from ..service import Admission, Store, Upload
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 # A daemon's limits are its own: a file up to this size is sent, and the daemon decides (fit's source
@@ -263,13 +266,31 @@ class Remote:
             self._client = AsyncClient(self.url, token=self.token, timeout=120.0)
         return self._client
 
+    async def _create(self) -> object:
+        """The session, with its lifetime. A daemon older than lifetimes refuses the field (INVALID_REQUEST,
+        "unknown field `ttl`"): the session is then made without one, as that daemon makes every session,
+        and the log says so."""
+        c, s = self.client, self.session
+        try:
+            return await c.create_session(s.id, s.route, ttl=s.ttl)
+        except AttachstoreError as e:
+            if s.ttl is None or e.code != InvalidRequest.code or "`ttl`" not in e.message:
+                raise
+        log.warning(
+            "the daemon at %s keeps no session lifetimes (older than attachstore's lifetimes): session %s is "
+            "made without one, and its images stay until it is deleted",
+            self.url,
+            s.id,
+        )
+        return await c.create_session(s.id, s.route)
+
     async def admit(self, data: bytes, name: str) -> Stored | str:
         from ..client import Image  # where used: see the imports above
 
         c, s = self.client, self.session
         answer = await s.within(
             lambda: c.get_session(s.id),
-            lambda: c.create_session(s.id, s.route, ttl=s.ttl),
+            self._create,
             lambda: c.admit(Image(data, None, name), source="tool", route=s.route, session=s.id),
         )
         stored = _stored(answer)
@@ -282,7 +303,7 @@ class Remote:
         result = {"content": [_block(u) for u in images]}
         answer = await s.within(
             lambda: c.get_session(s.id),
-            lambda: c.create_session(s.id, s.route, ttl=s.ttl),
+            self._create,
             lambda: c.admit_mcp_result(result, route=s.route, session=s.id),
         )
         return _stored(answer)
