@@ -87,11 +87,17 @@ class _Tx(_Reads):
 
 
 async def _connect(path: Path) -> aiosqlite.Connection:
+    """Closed again if it fails or is cancelled before it is ready (GET /v1/stats's count opens one, and a
+    store closing cancels the count): never left to the garbage collector."""
     db = await aiosqlite.connect(path, isolation_level=None)
-    await db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-    await _wal(db)
-    await db.execute("PRAGMA synchronous = FULL")
-    await db.execute("PRAGMA foreign_keys = ON")
+    try:
+        await db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        await _wal(db)
+        await db.execute("PRAGMA synchronous = FULL")
+        await db.execute("PRAGMA foreign_keys = ON")
+    except BaseException:
+        await db.close()
+        raise
     return db
 
 

@@ -1,7 +1,9 @@
+import asyncio
 import os
 import sqlite3
 from pathlib import Path
 
+import aiosqlite
 import pytest
 
 from attachstore.errors import StorageFull, StorageUnavailable
@@ -213,4 +215,30 @@ async def test_a_commit_that_fails_fails_every_write_of_its_group(
         assert await index.get(refs[0]) is not None
     finally:
         monkeypatch.setattr(index._w, "execute", execute)
+        await index.close()
+
+
+async def test_a_connection_cancelled_while_it_opens_is_closed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GET /v1/stats counts what gc would collect on a connection of its own, opened by the first count; a
+    store closing cancels the count, maybe while that connection is being set up: it is closed then, not
+    left open to the garbage collector (a ResourceWarning, and a thread that keeps the process alive)."""
+    index = await SqliteIndex.open(tmp_path / "index.sqlite3")
+    opened: list[aiosqlite.Connection] = []
+
+    async def cancelled(db: aiosqlite.Connection) -> None:  # cancelled while the connection turns WAL on
+        opened.append(db)
+        raise asyncio.CancelledError
+
+    monkeypatch.setattr(sqlite_index, "_wal", cancelled)
+    try:
+        with pytest.raises(asyncio.CancelledError):
+            await index.background_reads()
+        [db] = opened
+        with pytest.raises(ValueError, match="no active connection"):  # aiosqlite, once closed
+            await db.execute("SELECT 1")
+    finally:
+        for db in opened:
+            await db.close()
         await index.close()
