@@ -19,7 +19,7 @@ from ..gate import HeaderTooDeep, probe_header, sniff_source
 from ..index import SessionKey
 from ..refs import Ref
 from ..service import Store, Upload
-from . import inline
+from . import inline, spans
 from .digest import Digest
 from .formats import Format
 from .judge import Drop, Fit, Judge, Keep, Verdict
@@ -33,7 +33,13 @@ from .shapes import Change, Fitted, Note
 # Copies of an image a host keeps beside the one it sends (Claude Code's toolUseResult.file.base64): changed
 # with it, but no request carries them.
 _COPIES = {"claude": frozenset({b"base64"})}
+# Where a host keeps again what it sends, in a record's member of this name: Claude Code's `toolUseResult`,
+# a tool result's content once more (an MCP tool's as the same list of blocks). No request carries it.
+_KEPT_AGAIN = {"claude": b"toolUseResult"}
 _JUDGING = 4  # images judged at once
+# What a host adds to a request that its file does not hold (its system prompt, its tools' definitions): kept
+# free of images under the provider's body cap.
+HOST_ADDS = 512 * 1024
 
 
 @dataclass
@@ -42,6 +48,7 @@ class Image:
     declared: str | None
     lines: list[int] = field(default_factory=list)
     sent: int = 0  # occurrences a request carries
+    sent_on: dict[int, int] = field(default_factory=dict)  # of them, on each line
     verdict: Verdict | None = None
     over: bool = False  # left out to keep the request within the provider's limits
     ref: str | None = None
@@ -77,6 +84,9 @@ async def scan(source: BinaryIO, fmt: Format, cap: int, report: RepairReport) ->
         image_bytes += _found(plan, event, copies, report)
     plan.sha256 = read.hexdigest()
     plan.text_bytes = plan.size - image_bytes
+    kept_again = _KEPT_AGAIN.get(fmt.name)
+    if kept_again is not None:
+        await _uncount(source, plan, kept_again, copies)
     return plan
 
 
@@ -91,8 +101,46 @@ def _found(plan: Plan, event: object, copies: frozenset[bytes], report: RepairRe
     if image is None:
         image = plan.images[key] = Image(*_decoded(event.raw))
     image.lines.append(event.line)
-    image.sent += event.key not in copies
+    sent = event.key not in copies
+    image.sent += sent
+    image.sent_on[event.line] = image.sent_on.get(event.line, 0) + sent
     return len(event.raw)
+
+
+async def _uncount(source: BinaryIO, plan: Plan, member: bytes, copies: frozenset[bytes]) -> None:
+    """A second reading of the lines that hold an image counted as sent: in a record that has `member`, the
+    images under it are not sent. Only those lines are kept whole, one at a time."""
+    wanted = {line for image in plan.images.values() for line, n in image.sent_on.items() if n}
+    if not wanted:
+        return
+    await asyncio.to_thread(source.seek, 0)
+    number = 1
+    parts: list[bytes] = []
+    while chunk := await asyncio.to_thread(source.read, CHUNK):
+        start = 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            if number in wanted:
+                _uncount_record(b"".join([*parts, chunk[start:end]]), number, plan, member, copies)
+            parts, number, start = [], number + 1, end + 1
+        if number in wanted:
+            parts.append(chunk[start:])
+    if parts:
+        _uncount_record(b"".join(parts), number, plan, member, copies)
+
+
+def _uncount_record(text: bytes, line: int, plan: Plan, member: bytes, copies: frozenset[bytes]) -> None:
+    if b'"' + member + b'"' not in text:
+        return
+    try:
+        record = spans.parse(text)
+    except spans.NotJson:
+        return
+    again = record.get(member) if record.kind == "object" else None
+    for string in again.strings() if again is not None else ():
+        image = plan.images.get(blake3.blake3(string.raw(text)).digest())
+        if image is not None and string.key not in copies and image.sent_on.get(line, 0) > 0:
+            image.sent -= 1
+            image.sent_on[line] -= 1
 
 
 def _decoded(raw: bytes) -> tuple[bytes | None, str | None]:
@@ -142,7 +190,7 @@ def budget(plan: Plan, limits: Limits, report: RepairReport) -> None:
         full = full or (
             (limits.images is not None and count + image.sent > limits.images)
             or used + b64 > limits.image_base64
-            or plan.text_bytes + used + b64 > limits.body
+            or plan.text_bytes + HOST_ADDS + used + b64 > limits.body
         )
         if full:
             image.over = True

@@ -189,6 +189,31 @@ async def test_of_the_images_in_one_record_the_first_go_first(store: Store, tmp_
     assert content[-1]["source"]["data"] == b64(photos[-1])
 
 
+async def test_a_tool_results_copy_in_tool_use_result_is_not_counted_as_sent(
+    store: Store, tmp_path: Path
+) -> None:
+    """Claude Code keeps an MCP tool result's blocks again in the record's `toolUseResult`, with the same
+    `data` key: no request carries that copy, so the request has room for the images counted once."""
+    photos = [png(820, 820, seed=60 + i) for i in range(16)]  # about 2 MB each, 43 MB of base64 in all
+    blocks = [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64(p)}}
+        for p in photos
+    ]
+    result = {"type": "tool_result", "tool_use_id": "t1", "content": blocks}
+    message = {"role": "user", "content": [result]}
+    record = {"type": "user", "message": message, "uuid": "u-1", "toolUseResult": blocks}
+    source = tmp_path / "s.jsonl"
+    source.write_bytes(claude() + _line(record))
+    report = await repair(store, source, "claude-sonnet-4-5", source, assume_closed=True)
+    kept = len(photos) - len([t for t in report.text if t.code == "OVER_BUDGET"])
+    assert report.request.images == kept, report.summary()  # each counted once
+    assert report.request.image_base64 == sum(len(b64(p)) for p in photos[-kept:])
+    assert kept == 11, report.summary()  # 11 of about 2.7 MB fit 32 MB; counted twice, 5 would
+    repaired = json.loads(source.read_bytes().splitlines()[-1])
+    sent = repaired["message"]["content"][0]["content"]
+    assert repaired["toolUseResult"] == sent  # the copy changed with it
+
+
 async def test_images_a_resume_wrote_again_keep_their_age(store: Store, tmp_path: Path) -> None:
     """gemini-cli writes every message again (a `$set` record) when it resumes a chat, so every image's
     last line is the same: the newest is still the one that came last, and the oldest goes first."""
