@@ -178,6 +178,7 @@ def test_twenty_photos_over_the_body_cap_are_refused_until_the_oldest_are_notes(
         assert {n["code"] for n in notes} == {"OVER_BUDGET"}, why
         assert 0 < kept < len(twenty), why
         assert kept + len(notes) == len(twenty), why
+        assert report["request"]["images"] == kept, why  # counted once: the toolUseResult copy is not sent
         assert report["request"]["body"] <= MAX_BODY, why
 
         # After repair: accepted, under the cap; the newest photos are there byte for byte, the oldest are
