@@ -3,8 +3,8 @@ from aio.py so that each stays one idea: `AsyncClient` takes them from `AsyncLis
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import TypeVar
+from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 
@@ -25,8 +25,10 @@ def session_query(
     return {k: v for k, v in query.items() if v}
 
 
-class AsyncListings:
-    async def _json(
+class _Fetch(Protocol):
+    """AsyncClient._json: a request, its answer decoded."""
+
+    def __call__(
         self,
         decoder: msgspec.json.Decoder[T],
         method: str,
@@ -34,8 +36,11 @@ class AsyncListings:
         payload: object = None,
         request_id: str | None = None,
         query: Mapping[str, str] | None = None,
-    ) -> T:
-        raise NotImplementedError  # AsyncClient's
+    ) -> Coroutine[Any, Any, T]: ...
+
+
+class AsyncListings:
+    _json: _Fetch  # AsyncClient's method
 
     async def sessions_page(
         self,
