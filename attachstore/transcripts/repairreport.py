@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .reports import FileReport
+
 
 @dataclass(frozen=True, slots=True)
 class Shape:
@@ -80,43 +82,21 @@ class Request:
 
 
 @dataclass
-class RepairReport:
-    path: str
-    status: str
-    output: str | None = None
-    format: str | None = None
+class RepairReport(FileReport):
     model: str | None = None
-    session: str | None = None
     backup: str | None = None
-    reason: str | None = None
-    message: str | None = None
     kept: int = 0  # distinct images the provider takes as they are
     left: int = 0  # images left as they are: inside JSON text held in a string, or cut short
     fitted: list[FittedImage] = field(default_factory=list)
     text: list[TextImage] = field(default_factory=list)
     request: Request = field(default_factory=Request)
-    bytes_before: int = 0
-    bytes_after: int = 0
-    appended: int = 0
-    sha256: str | None = None
-    sha256_after: str | None = None
-    seconds: float = 0.0
 
     def summary(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"file": self.path, "status": self.status}
-        for key in ("output", "format", "model", "session", "backup", "reason", "message"):
-            if getattr(self, key) is not None:
-                out[key] = getattr(self, key)
-        out["images"] = {
+        images = {
             "kept": self.kept,
             "fitted": [f.summary() for f in self.fitted],
             "text": [t.summary() for t in self.text],
             "left": self.left,
         }
-        out["request"] = self.request.summary()
-        out["bytes"] = {"before": self.bytes_before, "after": self.bytes_after}
-        if self.appended:
-            out["bytes"]["appended"] = self.appended
-        out["sha256"] = {"before": self.sha256, "after": self.sha256_after}
-        out["seconds"] = round(self.seconds, 3)
-        return out
+        named = ("output", "format", "model", "session", "backup", "reason", "message")
+        return self.summarized(named, {"images": images, "request": self.request.summary()})

@@ -80,7 +80,10 @@ class Tally:
 
 
 @dataclass
-class Report:
+class FileReport:
+    """What strip and repair say of any file they rewrite: where it went, how it ended, its bytes before and
+    after."""
+
     path: str
     status: str
     output: str | None = None
@@ -88,8 +91,6 @@ class Report:
     session: str | None = None
     reason: str | None = None  # why it was skipped, or the code it failed with
     message: str | None = None
-    tally: Tally = field(default_factory=Tally)
-    formats: list[str] = field(default_factory=list)  # the formats that would take its unclaimed images
     bytes_before: int = 0
     bytes_after: int = 0
     sha256: str | None = None  # of the file as it was read
@@ -97,20 +98,30 @@ class Report:
     appended: int = 0  # bytes a host appended while the file was replaced, kept after it as they came
     seconds: float = 0.0
 
-    def summary(self) -> dict[str, Any]:
+    def summarized(self, named: tuple[str, ...], found: dict[str, Any]) -> dict[str, Any]:
+        """The summary: the file and its status, the fields `named` that are set, what the command `found`,
+        then the bytes, the digests and the time."""
         out: dict[str, Any] = {"file": self.path, "status": self.status}
-        for key in ("output", "format", "session", "reason", "message"):
-            if getattr(self, key) is not None:
-                out[key] = getattr(self, key)
-        out["images"] = self.tally.summary()
-        if self.formats:
-            out["formats"] = self.formats
+        out |= {key: getattr(self, key) for key in named if getattr(self, key) is not None}
+        out |= found
         out["bytes"] = {"before": self.bytes_before, "after": self.bytes_after}
         if self.appended:
             out["bytes"]["appended"] = self.appended
         out["sha256"] = {"before": self.sha256, "after": self.sha256_after}
         out["seconds"] = round(self.seconds, 3)
         return out
+
+
+@dataclass
+class Report(FileReport):
+    tally: Tally = field(default_factory=Tally)
+    formats: list[str] = field(default_factory=list)  # the formats that would take its unclaimed images
+
+    def summary(self) -> dict[str, Any]:
+        found: dict[str, Any] = {"images": self.tally.summary()}
+        if self.formats:
+            found["formats"] = self.formats
+        return self.summarized(("output", "format", "session", "reason", "message"), found)
 
 
 @dataclass
