@@ -3,7 +3,7 @@ from aio.py so that each stays one idea: `AsyncClient` takes them from `AsyncLis
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 import msgspec
@@ -14,6 +14,30 @@ T = TypeVar("T")
 _session_page = msgspec.json.Decoder(SessionPage)
 _attachment_page = msgspec.json.Decoder(AttachmentPage)
 _stats = msgspec.json.Decoder(Stats)
+
+
+def every(page: Callable[[str | None], tuple[Sequence[T], str | None]]) -> Iterator[T]:
+    """Every item of a listing, `page(cursor)` giving one page's items and the next cursor, fetched as the
+    iteration reaches them."""
+    cursor = None
+    while True:
+        items, cursor = page(cursor)
+        yield from items
+        if cursor is None:
+            return
+
+
+async def every_async(
+    page: Callable[[str | None], Awaitable[tuple[Sequence[T], str | None]]],
+) -> AsyncIterator[T]:
+    """`every`, for the asynchronous client."""
+    cursor = None
+    while True:
+        items, cursor = await page(cursor)
+        for item in items:
+            yield item
+        if cursor is None:
+            return
 
 
 def session_query(
@@ -60,14 +84,13 @@ class AsyncListings:
         self, *, prefix: str | None = None, expired: bool | None = None, page_size: int | None = None
     ) -> AsyncIterator[SessionSummary]:
         """Every session, newest used first, fetching a page at a time as the iteration reaches it."""
-        cursor = None
-        while True:
-            page = await self.sessions_page(prefix=prefix, expired=expired, limit=page_size, cursor=cursor)
-            for s in page.sessions:
-                yield s
-            if page.next is None:
-                return
-            cursor = page.next
+
+        async def page(cursor: str | None) -> tuple[list[SessionSummary], str | None]:
+            found = await self.sessions_page(prefix=prefix, expired=expired, limit=page_size, cursor=cursor)
+            return found.sessions, found.next
+
+        async for s in every_async(page):
+            yield s
 
     async def attachments_page(
         self,
@@ -86,14 +109,13 @@ class AsyncListings:
         self, id: str, *, page_size: int | None = None
     ) -> AsyncIterator[HeldAttachment]:
         """Everything session `id` holds, oldest held first, a page at a time."""
-        cursor = None
-        while True:
-            page = await self.attachments_page(id, limit=page_size, cursor=cursor)
-            for held in page.attachments:
-                yield held
-            if page.next is None:
-                return
-            cursor = page.next
+
+        async def page(cursor: str | None) -> tuple[list[HeldAttachment], str | None]:
+            found = await self.attachments_page(id, limit=page_size, cursor=cursor)
+            return found.attachments, found.next
+
+        async for held in every_async(page):
+            yield held
 
     async def stats(self, *, request_id: str | None = None) -> Stats:
         """The totals of what this client's token may see (the whole store without tokens)."""

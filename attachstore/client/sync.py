@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 import msgspec
 
 from .aio import AsyncClient, Images
+from .listings import every
 from .models import (
     Admission,
     Attachment,
@@ -242,13 +243,12 @@ class Client:
         self, *, prefix: str | None = None, expired: bool | None = None, page_size: int | None = None
     ) -> Iterator[SessionSummary]:
         """Every session, newest used first, fetching a page at a time as the iteration reaches it."""
-        cursor = None
-        while True:
-            page = self.sessions_page(prefix=prefix, expired=expired, limit=page_size, cursor=cursor)
-            yield from page.sessions
-            if page.next is None:
-                return
-            cursor = page.next
+
+        def page(cursor: str | None) -> tuple[list[SessionSummary], str | None]:
+            found = self.sessions_page(prefix=prefix, expired=expired, limit=page_size, cursor=cursor)
+            return found.sessions, found.next
+
+        return every(page)
 
     def attachments_page(
         self, id: str, *, limit: int | None = None, cursor: str | None = None, request_id: str | None = None
@@ -257,13 +257,12 @@ class Client:
 
     def session_attachments(self, id: str, *, page_size: int | None = None) -> Iterator[HeldAttachment]:
         """Everything session `id` holds, oldest held first, a page at a time."""
-        cursor = None
-        while True:
-            page = self.attachments_page(id, limit=page_size, cursor=cursor)
-            yield from page.attachments
-            if page.next is None:
-                return
-            cursor = page.next
+
+        def page(cursor: str | None) -> tuple[list[HeldAttachment], str | None]:
+            found = self.attachments_page(id, limit=page_size, cursor=cursor)
+            return found.attachments, found.next
+
+        return every(page)
 
     def stats(self, *, request_id: str | None = None) -> Stats:
         return self._call(self._async.stats, request_id=request_id)
