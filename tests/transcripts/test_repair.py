@@ -14,9 +14,13 @@ from typing import Any
 import pytest
 from PIL import Image
 
+from attachstore.config import Placeholders
 from attachstore.service import Store
-from attachstore.transcripts import Repairer, RepairOptions, RepairReport, limits_for, undo
+from attachstore.transcripts import Repairer, RepairOptions, RepairReport, limits_for, repairplan, undo
 from attachstore.transcripts.backup import backup_path
+from attachstore.transcripts.judge import Keep
+from attachstore.transcripts.provider import Limits
+from attachstore.transcripts.repairplan import HOST_ADDS
 from tests.support.images import png
 from tests.transcripts.fixtures import b64, url
 from tests.transcripts.test_strip import held_open
@@ -286,3 +290,17 @@ async def test_backup_dir_and_undo(store: Store, tmp_path: Path) -> None:
     assert [p.name.endswith(".attachstore-original") for p in keep.iterdir()] == [True]
     assert (await undo(source, backup_dir=keep, assume_closed=True)).status == "undone"
     assert source.read_bytes() == original
+
+
+@pytest.mark.parametrize(("room", "sent"), [(HOST_ADDS - 1, False), (HOST_ADDS, True)])
+def test_the_body_keeps_room_for_what_the_host_adds(room: int, sent: bool) -> None:
+    """The body cap is checked with HOST_ADDS kept for the host's system prompt and tools, which the
+    transcript does not hold: an image that fits only without that room is left out."""
+    image = repairplan.Image(b"\x00" * 300, "image/png", lines=[2], sent=1, verdict=Keep("image/png", 1, 1))
+    plan = repairplan.Plan(images={b"k": image}, text_bytes=1000)
+    body = plan.text_bytes + 400 + room  # 400: the image's base64
+    limits = Limits(
+        "m", "anthropic", True, 8000, 1 << 40, 1 << 30, frozenset(), 100, body, body, None, Placeholders()
+    )
+    repairplan.budget(plan, limits, RepairReport("s.jsonl", "repaired"))
+    assert image.over is not sent
